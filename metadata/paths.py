@@ -1,0 +1,83 @@
+"""Where things live in the metadata store. One layout for both stores.
+
+    /ledgers/<s0>/<s1>/<s2>/<s3>/<l0>/<l1>/<l2>/<l3>   ledger metadata (LedgerMetadata, serde envelope)
+    /idgen/<counter>                                   id allocation counters (scope 0 ledger ids)
+    /bookies/available/<bookie id>                     ephemeral bookie registrations (JSON BookieInfo)
+    /bookies/cookies/<bookie id>                       bookie cookies (identity; persistent)
+    /logs/<log name>                                   named logs (later issue)
+    /orphans/<qualified name>                          orphaned ledgers found by the auditor (BP-44)
+
+Ledger ids: the 128-bit id (scope id, then ledger id) is written as 32 hex digits and cut into
+eight levels of 4 hex digits. No parent ever holds more than 65,536 children, however many
+ledgers exist, in scope 0 (the allocator fills the last levels in order) or in UUID scopes (the
+first levels spread randomly). Scope 0 ledgers all live under /ledgers/0000/0000/0000/0000. The
+path of a ledger is a pure function of its id, so no index is needed to find it, and a scan of
+one scope walks only that scope's subtree.
+"""
+
+from __future__ import annotations
+
+import re
+
+from metadata.errors import InvalidMetadataError
+from metadata.ids import LedgerId
+
+LEDGERS = "/ledgers"
+IDGEN = "/idgen"
+BOOKIES_AVAILABLE = "/bookies/available"
+BOOKIE_COOKIES = "/bookies/cookies"
+LOGS = "/logs"
+ORPHANS = "/orphans"
+
+LEDGER_PATH_LEVELS = 8
+SCOPE_PATH_LEVELS = 4
+_LEVEL_RE = re.compile(r"^[0-9a-f]{4}$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,255}$")
+
+
+def ledger_path(lid: LedgerId) -> str:
+    q = lid.qualified_name
+    return LEDGERS + "".join("/" + q[i : i + 4] for i in range(0, 32, 4))
+
+
+def scope_path(scope_id: int) -> str:
+    q = f"{scope_id:016x}"
+    return LEDGERS + "".join("/" + q[i : i + 4] for i in range(0, 16, 4))
+
+
+def ledger_id_from_path(path: str) -> LedgerId:
+    if not path.startswith(LEDGERS + "/"):
+        raise InvalidMetadataError(f"not a ledger path: {path}")
+    parts = path[len(LEDGERS) + 1 :].split("/")
+    if len(parts) != LEDGER_PATH_LEVELS or not all(_LEVEL_RE.match(p) for p in parts):
+        raise InvalidMetadataError(f"not a ledger path: {path}")
+    return LedgerId.from_qualified_name("".join(parts))
+
+
+def check_name(kind: str, name: str) -> str:
+    """Bookie ids, log names and counters become one path component: keep them to a safe alphabet."""
+    if not isinstance(name, str) or not _NAME_RE.match(name) or name in (".", ".."):
+        raise InvalidMetadataError(
+            f"bad {kind} name {name!r}: use 1-255 characters from letters, digits, '.', '_', ':', '-'"
+        )
+    return name
+
+
+def bookie_path(bookie_id: str) -> str:
+    return f"{BOOKIES_AVAILABLE}/{check_name('bookie id', bookie_id)}"
+
+
+def cookie_path(bookie_id: str) -> str:
+    return f"{BOOKIE_COOKIES}/{check_name('bookie id', bookie_id)}"
+
+
+def log_path(name: str) -> str:
+    return f"{LOGS}/{check_name('log', name)}"
+
+
+def counter_path(counter: str) -> str:
+    return f"{IDGEN}/{check_name('counter', counter)}"
+
+
+def orphan_path(lid: LedgerId) -> str:
+    return f"{ORPHANS}/{lid.qualified_name}"

@@ -1,0 +1,101 @@
+"""Metadata service URIs and open_store(), which picks the implementation from the scheme.
+
+    zk://host:port[,host:port...]/root/path[?session_timeout_ms=N&connect_timeout_ms=N]
+    sqlite:///absolute/path/to/metadata.db[?ttl_ms=N&poll_ms=N]
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from urllib.parse import parse_qsl, urlsplit
+
+from metadata.errors import InvalidUriError
+from metadata.store import MetadataStore
+
+_HOST_RE = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.\-]+):(\d{1,5})$")
+DEFAULT_ZK_ROOT = "/ledgers"
+_ZK_PARAMS = {"session_timeout_ms", "connect_timeout_ms", "op_timeout_ms"}
+_SQLITE_PARAMS = {"ttl_ms", "poll_ms"}
+
+
+@dataclass(frozen=True)
+class StoreUri:
+    scheme: str  # "zk" or "sqlite"
+    hosts: str = ""  # zk only: "h1:p1,h2:p2"
+    path: str = ""  # zk: root znode; sqlite: database file
+    params: dict[str, int] = field(default_factory=dict)
+
+
+def _int_params(uri: str, query: str, allowed: set[str]) -> dict[str, int]:
+    params: dict[str, int] = {}
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        if key not in allowed:
+            raise InvalidUriError(f"unknown parameter {key!r} in metadata URI {uri!r} (known: {', '.join(sorted(allowed))})")
+        if not value.isdigit() or int(value) <= 0:
+            raise InvalidUriError(f"parameter {key!r} in metadata URI {uri!r} must be a positive integer, got {value!r}")
+        params[key] = int(value)
+    return params
+
+
+def parse_uri(uri: str) -> StoreUri:
+    if not isinstance(uri, str) or not uri.strip():
+        raise InvalidUriError("empty metadata service URI")
+    uri = uri.strip()
+    if "://" not in uri:
+        raise InvalidUriError(
+            f"malformed metadata URI {uri!r}: expected zk://host:port/root or sqlite:///absolute/path.db"
+        )
+    scheme, rest = uri.split("://", 1)
+    scheme = scheme.lower()
+    if scheme == "zk":
+        netloc, _, tail = rest.partition("/")
+        path_part, _, query = ("/" + tail).partition("?") if tail else ("", "", "")
+        if "?" in netloc:
+            netloc, _, query = netloc.partition("?")
+        if not netloc:
+            raise InvalidUriError(f"malformed ZooKeeper URI {uri!r}: no host:port given")
+        hosts = netloc.split(",")
+        for h in hosts:
+            m = _HOST_RE.match(h)
+            if not m or not 0 < int(m.group(2)) < 65536:
+                raise InvalidUriError(f"malformed ZooKeeper URI {uri!r}: bad host:port {h!r}")
+        root = path_part.rstrip("/") or DEFAULT_ZK_ROOT
+        if "//" in root or any(p in (".", "..") for p in root.split("/")):
+            raise InvalidUriError(f"malformed ZooKeeper URI {uri!r}: bad root path {root!r}")
+        return StoreUri("zk", ",".join(hosts), root, _int_params(uri, query, _ZK_PARAMS))
+    if scheme == "sqlite":
+        parts = urlsplit(uri)
+        if parts.netloc:
+            raise InvalidUriError(
+                f"malformed sqlite URI {uri!r}: use three slashes and an absolute path, e.g. sqlite:///var/lib/ledger/meta.db"
+            )
+        if not parts.path.startswith("/") or parts.path.endswith("/"):
+            raise InvalidUriError(f"malformed sqlite URI {uri!r}: the database path must be an absolute file path")
+        return StoreUri("sqlite", "", parts.path, _int_params(uri, parts.query, _SQLITE_PARAMS))
+    raise InvalidUriError(f"unknown metadata URI scheme {scheme!r} in {uri!r} (supported: zk, sqlite)")
+
+
+def open_store(uri: str) -> MetadataStore:
+    """Open the metadata store a URI names. Connection problems raise MetadataUnavailableError."""
+    parsed = parse_uri(uri)
+    if parsed.scheme == "zk":
+        from metadata.zookeeper_store import ZooKeeperStore
+
+        p = parsed.params
+        return ZooKeeperStore(
+            parsed.hosts,
+            parsed.path,
+            session_timeout_s=p.get("session_timeout_ms", 10_000) / 1000,
+            connect_timeout_s=p.get("connect_timeout_ms", 10_000) / 1000,
+            op_timeout_s=p.get("op_timeout_ms", 15_000) / 1000,
+            uri=uri,
+        )
+    from metadata.embedded_store import DEFAULT_POLL_MS, DEFAULT_TTL_MS, EmbeddedStore
+
+    return EmbeddedStore(
+        parsed.path,
+        ttl_ms=parsed.params.get("ttl_ms", DEFAULT_TTL_MS),
+        poll_ms=parsed.params.get("poll_ms", DEFAULT_POLL_MS),
+        uri=uri,
+    )

@@ -1,0 +1,415 @@
+"""ZooKeeperStore: the metadata store on a real ZooKeeper ensemble, through kazoo.
+
+Every call is bounded (`op_timeout_s`). Compare-and-set, create and delete are never retried
+blindly after a connection loss, because a retried conditional write can report a conflict for a
+write that in fact succeeded. Instead each written value carries a random 16-byte token in a small
+envelope, and after a connection loss the store re-reads the node and decides:
+
+    token found                        -> the write was applied: success
+    version unchanged / node absent    -> not applied: retry it (still conditional)
+    version moved by exactly one, not our token -> someone else won: BadVersionError
+    otherwise                          -> OutcomeUnknownError (never a guess)
+
+Ephemeral registrations are re-created by a background thread when a session expires and a new
+one is established; watches are kazoo recipes, which re-arm themselves across reconnects.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+import time
+from typing import Any, Callable
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import BadVersionError as ZkBadVersion
+from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, NotEmptyError, SessionExpiredError
+from kazoo.exceptions import NodeExistsError as ZkNodeExists
+from kazoo.exceptions import NoNodeError as ZkNoNode
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+from kazoo.retry import KazooRetry
+
+from metadata.errors import (
+    BadVersionError,
+    IdAllocationError,
+    MetadataError,
+    MetadataUnavailableError,
+    NodeExistsError,
+    NoNodeError,
+    OutcomeUnknownError,
+)
+from metadata.paths import counter_path
+from metadata.store import ChildrenCallback, DataCallback, MetadataStore, RetryPolicy, Versioned, check_path, parent_of
+
+log = logging.getLogger(__name__)
+
+# Envelope: 2 magic bytes, then a 16-byte write token, then the caller's value.
+_ENVELOPE_MAGIC = b"\xfe\x01"
+_TOKEN_BYTES = 16
+_ENVELOPE_BYTES = len(_ENVELOPE_MAGIC) + _TOKEN_BYTES
+# Transient failures: the request may or may not have reached the server.
+_TRANSIENT = (ConnectionLoss, SessionExpiredError, KazooTimeoutError, ConnectionClosedError)
+# How many times an unapplied conditional write is re-sent after connection losses.
+_RESEND_ATTEMPTS_MAX = 5
+
+
+def _wrap(value: bytes) -> tuple[bytes, bytes]:
+    token = os.urandom(_TOKEN_BYTES)
+    return _ENVELOPE_MAGIC + token + bytes(value), token
+
+
+def _unwrap(data: bytes | None) -> tuple[bytes, bytes | None]:
+    data = data or b""
+    if len(data) >= _ENVELOPE_BYTES and data[:2] == _ENVELOPE_MAGIC:
+        return data[_ENVELOPE_BYTES:], data[2:_ENVELOPE_BYTES]
+    return data, None
+
+
+class _Watch:
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class _ZkRegistration:
+    def __init__(self, store: "ZooKeeperStore", path: str, value: bytes):
+        self.path = path
+        self.value = value
+        self._store = store
+        self.closed = False
+
+    def update(self, value: bytes) -> None:
+        """Replace the value. Done as delete + create in one transaction so that membership
+        (children) watches fire, as they do when a bookie turns read-only."""
+        self.value = value
+        self._store._replace_ephemeral(self.path, value)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._store._unregister(self)
+
+
+class ZooKeeperStore(MetadataStore):
+    def __init__(
+        self,
+        hosts: str,
+        root: str,
+        *,
+        session_timeout_s: float = 10.0,
+        connect_timeout_s: float = 10.0,
+        op_timeout_s: float = 15.0,
+        uri: str | None = None,
+    ):
+        self.hosts = hosts
+        self.root = check_path(root)
+        self.uri = uri or f"zk://{hosts}{root}"
+        self.op_timeout_s = op_timeout_s
+        self._registrations: list[_ZkRegistration] = []
+        self._reg_lock = threading.Lock()
+        self._lost = threading.Event()  # set when a session expired; cleared after re-registering
+        self._stop = threading.Event()
+        self._client = KazooClient(
+            hosts=hosts,
+            timeout=session_timeout_s,
+            connection_retry=KazooRetry(max_tries=-1, max_delay=2.0),
+            command_retry=KazooRetry(max_tries=5, max_delay=1.0, deadline=op_timeout_s),
+        )
+        try:
+            self._client.start(timeout=connect_timeout_s)
+        except KazooTimeoutError:
+            self._client.stop()
+            self._client.close()
+            raise MetadataUnavailableError(
+                f"could not connect to ZooKeeper at {hosts} within {connect_timeout_s:g} s "
+                f"(metadata service {self.uri})"
+            ) from None
+        self._client.add_listener(self._on_state)
+        self._rereg_thread = threading.Thread(target=self._reregister_loop, name="zk-reregister", daemon=True)
+        self._rereg_thread.start()
+        self._call(self._client.ensure_path, self.root)
+
+    # ---- plumbing -----------------------------------------------------------------------------
+
+    def _abs(self, path: str) -> str:
+        check_path(path)
+        return self.root if path == "/" else self.root.rstrip("/") + path
+
+    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A read or an idempotent call, retried by kazoo within the operation deadline."""
+        try:
+            return self._client.retry(fn, *args, **kwargs)
+        except _TRANSIENT as exc:
+            raise MetadataUnavailableError(f"ZooKeeper at {self.hosts} unavailable: {exc!r}") from exc
+
+    def _once(self, async_fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Send one request and wait at most op_timeout_s. Transient errors propagate to the caller."""
+        return async_fn(*args, **kwargs).get(timeout=self.op_timeout_s)
+
+    def _wait_connected(self, deadline: float) -> None:
+        while self._client.state != KazooState.CONNECTED:
+            if time.monotonic() > deadline or self._stop.is_set():
+                raise MetadataUnavailableError(f"ZooKeeper at {self.hosts} did not come back in time")
+            time.sleep(0.05)
+
+    def _read_raw(self, apath: str, deadline: float) -> tuple[bytes, Any] | None:
+        """Read after a connection loss, waiting (bounded) for the connection to return."""
+        while True:
+            self._wait_connected(deadline)
+            try:
+                data, stat = self._once(self._client.get_async, apath)
+                return data, stat
+            except ZkNoNode:
+                return None
+            except _TRANSIENT:
+                if time.monotonic() > deadline:
+                    raise MetadataUnavailableError(f"ZooKeeper at {self.hosts} did not come back in time") from None
+
+    # ---- MetadataStore ------------------------------------------------------------------------
+
+    def create(self, path: str, value: bytes) -> int:
+        return self._create(path, value, ephemeral=False)
+
+    def _create(self, path: str, value: bytes, *, ephemeral: bool) -> int:
+        apath = self._abs(path)
+        data, token = _wrap(value)
+        deadline = time.monotonic() + self.op_timeout_s * 2
+        for _ in range(_RESEND_ATTEMPTS_MAX):
+            try:
+                self._once(self._client.create_async, apath, data, ephemeral=ephemeral, makepath=True)
+                return 0
+            except ZkNodeExists:
+                raise NodeExistsError(f"metadata already exists at {path}") from None
+            except _TRANSIENT as exc:
+                log.info("connection lost during create; resolving outcome path=%s error=%r", path, exc)
+                got = self._read_raw(apath, deadline)
+                if got is None:
+                    continue  # not applied: send again
+                if _unwrap(got[0])[1] == token:
+                    return int(got[1].version)
+                raise NodeExistsError(f"metadata already exists at {path}") from None
+        raise OutcomeUnknownError(f"create of {path}: connection kept failing")
+
+    def get(self, path: str) -> Versioned | None:
+        apath = self._abs(path)
+        try:
+            data, stat = self._call(self._client.get, apath)
+        except ZkNoNode:
+            return None
+        return Versioned(_unwrap(data)[0], int(stat.version))
+
+    def compare_and_set(self, path: str, value: bytes, expected_version: int) -> int:
+        apath = self._abs(path)
+        data, token = _wrap(value)
+        deadline = time.monotonic() + self.op_timeout_s * 2
+        for _ in range(_RESEND_ATTEMPTS_MAX):
+            try:
+                stat = self._once(self._client.set_async, apath, data, version=expected_version)
+                return int(stat.version)
+            except ZkBadVersion:
+                current = self.get(path)
+                raise BadVersionError(path, expected_version, None if current is None else current.version) from None
+            except ZkNoNode:
+                raise NoNodeError(f"no metadata at {path}") from None
+            except _TRANSIENT as exc:
+                log.info("connection lost during compare-and-set; resolving outcome path=%s error=%r", path, exc)
+                got = self._read_raw(apath, deadline)
+                if got is None:
+                    raise OutcomeUnknownError(
+                        f"compare-and-set of {path}: connection lost and the node is now gone"
+                    ) from None
+                stored, stat = got
+                if _unwrap(stored)[1] == token:
+                    return int(stat.version)
+                if stat.version == expected_version:
+                    continue  # not applied: send again (still conditional)
+                if stat.version == expected_version + 1:
+                    # The one write that could follow expected_version is not ours.
+                    raise BadVersionError(path, expected_version, int(stat.version)) from None
+                raise OutcomeUnknownError(
+                    f"compare-and-set of {path} at version {expected_version}: connection lost; "
+                    f"the node is now at version {stat.version} and it cannot be told whether this write was applied"
+                ) from None
+        raise OutcomeUnknownError(f"compare-and-set of {path}: connection kept failing")
+
+    def delete(self, path: str, expected_version: int | None = None) -> None:
+        apath = self._abs(path)
+        version = -1 if expected_version is None else expected_version
+        deadline = time.monotonic() + self.op_timeout_s * 2
+        for _ in range(_RESEND_ATTEMPTS_MAX):
+            try:
+                self._once(self._client.delete_async, apath, version=version)
+                return
+            except ZkNoNode:
+                raise NoNodeError(f"no metadata at {path}") from None
+            except ZkBadVersion:
+                current = self.get(path)
+                raise BadVersionError(path, version, None if current is None else current.version) from None
+            except NotEmptyError:
+                raise MetadataError(f"cannot delete {path}: it has children") from None
+            except _TRANSIENT as exc:
+                log.info("connection lost during delete; resolving outcome path=%s error=%r", path, exc)
+                got = self._read_raw(apath, deadline)
+                if got is None:
+                    return  # gone: deletes are idempotent
+                if version != -1 and got[1].version != version:
+                    raise BadVersionError(path, version, int(got[1].version)) from None
+        raise OutcomeUnknownError(f"delete of {path}: connection kept failing")
+
+    def children(self, path: str) -> list[str]:
+        try:
+            return sorted(self._call(self._client.get_children, self._abs(path)))
+        except ZkNoNode:
+            return []
+
+    def watch(self, path: str, callback: DataCallback) -> _Watch:
+        handle = _Watch()
+
+        def on_data(data: bytes | None, stat: Any) -> bool | None:
+            if handle.cancelled:
+                return False
+            callback(None if stat is None else Versioned(_unwrap(data)[0], int(stat.version)))
+            return None
+
+        DataWatch(self._client, self._abs(path), on_data)
+        return handle
+
+    def watch_children(self, path: str, callback: ChildrenCallback) -> _Watch:
+        handle = _Watch()
+        self.ensure_path(path)
+
+        def on_children(children: list[str]) -> bool | None:
+            if handle.cancelled:
+                return False
+            callback(sorted(children))
+            return None
+
+        ChildrenWatch(self._client, self._abs(path), on_children, allow_session_lost=True)
+        return handle
+
+    def allocate_id(self, counter: str = "ledgers") -> int:
+        path = counter_path(counter)
+        policy = RetryPolicy(attempts_max=500, deadline_s=self.op_timeout_s * 4)
+        delays = policy.delays()
+        while True:
+            current = self.get(path)
+            try:
+                if current is None:
+                    self.create(path, b"1")
+                    return 1
+                value = int(current.value or b"0") + 1
+                self.compare_and_set(path, str(value).encode(), current.version)
+                return value
+            except (BadVersionError, NodeExistsError):
+                delay = next(delays, None)
+                if delay is None:
+                    raise IdAllocationError(f"id allocation for {counter} gave up after contention") from None
+                time.sleep(delay)
+            except OutcomeUnknownError as exc:
+                # The counter may have moved for us; skipping is safe (ids are unique, gaps are fine).
+                log.warning("id allocation outcome unknown; trying again counter=%s error=%s", counter, exc)
+
+    # ---- ephemeral registrations --------------------------------------------------------------
+
+    def register_ephemeral(self, path: str, value: bytes) -> _ZkRegistration:
+        reg = _ZkRegistration(self, path, value)
+        self._create_ephemeral_waiting(reg)
+        with self._reg_lock:
+            self._registrations.append(reg)
+        return reg
+
+    def _create_ephemeral_waiting(self, reg: _ZkRegistration) -> None:
+        """Create the node; if a previous session of the same owner still holds it (a process that was
+        killed and restarted), wait for that session to expire, bounded by the session timeout."""
+        deadline = time.monotonic() + self._client._session_timeout / 1000.0 * 2 + 5  # noqa: SLF001
+        while True:
+            try:
+                self._create(reg.path, reg.value, ephemeral=True)
+                return
+            except NodeExistsError:
+                got = self.get(reg.path)
+                stat = self._client.exists(self._abs(reg.path))
+                if stat is not None and stat.ephemeralOwner == self._client.client_id[0]:
+                    self._replace_ephemeral(reg.path, reg.value)
+                    return
+                if time.monotonic() > deadline:
+                    raise NodeExistsError(
+                        f"{reg.path} is registered by another live session; is another process using the same id?"
+                    ) from None
+                log.info("waiting for a stale registration to expire path=%s present=%s", reg.path, got is not None)
+                time.sleep(0.25)
+
+    def _replace_ephemeral(self, path: str, value: bytes) -> None:
+        apath = self._abs(path)
+        data, _ = _wrap(value)
+        t = self._client.transaction()
+        t.delete(apath)
+        t.create(apath, data, ephemeral=True)
+        results = t.commit()
+        for r in results:
+            if isinstance(r, Exception):
+                # Not present (e.g. lapsed): just create it.
+                self._create(path, value, ephemeral=True)
+                return
+
+    def _unregister(self, reg: _ZkRegistration) -> None:
+        with self._reg_lock:
+            if reg in self._registrations:
+                self._registrations.remove(reg)
+        try:
+            self.delete(reg.path)
+        except (NoNodeError, MetadataUnavailableError):
+            pass
+
+    def _on_state(self, state: str) -> None:
+        # Runs on kazoo's thread: never block here, only signal.
+        if state == KazooState.LOST:
+            log.warning("ZooKeeper session expired hosts=%s; registrations will be re-created", self.hosts)
+            self._lost.set()
+
+    def _reregister_loop(self) -> None:
+        while not self._stop.is_set():
+            if not self._lost.wait(0.5):
+                continue
+            if self._client.state != KazooState.CONNECTED:
+                time.sleep(0.05)
+                continue
+            with self._reg_lock:
+                regs = [r for r in self._registrations if not r.closed]
+            try:
+                for reg in regs:
+                    self._create_ephemeral_waiting(reg)
+                    log.warning("re-registered after session expiry path=%s", reg.path)
+                self._lost.clear()
+            except MetadataError as exc:
+                log.warning("re-registration failed, will retry error=%s", exc)
+                time.sleep(random.uniform(0.1, 0.5))
+
+    def session_id(self) -> int:
+        return int(self._client.client_id[0])
+
+    @property
+    def kazoo_client(self) -> KazooClient:
+        """The underlying client (tests use it to expire sessions)."""
+        return self._client
+
+    def close(self) -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        with self._reg_lock:
+            regs = list(self._registrations)
+        for reg in regs:
+            reg.close()
+        try:
+            self._client.stop()
+            self._client.close()
+        except Exception:  # noqa: BLE001 - closing a broken client must not raise
+            log.debug("error while closing ZooKeeper client", exc_info=True)
+        self._rereg_thread.join(timeout=2)

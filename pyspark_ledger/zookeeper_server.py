@@ -1,0 +1,176 @@
+"""Run Debian's ZooKeeper as a standalone server on 127.0.0.1, for tests, benchmarks and demos.
+
+It binds only to loopback, keeps its data in a temporary directory, turns the AdminServer off,
+waits until the server really serves (`srvr` reports a mode, not just `ruok`), and stops exactly the
+process it started. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+ZOOKEEPER_JARS = ("/usr/share/java/zookeeper.jar",)
+OPTIONAL_JARS = ("/usr/share/java/slf4j-simple.jar",)
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+
+
+class ZooKeeperNotInstalled(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def four_letter(port: int, cmd: str, timeout_s: float = 2.0) -> str:
+    """Send a four-letter command; a command sent during start-up can hang, so always time out."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+        s.settimeout(timeout_s)
+        s.sendall(cmd.encode())
+        chunks = []
+        while True:
+            try:
+                data = s.recv(4096)
+            except socket.timeout:
+                break
+            if not data:
+                break
+            chunks.append(data)
+        return b"".join(chunks).decode(errors="replace")
+
+
+class LocalZooKeeper:
+    """A standalone ZooKeeper server this process owns."""
+
+    def __init__(
+        self,
+        work_dir: str | Path | None = None,
+        *,
+        port: int | None = None,
+        min_session_timeout_ms: int = 1000,
+        max_session_timeout_ms: int = 20000,
+    ):
+        for jar in ZOOKEEPER_JARS:
+            if not os.path.exists(jar):
+                raise ZooKeeperNotInstalled(
+                    f"{jar} not found: install Debian's zookeeper package (apt-get install -y zookeeper)"
+                )
+        if shutil.which("java") is None:
+            raise ZooKeeperNotInstalled("java not found: install a JRE (apt-get install -y openjdk-17-jre-headless)")
+        self._own_dir = work_dir is None
+        self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="zk-"))
+        self.port = port or free_port()
+        self.min_session_timeout_ms = min_session_timeout_ms
+        self.max_session_timeout_ms = max_session_timeout_ms
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = self.work_dir / "zookeeper.log"
+
+    @property
+    def hosts(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def uri(self, root: str = "/ledgers") -> str:
+        return f"zk://{self.hosts}{root}"
+
+    def _write_config(self) -> Path:
+        data = self.work_dir / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        cfg = self.work_dir / "zoo.cfg"
+        cfg.write_text(
+            "\n".join(
+                [
+                    "tickTime=500",
+                    f"dataDir={data}",
+                    f"clientPort={self.port}",
+                    "clientPortAddress=127.0.0.1",
+                    "admin.enableServer=false",
+                    "4lw.commands.whitelist=srvr,ruok,stat",
+                    "maxClientCnxns=0",
+                    f"minSessionTimeout={self.min_session_timeout_ms}",
+                    f"maxSessionTimeout={self.max_session_timeout_ms}",
+                    # Fsync every transaction as production does.
+                    "forceSync=yes",
+                    "",
+                ]
+            )
+        )
+        return cfg
+
+    def start(self) -> "LocalZooKeeper":
+        cfg = self._write_config()
+        classpath = ":".join(list(ZOOKEEPER_JARS) + [j for j in OPTIONAL_JARS if os.path.exists(j)])
+        cmd = [
+            "java", "-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+            "-Dzookeeper.admin.enableServer=false",
+            "-cp", classpath, "org.apache.zookeeper.server.ZooKeeperServerMain", str(cfg),
+        ]
+        logf = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        logf.close()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ZooKeeper exited with {self.proc.returncode} during start:\n{self.tail_log()}")
+            try:
+                if "Mode: standalone" in four_letter(self.port, "srvr", timeout_s=1.0):
+                    log.info("ZooKeeper serving port=%d pid=%d", self.port, self.proc.pid)
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"ZooKeeper did not serve on {self.hosts} within {START_TIMEOUT_S:g} s:\n{self.tail_log()}")
+
+    def tail_log(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        """Stop the one process this object started (never anything else)."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=STOP_TIMEOUT_S)
+        self.proc = None
+
+    def close(self) -> None:
+        self.stop()
+        if self._own_dir:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def __enter__(self) -> "LocalZooKeeper":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def expire_session(hosts: str, client_id: tuple[int, bytes], timeout_s: float = 10.0) -> None:
+    """Expire a ZooKeeper session from outside: a second client joins it with the same id and
+    password, then closes it, which ends the session for the original client too."""
+    from kazoo.client import KazooClient
+
+    other = KazooClient(hosts=hosts, client_id=client_id, timeout=timeout_s)
+    other.start(timeout=timeout_s)
+    other.stop()
+    other.close()

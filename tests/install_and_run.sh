@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Install everything the test suite needs on a fresh Debian machine, then run the whole suite.
+#   - Debian's zookeeper package and a JRE 17 (for ZooKeeper and Spark), only when missing
+#   - this package with its test extra
+# Extra arguments go to pytest (e.g. `bash tests/install_and_run.sh -k metadata`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+missing=()
+[ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
+command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "installing Debian packages: ${missing[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+"$PYTHON" -m pip install -q --disable-pip-version-check -e '.[test]'
+exec "$PYTHON" -m pytest "$@"
