@@ -89,14 +89,14 @@ class _ChildrenWatch:
 class _SqliteRegistration:
     """An ephemeral row kept alive by a heartbeat thread; re-created if it lapsed during a stall."""
 
-    def __init__(self, store: "EmbeddedStore", path: str, value: bytes):
+    def __init__(self, store: "EmbeddedStore", path: str, value: bytes, replace_if: Callable[[bytes], bool] | None):
         self.path = path
         self._store = store
         self._value = value
         self._owner = uuid.uuid4().hex
         self._closed = threading.Event()
         self._lock = threading.Lock()
-        self._store._put_ephemeral(path, value, self._owner, fail_if_other_owner=True)
+        self._store._put_ephemeral(path, value, self._owner, fail_if_other_owner=True, replace_if=replace_if)
         self._thread = threading.Thread(target=self._heartbeat, name=f"heartbeat {path}", daemon=True)
         self._thread.start()
 
@@ -335,23 +335,29 @@ class EmbeddedStore(MetadataStore):
 
     # ---- ephemeral registrations --------------------------------------------------------------
 
-    def register_ephemeral(self, path: str, value: bytes) -> _SqliteRegistration:
+    def register_ephemeral(
+        self, path: str, value: bytes, replace_if: Callable[[bytes], bool] | None = None
+    ) -> _SqliteRegistration:
         check_path(path)
-        reg = _SqliteRegistration(self, path, value)
+        reg = _SqliteRegistration(self, path, value, replace_if)
         with self._watch_lock:
             self._registrations.append(reg)
         return reg
 
     def _put_ephemeral(
         self, path: str, value: bytes, owner: str, *, fail_if_other_owner: bool,
-        refresh_only: bool = False, recreate: bool = False,
+        refresh_only: bool = False, recreate: bool = False, replace_if: Callable[[bytes], bool] | None = None,
     ) -> None:
         expires = time.time() + self.ttl_ms / 1000.0
 
         def op(conn: sqlite3.Connection) -> None:
             with self._write(conn):
                 self._purge_expired(conn, path)
-                row = conn.execute("SELECT owner FROM nodes WHERE path=?", (path,)).fetchone()
+                row = conn.execute("SELECT owner, value FROM nodes WHERE path=?", (path,)).fetchone()
+                if row is not None and row[0] != owner and row[0] is not None and replace_if and replace_if(bytes(row[1])):
+                    log.warning("replacing a stale registration of the same identity path=%s", path)
+                    conn.execute("DELETE FROM nodes WHERE path=?", (path,))
+                    row = None
                 if row is not None and row[0] != owner:
                     if fail_if_other_owner or row[0] is None:
                         raise NodeExistsError(f"{path} is registered by another live owner")

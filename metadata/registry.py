@@ -26,6 +26,7 @@ class BookieInfo:
     read_only: bool = False
     version: str = ""
     metrics_address: str = ""
+    instance_id: str = ""  # from the bookie's cookie: the same instance restarting may replace its stale registration
     registered_ms: int = field(default_factory=now_ms)
 
     def __post_init__(self) -> None:
@@ -74,7 +75,14 @@ class BookieRegistry:
         self.store = store
 
     def register(self, info: BookieInfo) -> BookieRegistration:
-        handle = self.store.register_ephemeral(bookie_path(info.bookie_id), info.to_bytes())
+        def same_instance(existing: bytes) -> bool:
+            try:
+                old = BookieInfo.from_bytes(info.bookie_id, existing)
+            except CorruptMetadataError:
+                return False
+            return bool(info.instance_id) and old.instance_id == info.instance_id
+
+        handle = self.store.register_ephemeral(bookie_path(info.bookie_id), info.to_bytes(), same_instance)
         log.info("bookie registered bookie=%s address=%s read_only=%s", info.bookie_id, info.address, info.read_only)
         return BookieRegistration(self, info, handle)
 

@@ -123,7 +123,12 @@ class MetadataStore(abc.ABC):
     def watch_children(self, path: str, callback: ChildrenCallback) -> Watch: ...
 
     @abc.abstractmethod
-    def register_ephemeral(self, path: str, value: bytes) -> Registration: ...
+    def register_ephemeral(
+        self, path: str, value: bytes, replace_if: Callable[[bytes], bool] | None = None
+    ) -> Registration:
+        """Create an ephemeral node. If one exists and `replace_if(existing value)` is true (the
+        owner proved it is the same identity restarting, e.g. it holds the data dir lock), the stale
+        node is replaced at once instead of waiting for its session or lease to lapse."""
 
     @abc.abstractmethod
     def allocate_id(self, counter: str = "ledgers") -> int: ...

@@ -77,9 +77,10 @@ class _Watch:
 
 
 class _ZkRegistration:
-    def __init__(self, store: "ZooKeeperStore", path: str, value: bytes):
+    def __init__(self, store: "ZooKeeperStore", path: str, value: bytes, replace_if: Callable[[bytes], bool] | None = None):
         self.path = path
         self.value = value
+        self.replace_if = replace_if
         self._store = store
         self.closed = False
 
@@ -317,8 +318,10 @@ class ZooKeeperStore(MetadataStore):
 
     # ---- ephemeral registrations --------------------------------------------------------------
 
-    def register_ephemeral(self, path: str, value: bytes) -> _ZkRegistration:
-        reg = _ZkRegistration(self, path, value)
+    def register_ephemeral(
+        self, path: str, value: bytes, replace_if: Callable[[bytes], bool] | None = None
+    ) -> _ZkRegistration:
+        reg = _ZkRegistration(self, path, value, replace_if)
         self._create_ephemeral_waiting(reg)
         with self._reg_lock:
             self._registrations.append(reg)
@@ -338,6 +341,13 @@ class ZooKeeperStore(MetadataStore):
                 if stat is not None and stat.ephemeralOwner == self._client.client_id[0]:
                     self._replace_ephemeral(reg.path, reg.value)
                     return
+                if got is not None and stat is not None and reg.replace_if is not None and reg.replace_if(got.value):
+                    log.warning("replacing a stale registration of the same identity path=%s", reg.path)
+                    try:
+                        self.delete(reg.path, int(stat.version))
+                    except MetadataError:
+                        pass  # changed under us: loop and look again
+                    continue
                 if time.monotonic() > deadline:
                     raise NodeExistsError(
                         f"{reg.path} is registered by another live session; is another process using the same id?"
