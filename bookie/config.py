@@ -1,0 +1,125 @@
+"""Bookie server configuration: command-line flags, optionally on top of a TOML config file.
+
+The config file uses the flags' long names with underscores, e.g.
+
+    metadata_uri = "zk://127.0.0.1:2181/ledgers"
+    data_dir = "/var/lib/bookie"
+    port = 3181
+    disk_usage_threshold = 0.95
+"""
+
+from __future__ import annotations
+
+import argparse
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+# Per-stream bound on add batches accepted but not yet acknowledged: beyond it the server stops
+# reading the stream, so gRPC flow control pushes back on the client.
+ADD_STREAM_INFLIGHT_BATCHES_MAX = 4096
+# Every response is bounded; gRPC messages must fit these.
+GRPC_MESSAGE_BYTES_MAX = 64 * 2**20
+READ_RESPONSE_BYTES_DEFAULT = 4 * 2**20
+READ_RESPONSE_BYTES_MAX = 32 * 2**20
+READ_RESPONSE_ENTRIES_DEFAULT = 10_000
+READ_RESPONSE_ENTRIES_MAX = 65_536
+LONG_POLL_TIMEOUT_MS_MAX = 30_000
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class BookieConfig:
+    metadata_uri: str
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 3181
+    bookie_id: str | None = None  # default: host:port
+    metrics_port: int | None = None
+    grpc_workers: int = 32
+    grpc_max_concurrent_rpcs: int = 256
+    disk_usage_threshold: float = 0.95  # at or above: read-only
+    disk_usage_lwm_threshold: float = 0.90  # at or below (after read-only): writable again
+    disk_check_interval_s: float = 1.0
+    max_entry_size_bytes: int = 5 * 2**20
+    max_pending_add_bytes: int = 64 * 2**20
+    journal_max_group_bytes: int = 8 * 2**20
+    journal_max_group_wait_ms: float = 0.0
+    checkpoint_interval_s: float = 60.0
+    fsync: bool = True
+    repair_journal: bool = False
+    shutdown_grace_s: float = 5.0
+
+    def validate(self) -> None:
+        if not 0 <= self.port < 65536:
+            raise ConfigError(f"--port must be in 0..65535, got {self.port}")
+        if not 0 < self.disk_usage_lwm_threshold <= self.disk_usage_threshold <= 1.0:
+            raise ConfigError(
+                "disk thresholds must satisfy 0 < --disk-usage-lwm-threshold <= --disk-usage-threshold <= 1, got "
+                f"{self.disk_usage_lwm_threshold} and {self.disk_usage_threshold}"
+            )
+        if self.grpc_workers < 4:
+            raise ConfigError("--grpc-workers must be at least 4")
+        if self.max_entry_size_bytes <= 0 or self.max_entry_size_bytes > GRPC_MESSAGE_BYTES_MAX // 2:
+            raise ConfigError(f"--max-entry-size-bytes must be in 1..{GRPC_MESSAGE_BYTES_MAX // 2}")
+
+
+_FLAG_HELP = {
+    "metadata_uri": "metadata service, zk://host:port/root or sqlite:///abs/path.db",
+    "data_dir": "directory for the journal, entry logs, index and cookie",
+    "host": "address to listen on (default 127.0.0.1)",
+    "port": "gRPC port (default 3181; 0 picks a free one)",
+    "bookie_id": "identity in metadata (default host:port)",
+    "metrics_port": "serve Prometheus metrics on this port (off by default)",
+    "disk_usage_threshold": "turn read-only at this disk usage fraction (default 0.95)",
+    "disk_usage_lwm_threshold": "turn writable again at or below this fraction (default 0.90)",
+    "repair_journal": "open even if the journal is corrupt in the middle (answers UNKNOWN for what it lacks)",
+    "fsync": "fsync the journal (default on; --no-fsync is for tests only)",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="bookie", description="pyspark-ledger storage server (a bookie)")
+    p.add_argument("--config", type=Path, help="TOML file with defaults for any of these flags")
+    for f in fields(BookieConfig):
+        flag = "--" + f.name.replace("_", "-")
+        if f.type in ("bool", bool):
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=_FLAG_HELP.get(f.name))
+            continue
+        conv: Any = {"int": int, "float": float, "Path": Path, "int | None": int, "str | None": str}.get(str(f.type), str)
+        p.add_argument(flag, type=conv, default=None, help=_FLAG_HELP.get(f.name))
+    p.add_argument("--delete-cookie", action="store_true", help="remove this bookie id's cookie from metadata and exit")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> BookieConfig:
+    values: dict[str, Any] = {}
+    if args.config is not None:
+        try:
+            with open(args.config, "rb") as fh:
+                raw = tomllib.load(fh)
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {args.config}: {exc}") from exc
+        known = {f.name for f in fields(BookieConfig)}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ConfigError(f"unknown keys in {args.config}: {', '.join(unknown)}")
+        values.update(raw)
+    for f in fields(BookieConfig):
+        v = getattr(args, f.name, None)
+        if v is not None:
+            values[f.name] = v
+    for required in ("metadata_uri", "data_dir"):
+        if required not in values:
+            raise ConfigError(f"--{required.replace('_', '-')} is required (or set {required} in --config)")
+    values["data_dir"] = Path(values["data_dir"])
+    try:
+        cfg = BookieConfig(**values)
+    except TypeError as exc:
+        raise ConfigError(str(exc)) from exc
+    cfg.validate()
+    return cfg

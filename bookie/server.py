@@ -1,0 +1,207 @@
+"""The `bookie` command: a storage server on gRPC that registers itself in metadata.
+
+Start-up order matters: verify the cookie (identity) before opening storage, open storage
+(replaying the journal) before serving, serve before registering (so nobody is sent to a bookie
+that cannot answer). Shutdown on SIGTERM/SIGINT is the reverse: deregister, stop serving with a
+grace period, close storage (checkpoint).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
+from typing import Any
+
+import grpc
+
+from bookie import config as limits
+from bookie.config import BookieConfig, ConfigError, build_parser, config_from_args
+from bookie.cookie import CookieMismatchError, delete_cookie, verify_or_create_cookie
+from bookie.disk_monitor import DiskMonitor
+from bookie.metrics import Metrics, serve_metrics
+from bookie.proto import bookie_pb2_grpc as pb_grpc
+from bookie.service import BookieService
+from bookie.storage import BookieStorage, StorageConfig
+from metadata import BookieInfo, BookieRegistry, MetadataError, open_store
+
+log = logging.getLogger("bookie")
+
+
+def _version() -> str:
+    try:
+        return package_version("pyspark-ledger")
+    except PackageNotFoundError:
+        return "dev"
+
+
+class BookieServer:
+    """A running bookie (also usable in-process by tests and LocalCluster)."""
+
+    def __init__(self, cfg: BookieConfig):
+        self.cfg = cfg
+        self.store = open_store(cfg.metadata_uri)
+        self.metrics = Metrics()
+        self.storage: BookieStorage | None = None
+        self.grpc_server: grpc.Server | None = None
+        self.registration: Any = None
+        self.disk_monitor: DiskMonitor | None = None
+        self.metrics_server: Any = None
+        self.port = cfg.port
+        self.bookie_id = cfg.bookie_id or f"{cfg.host}:{cfg.port}"
+        self._stopped = threading.Event()
+
+    def start(self) -> "BookieServer":
+        cfg = self.cfg
+        try:
+            cfg.data_dir.mkdir(parents=True, exist_ok=True)
+            server = grpc.server(
+                ThreadPoolExecutor(max_workers=cfg.grpc_workers, thread_name_prefix="grpc"),
+                options=[
+                    ("grpc.max_receive_message_length", limits.GRPC_MESSAGE_BYTES_MAX),
+                    ("grpc.max_send_message_length", limits.GRPC_MESSAGE_BYTES_MAX),
+                    ("grpc.so_reuseport", 0),
+                ],
+                maximum_concurrent_rpcs=cfg.grpc_max_concurrent_rpcs,
+            )
+            # Bind first: with --port 0 the bookie id (host:port) depends on the port we get.
+            self.port = server.add_insecure_port(f"{cfg.host}:{cfg.port}")
+            if self.port == 0:
+                raise OSError(f"cannot listen on {cfg.host}:{cfg.port}")
+            self.bookie_id = cfg.bookie_id or f"{cfg.host}:{self.port}"
+            cookie = verify_or_create_cookie(self.store, self.bookie_id, [cfg.data_dir])
+            self.storage = BookieStorage.open(
+                StorageConfig(
+                    data_dir=cfg.data_dir,
+                    fsync=cfg.fsync,
+                    journal_max_group_bytes=cfg.journal_max_group_bytes,
+                    journal_max_group_wait_ms=cfg.journal_max_group_wait_ms,
+                    checkpoint_interval_s=cfg.checkpoint_interval_s,
+                    max_entry_size_bytes=cfg.max_entry_size_bytes,
+                    max_pending_add_bytes=cfg.max_pending_add_bytes,
+                    repair_journal=cfg.repair_journal,
+                )
+            )
+            service = BookieService(self.storage, self.bookie_id, _version(), cookie.instance_id, self.metrics)
+            pb_grpc.add_BookieServicer_to_server(service, server)
+            server.start()
+            self.grpc_server = server
+            self._install_gauges()
+            if cfg.metrics_port is not None:
+                self.metrics_server = serve_metrics(self.metrics, cfg.host, cfg.metrics_port)
+            registry = BookieRegistry(self.store)
+            self.registration = registry.register(
+                BookieInfo(
+                    bookie_id=self.bookie_id,
+                    address=f"{cfg.host}:{self.port}",
+                    read_only=False,
+                    version=_version(),
+                    metrics_address=f"{cfg.host}:{cfg.metrics_port}" if cfg.metrics_port else "",
+                    # The storage lock proves no other process serves this data dir, so a stale
+                    # registration with our instance id is our own previous (killed) process.
+                    instance_id=cookie.instance_id,
+                )
+            )
+            self.disk_monitor = DiskMonitor(
+                self.storage.disk_usage, self._set_read_only,
+                cfg.disk_usage_threshold, cfg.disk_usage_lwm_threshold, cfg.disk_check_interval_s,
+            )
+            self.disk_monitor.start()
+        except BaseException:
+            self.stop()
+            raise
+        log.info("bookie serving bookie=%s address=%s:%d data_dir=%s", self.bookie_id, cfg.host, self.port, cfg.data_dir)
+        return self
+
+    def _install_gauges(self) -> None:
+        storage = self.storage
+        assert storage is not None
+        self.metrics.gauge("bookie_read_only", "1 when the bookie refuses adds", lambda: float(storage.read_only))
+        self.metrics.gauge("bookie_uncertain", "1 when answering UNKNOWN for missing entries", lambda: float(storage.uncertain))
+        self.metrics.gauge("bookie_disk_used_bytes", "used bytes on the data dir's filesystem", lambda: storage.disk_usage()[0])
+
+        def fsync_count() -> float:
+            return float(storage.stats().get("fsyncs", 0))
+
+        self.metrics.gauge("bookie_journal_fsyncs", "journal fsyncs (one per group commit)", fsync_count)
+
+    def _set_read_only(self, read_only: bool) -> None:
+        if self.storage is not None:
+            self.storage.set_read_only(read_only)
+        if self.registration is not None:
+            try:
+                self.registration.set_read_only(read_only)
+            except MetadataError as exc:
+                log.warning("could not publish read-only state error=%s", exc)
+
+    def wait(self) -> None:
+        # A bounded wait in a loop keeps the main thread responsive to signals.
+        while not self._stopped.wait(1.0):
+            pass
+
+    def stop(self) -> None:
+        if self._stopped.is_set():
+            return
+        log.info("bookie stopping bookie=%s", self.bookie_id)
+        if self.disk_monitor is not None:
+            self.disk_monitor.stop()
+        if self.registration is not None:
+            try:
+                self.registration.close()
+            except MetadataError as exc:
+                log.warning("deregistration failed error=%s", exc)
+        if self.grpc_server is not None:
+            self.grpc_server.stop(grace=self.cfg.shutdown_grace_s).wait(self.cfg.shutdown_grace_s + 1)
+        if self.metrics_server is not None:
+            self.metrics_server.shutdown()
+        if self.storage is not None:
+            self.storage.close()
+        self.store.close()
+        self._stopped.set()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    try:
+        cfg = config_from_args(args)
+    except ConfigError as exc:
+        parser.error(str(exc))  # exits 2
+    if args.delete_cookie:
+        if not cfg.bookie_id:
+            parser.error("--delete-cookie needs --bookie-id")
+        with open_store(cfg.metadata_uri) as store:
+            found = delete_cookie(store, cfg.bookie_id)
+        print(f"cookie of bookie {cfg.bookie_id} {'deleted' if found else 'not found'}")
+        return 0
+    try:
+        server = BookieServer(cfg).start()
+    except CookieMismatchError as exc:
+        log.error("refusing to start: %s", exc)
+        return 1
+    except (MetadataError, OSError) as exc:
+        log.error("cannot start bookie: %s", exc)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - e.g. JournalCorruptionError: one clear line, not a traceback
+        log.error("cannot start bookie: %s: %s", type(exc).__name__, exc)
+        return 1
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("signal %s received", signal.Signals(signum).name)
+        threading.Thread(target=server.stop, name="shutdown").start()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""Entry log files: `<entries dir>/<id:016x>.log`, entries appended after the journal made
+them durable. No fsync on append (the page cache makes them readable at once); the checkpoint
+fsyncs the logs written since the previous checkpoint before it persists index locations."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Sequence
+
+from bookie.storage.config import LOCATION_LOG_ID_MAX
+from bookie.storage.durable_files import fsync_dir, pwrite_all
+from bookie.storage.errors import ensure
+
+log = logging.getLogger(__name__)
+
+ENTRY_LOG_SUFFIX = ".log"
+
+
+def entry_log_path(directory: Path, log_id: int) -> Path:
+    return directory / f"{log_id:016x}{ENTRY_LOG_SUFFIX}"
+
+
+class EntryLogs:
+    """All entry log files of a data dir. One writer thread appends (`append_regions`); any
+    thread may `pread`. File descriptors stay open for reads until `close`."""
+
+    def __init__(self, directory: Path, max_bytes: int, fsync: bool) -> None:
+        self._directory = directory
+        self._max_bytes = max_bytes
+        self._fsync = fsync
+        self._fds: dict[int, int] = {}
+        self._unsynced: set[int] = set()
+        self._unsynced_lock = threading.Lock()
+        highest = 0
+        for p in sorted(directory.glob("*" + ENTRY_LOG_SUFFIX)):
+            try:
+                log_id = int(p.stem, 16)
+            except ValueError:
+                log.warning("ignoring unexpected file in entry log dir path=%s", p)
+                continue
+            highest = max(highest, log_id)
+            if p.stat().st_size == 0:
+                # Created by a run that wrote nothing to it; nothing can point into it.
+                p.unlink()
+                continue
+            self._fds[log_id] = os.open(p, os.O_RDONLY)
+        self._current_id = 0
+        self._current_fd = -1
+        self._current_size = 0
+        self._open_new(highest + 1)
+
+    def _open_new(self, log_id: int) -> None:
+        ensure(log_id <= LOCATION_LOG_ID_MAX, f"entry log id {log_id} exceeds the location format")
+        path = entry_log_path(self._directory, log_id)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        if self._fsync:
+            # A checkpoint may reference this file; its name must survive a crash.
+            fsync_dir(self._directory)
+        self._fds[log_id] = fd
+        self._current_id = log_id
+        self._current_fd = fd
+        self._current_size = 0
+        log.info("entry log opened path=%s", path)
+
+    @property
+    def current_id(self) -> int:
+        return self._current_id
+
+    def append_regions(self, regions: Sequence[bytes | memoryview]) -> list[tuple[int, int]]:
+        """Append each region (the entries of one batch, already in entry-log layout) whole
+        into one log; returns (log id, file offset) per region. One pwrite per log touched."""
+        placements: list[tuple[int, int]] = []
+        pending: list[bytes | memoryview] = []
+        pending_bytes = 0
+        for region in regions:
+            size = len(region)
+            if self._current_size + pending_bytes + size > self._max_bytes and (
+                self._current_size + pending_bytes > 0
+            ):
+                self._flush(pending, pending_bytes)
+                pending, pending_bytes = [], 0
+                self._roll()
+            placements.append((self._current_id, self._current_size + pending_bytes))
+            pending.append(region)
+            pending_bytes += size
+        self._flush(pending, pending_bytes)
+        return placements
+
+    def _flush(self, pending: list[bytes | memoryview], pending_bytes: int) -> None:
+        if not pending_bytes:
+            return
+        data = pending[0] if len(pending) == 1 else b"".join(pending)
+        pwrite_all(self._current_fd, data, self._current_size)
+        self._current_size += pending_bytes
+        with self._unsynced_lock:
+            self._unsynced.add(self._current_id)
+
+    def _roll(self) -> None:
+        # The old fd stays open for reads; the checkpoint fsyncs it through the same fd.
+        self._open_new(self._current_id + 1)
+
+    def pread(self, log_id: int, offset: int, size: int) -> bytes:
+        """Raises KeyError for an unknown log id, OSError on I/O errors."""
+        return os.pread(self._fds[log_id], size, offset)
+
+    def sync(self) -> int:
+        """fsync every log appended to since the last call; returns how many."""
+        with self._unsynced_lock:
+            todo = sorted(self._unsynced)
+            self._unsynced.clear()
+        try:
+            for log_id in todo:
+                if self._fsync:
+                    os.fsync(self._fds[log_id])
+        except BaseException:
+            with self._unsynced_lock:
+                self._unsynced.update(todo)
+            raise
+        return len(todo)
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+        self._current_fd = -1

@@ -1,0 +1,286 @@
+"""Group commit: a bounded queue of journal items, the journal thread and the apply thread.
+
+The journal thread takes everything queued (greedy, up to a group byte limit), writes it with
+ONE write and ONE fdatasync, and hands the group to the apply thread, which appends the
+group's entries to the entry log, updates the index (through the engine's apply callback) and
+only then completes every callback of the group, in journal order. The two threads overlap the
+journal write of group N+1 with the entry-log write of group N. Pending bytes (queued and in
+flight) are bounded: producers reserve before they enqueue and wait at most their timeout.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from typing import Any, Callable
+
+from bookie.status import Status
+from bookie.storage.config import JOURNAL_IDLE_WAKE_S
+from bookie.storage.errors import ensure
+from bookie.storage.journal import JournalPosition, JournalWriter
+from bookie.storage.stats import StorageStats
+
+log = logging.getLogger(__name__)
+
+KIND_ADD = 1
+KIND_LAC = 2
+KIND_CONTROL = 3  # master key, fence, delete: nothing to apply after durability
+
+Callback = Callable[[Status], None]
+
+
+class JournalItem:
+    """One request's journal records. `parts` are the framed records (header, body, ...),
+    joined with the rest of the group by the journal thread. Adds reserve their bytes against
+    the pending bound; control items (fence, LAC, delete) reserve nothing: each is a few dozen
+    bytes and its caller blocks until it is durable, so the caller threads bound their number."""
+
+    __slots__ = ("parts", "size", "reserved_bytes", "kind", "ledger", "payload", "on_done")
+
+    def __init__(self, parts: tuple[bytes, ...], kind: int, ledger: tuple[int, int],
+                 payload: Any, on_done: Callback | None, reserved_bytes: int = 0) -> None:
+        self.parts = parts
+        self.size = sum(len(p) for p in parts)
+        self.reserved_bytes = reserved_bytes
+        self.kind = kind
+        self.ledger = ledger
+        self.payload = payload
+        self.on_done = on_done
+
+
+class JournalQueue:
+    def __init__(self, pending_bytes_max: int) -> None:
+        self._pending_bytes_max = pending_bytes_max
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)
+        self._space = threading.Condition(self._lock)
+        self._items: deque[JournalItem] = deque()
+        self._pending_bytes = 0
+        self._closed = False
+        self._taker_waiting = False
+
+    @property
+    def pending_bytes(self) -> int:
+        return self._pending_bytes
+
+    @property
+    def pending_bytes_max(self) -> int:
+        return self._pending_bytes_max
+
+    def reserve(self, nbytes: int, timeout_s: float) -> bool:
+        """Reserve room for `nbytes` of adds, waiting at most `timeout_s`. False = busy.
+        After close the reservation succeeds so the caller's push fails with a clear reason."""
+        ensure(0 < nbytes <= self._pending_bytes_max, "reservation larger than the bound")
+        with self._lock:
+            if not self._space.wait_for(
+                lambda: self._closed or self._pending_bytes + nbytes <= self._pending_bytes_max,
+                timeout_s,
+            ):
+                return False
+            self._pending_bytes += nbytes
+            return True
+
+    def release(self, nbytes: int) -> None:
+        if not nbytes:
+            return
+        with self._lock:
+            self._pending_bytes -= nbytes
+            ensure(self._pending_bytes >= 0, "pending bytes went negative")
+            self._space.notify_all()
+
+    def push(self, item: JournalItem) -> bool:
+        """Non-blocking; False once the queue is closed (shutdown or journal failure)."""
+        with self._lock:
+            if self._closed:
+                return False
+            self._items.append(item)
+            if self._taker_waiting:  # Condition.notify is Python code: skip it when no one waits
+                self._work.notify()
+            return True
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._work.notify_all()
+            self._space.notify_all()
+
+    def take(self, group_bytes_max: int, idle_wait_s: float, group_wait_s: float) -> list[JournalItem] | None:
+        """Drain a group: at least one item, then greedily more while under the byte limit.
+        Waits at most `idle_wait_s` for the first item and `group_wait_s` for more.
+        Returns [] when idle, None when closed and empty."""
+        with self._lock:
+            if not self._items:
+                if self._closed:
+                    return None
+                self._taker_waiting = True
+                try:
+                    self._work.wait(idle_wait_s)
+                finally:
+                    self._taker_waiting = False
+                if not self._items:
+                    return None if self._closed else []
+            group = [self._items.popleft()]
+            total = group[0].size
+            deadline = time.monotonic() + group_wait_s if group_wait_s > 0 else 0.0
+            while True:
+                while self._items and total + self._items[0].size <= group_bytes_max:
+                    item = self._items.popleft()
+                    group.append(item)
+                    total += item.size
+                if self._items or total >= group_bytes_max or self._closed or not deadline:
+                    return group
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return group
+                self._taker_waiting = True
+                try:
+                    self._work.wait(remaining)
+                finally:
+                    self._taker_waiting = False
+
+
+ApplyGroup = Callable[[list[JournalItem], JournalPosition], None]
+
+# Groups written to the journal but not yet applied (entry log + index) and acknowledged.
+# Two lets the journal write of group N+1 overlap the entry-log write of group N.
+APPLY_PIPELINE_GROUPS_MAX = 2
+# A full pipeline is re-checked this often (the applier may have failed).
+APPLY_HANDOFF_WAIT_S = 0.5
+
+
+class GroupCommitter:
+    """Two threads: the journal thread (write + fdatasync, one of each per group) and the
+    apply thread (entry-log append, index update, callbacks). Groups are applied and
+    acknowledged strictly in journal order."""
+
+    def __init__(self, queue: JournalQueue, writer: JournalWriter, apply_group: ApplyGroup,
+                 stats: StorageStats, group_bytes_max: int, group_wait_s: float,
+                 on_failure: Callable[[BaseException], None]) -> None:
+        self._queue = queue
+        self._writer = writer
+        self._apply_group = apply_group
+        self._stats = stats
+        self._group_bytes_max = group_bytes_max
+        self._group_wait_s = group_wait_s
+        self._on_failure = on_failure
+        self._failed = False
+        self._handoff: deque[tuple[list[JournalItem], JournalPosition | None]] = deque()
+        self._handoff_lock = threading.Lock()
+        self._handoff_ready = threading.Condition(self._handoff_lock)
+        self._handoff_space = threading.Condition(self._handoff_lock)
+        self._journal_done = False
+        self._journal_thread = threading.Thread(target=self._journal_loop, name="bookie-journal",
+                                                daemon=True)
+        self._apply_thread = threading.Thread(target=self._apply_loop, name="bookie-journal-apply",
+                                              daemon=True)
+
+    @property
+    def failed(self) -> bool:
+        return self._failed
+
+    def start(self) -> None:
+        self._apply_thread.start()
+        self._journal_thread.start()
+
+    def join(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        self._journal_thread.join(timeout_s)
+        self._apply_thread.join(max(0.0, deadline - time.monotonic()))
+        return not self._journal_thread.is_alive() and not self._apply_thread.is_alive()
+
+    # ---- journal thread ---------------------------------------------------------------
+
+    def _journal_loop(self) -> None:
+        try:
+            while True:
+                group = self._queue.take(self._group_bytes_max, JOURNAL_IDLE_WAKE_S,
+                                         self._group_wait_s)
+                if group is None:
+                    return
+                if group:
+                    self._hand_off(group, None if self._failed else self._write(group))
+        finally:
+            with self._handoff_lock:
+                self._journal_done = True
+                self._handoff_ready.notify_all()
+
+    def _write(self, group: list[JournalItem]) -> JournalPosition | None:
+        """Write and fdatasync one group; None if the journal failed."""
+        stats = self._stats
+        try:
+            data = b"".join([part for item in group for part in item.parts])
+            end = self._writer.append(data)
+            latency_s = self._writer.sync()
+            if self._writer.maybe_roll():
+                # Same point in the journal, but lets the next checkpoint delete the full file.
+                end = self._writer.position
+        except OSError as e:
+            # After a failed write or fdatasync the file's content is unknown (fsyncgate):
+            # never write to this journal again; a restart replays what is really there.
+            self._fail(e)
+            return None
+        stats.groups += 1
+        stats.group_records += len(group)
+        stats.journal_bytes += len(data)
+        if latency_s:
+            stats.fsyncs += 1
+            stats.fsync_latency.record(latency_s)
+        return end
+
+    def _hand_off(self, group: list[JournalItem], end: JournalPosition | None) -> None:
+        with self._handoff_lock:
+            while len(self._handoff) >= APPLY_PIPELINE_GROUPS_MAX:
+                self._handoff_space.wait(APPLY_HANDOFF_WAIT_S)
+            self._handoff.append((group, end))
+            self._handoff_ready.notify()
+
+    # ---- apply thread -----------------------------------------------------------------
+
+    def _apply_loop(self) -> None:
+        while True:
+            with self._handoff_lock:
+                while not self._handoff and not self._journal_done:
+                    self._handoff_ready.wait(JOURNAL_IDLE_WAKE_S)
+                if not self._handoff:
+                    return
+                group, end = self._handoff.popleft()
+                self._handoff_space.notify()
+            if end is None or self._failed:
+                self._complete(group, Status.INTERNAL_ERROR)
+                continue
+            try:
+                self._apply_group(group, end)
+            except Exception as e:  # a bug or an entry-log I/O error: acks would lie
+                self._fail(e)
+                self._complete(group, Status.INTERNAL_ERROR)
+                continue
+            stats = self._stats
+            for item in group:
+                if item.kind == KIND_ADD:
+                    batch = item.payload
+                    stats.add_batches += 1
+                    stats.adds += len(batch.ids)
+                    stats.add_bytes += batch.data_bytes
+            self._complete(group, Status.OK)
+
+    def _complete(self, group: list[JournalItem], status: Status) -> None:
+        released = 0
+        for item in group:
+            released += item.reserved_bytes
+            if item.on_done is not None:
+                try:
+                    item.on_done(status)
+                except Exception:
+                    log.exception("journal callback raised ledger=%s status=%s", item.ledger,
+                                  status.name)
+        self._queue.release(released)
+
+    def _fail(self, error: BaseException) -> None:
+        if not self._failed:
+            log.critical("journal failed; all further writes fail until restart error=%r", error,
+                         exc_info=error)
+        self._failed = True
+        self._queue.close()
+        self._on_failure(error)

@@ -1,0 +1,322 @@
+"""Journal files: the append-only writer and the replay scanner.
+
+Files are `<journal dir>/<seq:016x>.log`. A record never spans two files; the writer rolls
+to the next sequence number between groups once a file reaches its size limit.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+from crc32c import crc32c
+
+from bookie.storage.durable_files import fsync_dir, fsync_path, write_all
+from bookie.storage.errors import JournalCorruptionError, RecordFormatError, ensure
+from bookie.storage.records import JOURNAL_MAGIC, MAGIC_BYTES, RECORD_HEADER, RECORD_HEADER_BYTES
+
+log = logging.getLogger(__name__)
+
+JOURNAL_SUFFIX = ".log"
+
+
+class JournalPosition(NamedTuple):
+    """A byte position in the journal: everything before it is covered. Orders as a tuple."""
+
+    seq: int
+    offset: int
+
+
+def journal_path(directory: Path, seq: int) -> Path:
+    return directory / f"{seq:016x}{JOURNAL_SUFFIX}"
+
+
+def list_journal_seqs(directory: Path) -> list[int]:
+    seqs = []
+    for p in directory.glob("*" + JOURNAL_SUFFIX):
+        try:
+            seqs.append(int(p.stem, 16))
+        except ValueError:
+            log.warning("ignoring unexpected file in journal dir path=%s", p)
+    return sorted(seqs)
+
+
+def delete_journal_files_before(directory: Path, seq: int) -> int:
+    """Delete journal files wholly covered by a checkpoint. Returns how many were deleted."""
+    deleted = 0
+    for s in list_journal_seqs(directory):
+        if s < seq:
+            journal_path(directory, s).unlink(missing_ok=True)
+            deleted += 1
+    if deleted:
+        fsync_dir(directory)
+    return deleted
+
+
+class JournalWriter:
+    """Appends groups to the current journal file. Used by the journal thread only."""
+
+    def __init__(self, directory: Path, seq: int, file_max_bytes: int, fsync: bool) -> None:
+        self._directory = directory
+        self._file_max_bytes = file_max_bytes
+        self._fsync = fsync
+        self._seq = seq
+        self._offset = 0
+        self._fd = self._create(seq)
+
+    def _create(self, seq: int) -> int:
+        path = journal_path(self._directory, seq)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        # The new name must be durable before any record in it is acknowledged.
+        if self._fsync:
+            fsync_dir(self._directory)
+        log.info("journal file opened path=%s", path)
+        return fd
+
+    @property
+    def position(self) -> JournalPosition:
+        return JournalPosition(self._seq, self._offset)
+
+    def append(self, data: bytes) -> JournalPosition:
+        """Write a whole group with one write call; returns the position after it."""
+        write_all(self._fd, data)
+        self._offset += len(data)
+        return JournalPosition(self._seq, self._offset)
+
+    def sync(self) -> float:
+        """fdatasync the current file; returns the seconds it took (0 when fsync is off)."""
+        if not self._fsync:
+            return 0.0
+        start = time.perf_counter()
+        os.fdatasync(self._fd)
+        return time.perf_counter() - start
+
+    def maybe_roll(self) -> bool:
+        """Start the next file once this one is full. Called between groups, after sync."""
+        if self._offset < self._file_max_bytes:
+            return False
+        os.close(self._fd)
+        self._seq += 1
+        self._offset = 0
+        self._fd = self._create(self._seq)
+        return True
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+# --------------------------------------------------------------------------------------------
+# Replay
+
+
+@dataclass
+class ReplayOutcome:
+    end: JournalPosition  # just after the last valid record replayed
+    last_seq: int  # highest journal file sequence number present (-1 if none)
+    records: int = 0
+    truncated: list[str] = field(default_factory=list)  # "path@offset" of dropped tails
+    skipped: list[str] = field(default_factory=list)  # "path@offset" of repaired (skipped) records
+
+
+RecordHandler = Callable[[memoryview], None]
+
+
+def _valid_record_at(buf: mmap.mmap | bytes, pos: int, size: int) -> int:
+    """Body length of a complete, checksummed record at `pos`, or -1."""
+    if size - pos < RECORD_HEADER_BYTES:
+        return -1
+    magic, body_len, crc = RECORD_HEADER.unpack_from(buf, pos)
+    body_len = int(body_len)
+    if magic != JOURNAL_MAGIC or body_len == 0:
+        return -1
+    end = pos + RECORD_HEADER_BYTES + body_len
+    if end > size:
+        return -1
+    with memoryview(buf) as view:
+        if crc32c(view[pos + RECORD_HEADER_BYTES : end]) != crc:
+            return -1
+    return body_len
+
+
+def _find_valid_record(buf: mmap.mmap | bytes, start: int, size: int) -> int:
+    """Offset of the first valid record at or after `start`, or -1. Only used after damage."""
+    pos = start
+    while True:
+        pos = buf.find(MAGIC_BYTES, pos, size)
+        if pos < 0:
+            return -1
+        if _valid_record_at(buf, pos, size) >= 0:
+            return pos
+        pos += 1
+
+
+class _MappedFile:
+    """A read-only view of one journal file (empty files are not mappable)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file = open(path, "rb")
+        self.size = os.fstat(self._file.fileno()).st_size
+        self.buf: mmap.mmap | bytes = (
+            mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ) if self.size else b""
+        )
+
+    def close(self) -> None:
+        if isinstance(self.buf, mmap.mmap):
+            self.buf.close()
+        self._file.close()
+
+
+def _next_valid_after(
+    directory: Path, seqs: list[int], index: int, current: _MappedFile, start: int
+) -> tuple[int, int] | None:
+    """(file index, offset) of the first valid record after a damaged spot, searching the rest
+    of the current file, then every later file."""
+    pos = _find_valid_record(current.buf, start, current.size)
+    if pos >= 0:
+        return index, pos
+    for later in range(index + 1, len(seqs)):
+        mapped = _MappedFile(journal_path(directory, seqs[later]))
+        try:
+            pos = _find_valid_record(mapped.buf, 0, mapped.size)
+        finally:
+            mapped.close()
+        if pos >= 0:
+            return later, pos
+    return None
+
+
+def _truncate(path: Path, offset: int, fsync: bool) -> None:
+    os.truncate(path, offset)
+    if fsync:
+        fsync_path(path)
+
+
+def replay_journal(
+    directory: Path,
+    start: JournalPosition,
+    repair: bool,
+    fsync: bool,
+    handle: RecordHandler,
+) -> ReplayOutcome:
+    """Feed every valid record body at or after `start` to `handle`, in order.
+
+    A damaged record with nothing valid after it is a torn tail (a crash mid-write; it cannot
+    have been acknowledged because acks follow fdatasync): it is dropped with a WARNING and the
+    file truncated there. A damaged record followed by a valid one is corruption in the middle:
+    JournalCorruptionError, or with `repair` the record is skipped with an ERROR and reported
+    in `skipped` so the caller can enter uncertain mode.
+    """
+    seqs = [s for s in list_journal_seqs(directory) if s >= start.seq]
+    last_seq = max(list_journal_seqs(directory), default=-1)
+    if not seqs or seqs[0] != start.seq:
+        if start.offset > 0:
+            raise JournalCorruptionError(
+                f"journal file {journal_path(directory, start.seq)} covering the checkpoint "
+                f"position offset={start.offset} is missing. Restore it, or move the data "
+                f"directory aside and re-replicate this bookie.",
+                journal_path(directory, start.seq),
+                start.offset,
+            )
+    for a, b in zip(seqs, seqs[1:]):
+        if b != a + 1:
+            raise JournalCorruptionError(
+                f"journal files are not contiguous: {journal_path(directory, a).name} is followed "
+                f"by {journal_path(directory, b).name}. A journal file was removed; restore it, or "
+                f"move the data directory aside and re-replicate this bookie.",
+                journal_path(directory, a + 1),
+                0,
+            )
+    outcome = ReplayOutcome(end=start, last_seq=last_seq)
+    index = 0
+    pos = start.offset
+    while index < len(seqs):
+        path = journal_path(directory, seqs[index])
+        mapped = _MappedFile(path)
+        jump: tuple[int, int] | None = None
+        try:
+            if pos > mapped.size:
+                raise JournalCorruptionError(
+                    f"journal file {path} is shorter ({mapped.size} bytes) than the checkpoint "
+                    f"position offset={pos}: it was truncated after the checkpoint. Move the data "
+                    f"directory aside and re-replicate this bookie.",
+                    path,
+                    pos,
+                )
+            while pos < mapped.size:
+                body_len = _valid_record_at(mapped.buf, pos, mapped.size)
+                if body_len >= 0:
+                    body_start = pos + RECORD_HEADER_BYTES
+                    with memoryview(mapped.buf) as view:
+                        body = view[body_start : body_start + body_len]
+                        try:
+                            handle(body)
+                        except RecordFormatError as e:
+                            raise JournalCorruptionError(
+                                f"journal record at file={path} offset={pos} has a valid checksum "
+                                f"but does not decode ({e}): written by an incompatible version or "
+                                f"a bug. Do not delete it; report it.",
+                                path,
+                                pos,
+                            ) from e
+                        finally:
+                            body.release()
+                    pos = body_start + body_len
+                    outcome.records += 1
+                    outcome.end = JournalPosition(seqs[index], pos)
+                    continue
+                found = _next_valid_after(directory, seqs, index, mapped, pos + 1)
+                where = f"{path}@{pos}"
+                if found is None:
+                    log.warning(
+                        "journal torn tail dropped file=%s offset=%d dropped_bytes=%d "
+                        "(a crash interrupted an unacknowledged write)",
+                        path, pos, mapped.size - pos,
+                    )
+                    outcome.truncated.append(where)
+                    jump = (len(seqs), 0)
+                    mapped.close()
+                    _truncate(path, pos, fsync)
+                    for later in seqs[index + 1 :]:
+                        # Nothing valid in them either (or _next_valid_after would have found it).
+                        _truncate(journal_path(directory, later), 0, fsync)
+                    break
+                found_path = journal_path(directory, seqs[found[0]])
+                if not repair:
+                    raise JournalCorruptionError(
+                        f"journal corrupt in the middle: the record at file={path} offset={pos} is "
+                        f"damaged but a valid record follows at file={found_path} "
+                        f"offset={found[1]}, so acknowledged entries may be lost. Do not delete "
+                        f"journal files. To open anyway, restart with repair_journal=True: the "
+                        f"damaged record is skipped and the bookie runs in uncertain mode "
+                        f"(answers UNKNOWN_ENTRY_STATE instead of NO_SUCH_ENTRY/NO_SUCH_LEDGER) "
+                        f"until an operator re-replicates its ledgers and calls clear_uncertain().",
+                        path,
+                        pos,
+                    )
+                log.error(
+                    "journal record skipped by repair file=%s offset=%d next_file=%s "
+                    "next_offset=%d; entering uncertain mode",
+                    path, pos, found_path, found[1],
+                )
+                outcome.skipped.append(where)
+                if found[0] == index:
+                    pos = found[1]
+                    continue
+                jump = found
+                break
+        finally:
+            mapped.close()
+        if jump is None:
+            index, pos = index + 1, 0
+        else:
+            index, pos = jump
+    ensure(outcome.end >= start, "replay end moved before its start")
+    return outcome

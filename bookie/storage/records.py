@@ -1,0 +1,214 @@
+"""Byte layouts of journal records and entry-log entries. Pure: no I/O, no state.
+
+Journal record:  [magic u32][body length u32][crc32c(body) u32][body]
+Body:            [type u8] + type-specific fields (little endian throughout)
+
+ADD_BATCH body:  [type u8][pad 3][scope u64][ledger u64][count u32] then `count` entries, each
+                 in exactly the entry-log layout below. Because the layouts match, the entry
+                 log append after the journal write is a single copy of the body's tail, and
+                 a batch lands contiguously in the entry log.
+Entry (log):     [scope u64][ledger u64][entry u64][lac i64][length u32][crc32c(data) u32][data]
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from typing import NamedTuple, Sequence
+
+from crc32c import crc32c
+
+from bookie.storage.errors import RecordFormatError
+
+# Not ASCII, so text payloads rarely contain it; only matters when scanning past damage.
+JOURNAL_MAGIC = 0xE7A1_C0DE
+RECORD_HEADER = struct.Struct("<III")
+RECORD_HEADER_BYTES = RECORD_HEADER.size
+MAGIC_BYTES = struct.pack("<I", JOURNAL_MAGIC)
+
+ADD_BATCH = 1
+MASTER_KEY = 2
+FENCE = 3
+EXPLICIT_LAC = 4
+DELETE = 5
+
+ADD_HEADER = struct.Struct("<BxxxQQI")
+ADD_HEADER_BYTES = ADD_HEADER.size
+LEDGER_RECORD = struct.Struct("<BxxxQQ")  # FENCE, DELETE
+MASTER_KEY_RECORD = struct.Struct("<BxHQQ")  # then the key bytes
+LAC_RECORD = struct.Struct("<BxxxQQq")
+
+ENTRY_HEADER = struct.Struct("<QQQqII")
+ENTRY_HEADER_BYTES = ENTRY_HEADER.size
+
+
+class EncodedBatch(NamedTuple):
+    """An ADD_BATCH record ready for the journal, plus what the index needs after it is
+    durable. Offsets in `rels` are of each entry's header, relative to the entries region."""
+
+    parts: tuple[bytes, bytes]  # (record header, body); the journal joins them
+    region_offset: int  # where the entries region starts inside the body
+    ids: list[int]
+    rels: list[int]
+    lens: array[int]  # array('i')
+    contiguous: bool  # ids are first, first+1, ... (the index fast path)
+    max_lac: int
+    data_bytes: int
+
+    @property
+    def record_bytes(self) -> int:
+        return RECORD_HEADER_BYTES + len(self.parts[1])
+
+
+class BatchRejected(Exception):
+    """Raised by encode_add_batch for a request the engine must refuse; carries the reason."""
+
+    def __init__(self, reason: str, too_large: bool = False) -> None:
+        super().__init__(reason)
+        self.too_large = too_large
+
+
+def frame(body: bytes) -> tuple[bytes, bytes]:
+    """Record header and body, kept apart so the journal joins them without an extra copy."""
+    return RECORD_HEADER.pack(JOURNAL_MAGIC, len(body), crc32c(body)), body
+
+
+def encode_add_batch(
+    scope: int,
+    ledger: int,
+    entries: Sequence[tuple[int, int, bytes]],
+    entry_bytes_max: int,
+    entry_id_max: int,
+) -> EncodedBatch:
+    """Validate and encode one batch. This loop is the per-entry hot path of every add: one
+    crc, one struct pack and a few appends per entry, nothing else."""
+    count = len(entries)
+    if count == 0:
+        raise BatchRejected("empty batch")
+    pack = ENTRY_HEADER.pack
+    parts: list[bytes] = [ADD_HEADER.pack(ADD_BATCH, scope, ledger, count)]
+    append = parts.append
+    ids: list[int] = []
+    rels: list[int] = []
+    lens = array("i")
+    ids_append = ids.append
+    rels_append = rels.append
+    lens_append = lens.append
+    rel = 0
+    max_lac = -1
+    data_bytes = 0
+    try:
+        for entry_id, lac, data in entries:
+            n = len(data)
+            if n > entry_bytes_max:
+                raise BatchRejected(f"entry {entry_id} is {n} bytes > {entry_bytes_max}", True)
+            if entry_id < 0 or entry_id > entry_id_max or lac < -1 or lac > entry_id_max:
+                raise BatchRejected(f"entry id {entry_id} or lac {lac} out of range")
+            append(pack(scope, ledger, entry_id, lac, n, crc32c(data)))
+            append(data)
+            ids_append(entry_id)
+            rels_append(rel)
+            lens_append(n)
+            rel += ENTRY_HEADER_BYTES + n
+            data_bytes += n
+            if lac > max_lac:
+                max_lac = lac
+    except (TypeError, ValueError, struct.error) as e:
+        raise BatchRejected(f"malformed entry: {e}") from e
+    body = b"".join(parts)
+    contiguous = ids[-1] - ids[0] == count - 1 and (count < 3 or _is_ascending_run(ids))
+    return EncodedBatch(frame(body), ADD_HEADER_BYTES, ids, rels, lens, contiguous, max_lac, data_bytes)
+
+
+def _is_ascending_run(ids: list[int]) -> bool:
+    # ids[-1] - ids[0] == count - 1 alone does not prove ids are consecutive (e.g. 0, 2, 1).
+    first = ids[0]
+    return ids == list(range(first, first + len(ids)))
+
+
+def encode_master_key(scope: int, ledger: int, key: bytes) -> tuple[bytes, bytes]:
+    return frame(MASTER_KEY_RECORD.pack(MASTER_KEY, len(key), scope, ledger) + key)
+
+
+def encode_fence(scope: int, ledger: int) -> tuple[bytes, bytes]:
+    return frame(LEDGER_RECORD.pack(FENCE, scope, ledger))
+
+
+def encode_delete(scope: int, ledger: int) -> tuple[bytes, bytes]:
+    return frame(LEDGER_RECORD.pack(DELETE, scope, ledger))
+
+
+def encode_explicit_lac(scope: int, ledger: int, lac: int) -> tuple[bytes, bytes]:
+    return frame(LAC_RECORD.pack(EXPLICIT_LAC, scope, ledger, lac))
+
+
+def record_type(body: memoryview | bytes) -> int:
+    if len(body) < 1:
+        raise RecordFormatError("empty record body")
+    return body[0]
+
+
+def decode_ledger_record(body: memoryview | bytes) -> tuple[int, int]:
+    if len(body) != LEDGER_RECORD.size:
+        raise RecordFormatError(f"ledger record has {len(body)} bytes, want {LEDGER_RECORD.size}")
+    _, scope, ledger = LEDGER_RECORD.unpack_from(body, 0)
+    return scope, ledger
+
+
+def decode_master_key(body: memoryview | bytes) -> tuple[int, int, bytes]:
+    if len(body) < MASTER_KEY_RECORD.size:
+        raise RecordFormatError("short master key record")
+    _, key_len, scope, ledger = MASTER_KEY_RECORD.unpack_from(body, 0)
+    if len(body) != MASTER_KEY_RECORD.size + key_len:
+        raise RecordFormatError("master key record length mismatch")
+    return scope, ledger, bytes(body[MASTER_KEY_RECORD.size :])
+
+
+def decode_explicit_lac(body: memoryview | bytes) -> tuple[int, int, int]:
+    if len(body) != LAC_RECORD.size:
+        raise RecordFormatError("explicit lac record length mismatch")
+    _, scope, ledger, lac = LAC_RECORD.unpack_from(body, 0)
+    return scope, ledger, lac
+
+
+class DecodedBatch(NamedTuple):
+    scope: int
+    ledger: int
+    ids: list[int]
+    rels: list[int]
+    lens: array[int]
+    contiguous: bool
+    max_lac: int
+    data_bytes: int
+
+
+def decode_add_batch(body: memoryview | bytes) -> DecodedBatch:
+    """Walk the entry headers of a checksummed ADD_BATCH body (journal replay)."""
+    if len(body) < ADD_HEADER_BYTES:
+        raise RecordFormatError("short add batch record")
+    _, scope, ledger, count = ADD_HEADER.unpack_from(body, 0)
+    unpack_from = ENTRY_HEADER.unpack_from
+    ids: list[int] = []
+    rels: list[int] = []
+    lens = array("i")
+    size = len(body)
+    pos = ADD_HEADER_BYTES
+    max_lac = -1
+    data_bytes = 0
+    for _ in range(count):
+        if pos + ENTRY_HEADER_BYTES > size:
+            raise RecordFormatError("add batch entry header past end of record")
+        s, l, entry_id, lac, n, _crc = unpack_from(body, pos)
+        if s != scope or l != ledger:
+            raise RecordFormatError("add batch entry belongs to another ledger")
+        ids.append(entry_id)
+        rels.append(pos - ADD_HEADER_BYTES)
+        lens.append(n)
+        data_bytes += n
+        if lac > max_lac:
+            max_lac = lac
+        pos += ENTRY_HEADER_BYTES + n
+    if pos != size or count == 0:
+        raise RecordFormatError(f"add batch length mismatch: entries end at {pos}, body is {size}")
+    contiguous = ids[-1] - ids[0] == count - 1 and (count < 3 or _is_ascending_run(ids))
+    return DecodedBatch(scope, ledger, ids, rels, lens, contiguous, max_lac, data_bytes)

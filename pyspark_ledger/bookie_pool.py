@@ -1,0 +1,92 @@
+"""Connections to bookies by id, resolved through the registry, plus a fault seam for tests.
+
+A bookie id is resolved to its address through its registration; a bookie that is not registered
+(dead, or being recovered) is still reachable by the last address seen, or by its id when the id
+is itself host:port (the default). Bookies that failed recently are quarantined for a while so
+placement does not pick them again at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from typing import Callable
+
+from metadata import BookieInfo, BookieRegistry
+from pyspark_ledger.bookie_client import BookieClient
+from pyspark_ledger.errors import BookieUnavailableError
+
+log = logging.getLogger(__name__)
+
+_HOSTPORT = re.compile(r"^[A-Za-z0-9.\-]+:\d{1,5}$")
+QUARANTINE_S = 30.0
+
+
+class Faults:
+    """Test seam: drop chosen requests before they reach a bookie (a lost message).
+
+    `drop(kind, bookie_id)` is consulted for kind in {"fence", "read", "add", "read_lac", "write_lac"};
+    return True to drop. Production code never sets it."""
+
+    def __init__(self) -> None:
+        self.rules: list[Callable[[str, str], bool]] = []
+
+    def drop(self, kind: str, bookie_id: str) -> bool:
+        return any(rule(kind, bookie_id) for rule in self.rules)
+
+
+class BookiePool:
+    def __init__(self, registry: BookieRegistry, *, add_timeout_s: float = 10.0, rpc_timeout_s: float = 10.0):
+        self.registry = registry
+        self.add_timeout_s = add_timeout_s
+        self.rpc_timeout_s = rpc_timeout_s
+        self.faults = Faults()
+        self._clients: dict[str, BookieClient] = {}
+        self._addresses: dict[str, str] = {}
+        self._quarantine: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def _address(self, bookie_id: str) -> str:
+        info = self.registry.get(bookie_id)
+        if info is not None:
+            self._addresses[bookie_id] = info.address
+            return info.address
+        if bookie_id in self._addresses:
+            return self._addresses[bookie_id]
+        if _HOSTPORT.match(bookie_id):
+            return bookie_id
+        raise BookieUnavailableError(bookie_id, "not registered and no known address")
+
+    def get(self, bookie_id: str) -> BookieClient:
+        with self._lock:
+            client = self._clients.get(bookie_id)
+            if client is not None:
+                return client
+        address = self._address(bookie_id)
+        with self._lock:
+            client = self._clients.get(bookie_id)
+            if client is None:
+                client = BookieClient(bookie_id, address, add_timeout_s=self.add_timeout_s, rpc_timeout_s=self.rpc_timeout_s)
+                self._clients[bookie_id] = client
+            return client
+
+    def writable(self, exclude: set[str] | frozenset[str] = frozenset()) -> list[str]:
+        now = time.monotonic()
+        infos: list[BookieInfo] = self.registry.list(read_only=False)
+        for info in infos:
+            self._addresses[info.bookie_id] = info.address
+        return [
+            i.bookie_id for i in infos
+            if i.bookie_id not in exclude and self._quarantine.get(i.bookie_id, 0) <= now
+        ]
+
+    def quarantine(self, bookie_id: str, seconds: float = QUARANTINE_S) -> None:
+        self._quarantine[bookie_id] = time.monotonic() + seconds
+
+    def close(self) -> None:
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for c in clients:
+            c.close()

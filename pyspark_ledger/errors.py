@@ -1,0 +1,73 @@
+"""Client exceptions: one root, and each says whether retrying can help."""
+
+from __future__ import annotations
+
+from metadata.errors import MetadataError
+
+
+class LedgerError(Exception):
+    """Root of every error the ledger client raises (metadata errors keep their own root)."""
+
+    retriable: bool = False
+
+
+class BookieUnavailableError(LedgerError):
+    """Transport failure talking to a bookie: unreachable, timed out, stream broken."""
+
+    retriable = True
+
+    def __init__(self, bookie: str, detail: str):
+        self.bookie = bookie
+        super().__init__(f"bookie {bookie} unavailable: {detail}")
+
+
+class BookieStatusError(LedgerError):
+    """A bookie answered with a protocol status other than OK."""
+
+    def __init__(self, bookie: str, status: int, detail: str = ""):
+        from bookie.status import Status
+
+        self.bookie = bookie
+        self.status = Status(status)
+        super().__init__(f"bookie {bookie} answered {self.status.name}" + (f": {detail}" if detail else ""))
+
+
+class NotEnoughBookiesError(LedgerError):
+    """Fewer suitable (writable, live, not excluded) bookies than the ensemble needs."""
+
+    retriable = True
+
+
+class LedgerFencedError(LedgerError):
+    """The ledger was fenced or closed by someone else: this writer may not add any more."""
+
+
+class LedgerClosedError(LedgerError):
+    """The ledger is closed (or this handle was closed)."""
+
+
+class BadPasswordError(LedgerError):
+    """The password does not match the ledger's."""
+
+
+class DigestMismatchError(LedgerError):
+    """An entry failed its digest check (corrupt, or the wrong password for a 'mac' ledger)."""
+
+
+class EntryFormatError(LedgerError):
+    """Bytes that are not a valid entry of the expected ledger and id."""
+
+
+class ReadError(LedgerError):
+    """An entry could not be read from any bookie of its write set."""
+
+
+class AddTimeoutError(LedgerError):
+    retriable = True
+
+
+__all__ = [
+    "AddTimeoutError", "BadPasswordError", "BookieStatusError", "BookieUnavailableError", "DigestMismatchError",
+    "EntryFormatError", "LedgerClosedError", "LedgerError", "LedgerFencedError", "MetadataError",
+    "NotEnoughBookiesError", "ReadError",
+]

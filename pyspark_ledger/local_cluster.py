@@ -1,0 +1,206 @@
+"""Real `bookie` processes on loopback, for the quickstart, tests and benchmarks.
+
+`LocalBookie` runs one bookie process and stops (or kills) exactly that process.
+`LocalCluster` runs N bookies against one metadata service (by default an embedded SQLite
+store in its own directory) and cleans everything up at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from pyspark_ledger.zookeeper_server import free_port
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 15.0
+
+
+class BookieStartError(RuntimeError):
+    pass
+
+
+class LocalBookie:
+    def __init__(
+        self,
+        metadata_uri: str,
+        data_dir: str | Path,
+        *,
+        port: int | None = None,
+        bookie_id: str | None = None,
+        extra_args: list[str] | None = None,
+        log_path: str | Path | None = None,
+    ):
+        self.metadata_uri = metadata_uri
+        self.data_dir = Path(data_dir)
+        self.port = port or free_port()
+        self.bookie_id = bookie_id or f"127.0.0.1:{self.port}"
+        self.extra_args = list(extra_args or [])
+        self.log_path = Path(log_path) if log_path else self.data_dir.parent / f"bookie-{self.port}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable, "-m", "bookie.server",
+            "--metadata-uri", self.metadata_uri, "--data-dir", str(self.data_dir),
+            "--host", "127.0.0.1", "--port", str(self.port), "--bookie-id", self.bookie_id,
+            *self.extra_args,
+        ]
+
+    def start(self, wait: bool = True) -> "LocalBookie":
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        logf = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.command(), stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        logf.close()
+        if wait:
+            self.wait_serving()
+        return self
+
+    def wait_serving(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        from pyspark_ledger.bookie_client import BookieClient
+        from pyspark_ledger.errors import BookieUnavailableError
+
+        deadline = time.monotonic() + timeout_s
+        client = BookieClient(self.bookie_id, self.address, rpc_timeout_s=1.0)
+        try:
+            while True:
+                if self.proc is None or self.proc.poll() is not None:
+                    code = None if self.proc is None else self.proc.returncode
+                    raise BookieStartError(f"bookie {self.bookie_id} exited with {code}:\n{self.tail_log()}")
+                try:
+                    client.info(timeout_s=1.0)
+                    return
+                except BookieUnavailableError:
+                    if time.monotonic() > deadline:
+                        raise BookieStartError(f"bookie {self.bookie_id} not serving after {timeout_s:g} s:\n{self.tail_log()}") from None
+                    time.sleep(0.05)
+        finally:
+            client.close()
+
+    def run_to_exit(self, timeout_s: float = START_TIMEOUT_S) -> tuple[int, str]:
+        """Start and wait for the process to exit by itself (for refused starts). Returns (code, log)."""
+        self.start(wait=False)
+        assert self.proc is not None
+        try:
+            code = self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+        self.proc = None
+        return code, self.log_path.read_text(errors="replace")
+
+    def tail_log(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> int | None:
+        """Graceful stop (SIGTERM: deregister, drain, checkpoint)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                log.warning("bookie did not stop in time, killing bookie=%s", self.bookie_id)
+                self.proc.kill()
+                self.proc.wait(timeout=STOP_TIMEOUT_S)
+        code = self.proc.returncode
+        self.proc = None
+        return code
+
+    def kill(self) -> None:
+        """kill -9: no deregistration, no checkpoint, no flush."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=STOP_TIMEOUT_S)
+        self.proc = None
+
+    def restart(self) -> "LocalBookie":
+        self.stop()
+        return self.start()
+
+
+class LocalCluster:
+    """N local bookies and a metadata service; `with LocalCluster(3) as c: c.metadata_uri`."""
+
+    def __init__(
+        self,
+        num_bookies: int = 3,
+        *,
+        metadata_uri: str | None = None,
+        work_dir: str | Path | None = None,
+        bookie_args: list[str] | None = None,
+    ):
+        self._own_dir = work_dir is None
+        self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="ledger-cluster-"))
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.metadata_uri = metadata_uri or f"sqlite://{self.work_dir / 'metadata.db'}"
+        self.bookie_args = bookie_args or []
+        self.bookies: list[LocalBookie] = []
+        self._num = num_bookies
+        self._atexit_registered = False
+
+    def add_bookie(self, start: bool = True, extra_args: list[str] | None = None) -> LocalBookie:
+        i = len(self.bookies)
+        b = LocalBookie(
+            self.metadata_uri, self.work_dir / f"bookie-{i}", extra_args=self.bookie_args + (extra_args or []),
+            log_path=self.work_dir / f"bookie-{i}.log",
+        )
+        self.bookies.append(b)
+        if start:
+            b.start()
+        return b
+
+    def start(self) -> "LocalCluster":
+        if not self._atexit_registered:
+            atexit.register(self.close)
+            self._atexit_registered = True
+        # Start processes in parallel (each takes ~1 s to import), then wait for all.
+        new = [self.add_bookie(start=False) for _ in range(self._num - len(self.bookies))]
+        for b in new:
+            b.start(wait=False)
+        try:
+            for b in new:
+                b.wait_serving()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        for b in self.bookies:
+            try:
+                b.stop()
+            except Exception:  # noqa: BLE001 - keep stopping the others
+                log.exception("stopping bookie failed")
+        if self._own_dir and os.environ.get("LEDGER_KEEP_CLUSTER") != "1":
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def __enter__(self) -> "LocalCluster":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

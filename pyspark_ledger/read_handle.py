@@ -1,0 +1,301 @@
+"""ReadHandle: LAC-bounded reads of one ledger, with failover inside each entry's write set.
+
+Readers never see past the LAC of an open ledger (every entry up to it is on A bookies) nor past
+the last entry of a closed one. Reads are batched ranges; for each entry the bookies of its write
+set are tried in turn (failover on transport error, timeout, bad status or digest mismatch), with a
+speculative read to the next replica when the first is slow.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import TYPE_CHECKING, Iterator
+
+from bookie.status import Status
+from metadata import LedgerId, LedgerMetadata, LedgerState, write_set
+from pyspark_ledger.digest import Digest
+from pyspark_ledger.entry_format import Entry, decode_entry
+from pyspark_ledger.errors import (
+    BadPasswordError,
+    DigestMismatchError,
+    EntryFormatError,
+    LedgerClosedError,
+    LedgerError,
+    ReadError,
+)
+
+if TYPE_CHECKING:
+    from pyspark_ledger.client import LedgerClient
+
+log = logging.getLogger(__name__)
+
+READ_CHUNK_ENTRIES_MAX = 4_096
+READ_CHUNK_BYTES_MAX = 8 * 2**20
+SPECULATIVE_READ_DELAY_S = 0.5
+READ_RPC_TIMEOUT_S = 10.0
+TAIL_LONG_POLL_MS = 1_000
+LAC_READ_TIMEOUT_S = 5.0
+
+
+class ReadHandle:
+    def __init__(self, client: "LedgerClient", metadata: LedgerMetadata, version: int, password: bytes):
+        if not metadata.check_password(password):
+            raise BadPasswordError(f"wrong password for ledger {metadata.ledger_id}")
+        self._client = client
+        self._metadata = metadata
+        self._version = version
+        self._read_digest = Digest.for_ledger(metadata.digest_type, password)
+        self._read_key = (metadata.ledger_id.scope_id, metadata.ledger_id.id)
+        self._known_lac = metadata.last_entry_id if metadata.is_closed else -1
+        self._handle_closed = False
+        self._executor: ThreadPoolExecutor | None = None
+        self._executor_lock = threading.Lock()
+
+    # ---- metadata -----------------------------------------------------------------------------
+
+    @property
+    def ledger_id(self) -> LedgerId:
+        return self._metadata.ledger_id
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self._metadata
+
+    def is_closed(self) -> bool:
+        return self._metadata.is_closed
+
+    def refresh(self) -> LedgerMetadata:
+        self._metadata, self._version = self._client.ledgers.read(self.ledger_id)
+        if self._metadata.is_closed:
+            self._known_lac = self._metadata.last_entry_id  # type: ignore[assignment]
+        return self._metadata
+
+    # ---- LAC ----------------------------------------------------------------------------------
+
+    def last_add_confirmed(self) -> int:
+        """The last entry known to be acknowledged: the last entry of a closed ledger; for an open
+        one, the highest LAC reported by enough bookies of the last fragment (W-A+1 in every write
+        set), never lower than what this handle saw before."""
+        meta = self._metadata
+        if meta.is_closed:
+            return meta.last_entry_id  # type: ignore[return-value]
+        lac = self._read_lac_quorum(meta)
+        self._known_lac = max(self._known_lac, lac)
+        return self._known_lac
+
+    def _read_lac_quorum(self, meta: LedgerMetadata, long_poll_min_lac: int | None = None, long_poll_ms: int = 0) -> int:
+        seg = meta.segments[-1]
+        # Entries before the last fragment were all acknowledged when it was created.
+        floor = seg.first_entry_id - 1
+        futures: dict[Future, str] = {}  # type: ignore[type-arg]
+        pool = self._pool()
+        for b in seg.bookies:
+            if self._client.pool.faults.drop("read_lac", b):
+                continue
+            futures[pool.submit(self._lac_from, b, long_poll_min_lac, long_poll_ms)] = b
+        need = meta.write_quorum_size - meta.ack_quorum_size + 1
+        answered: set[str] = set()
+        best = floor
+        deadline = time.monotonic() + LAC_READ_TIMEOUT_S + long_poll_ms / 1000
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, timeout=max(deadline - time.monotonic(), 0), return_when=FIRST_COMPLETED)
+            if not done:
+                break
+            for f in done:
+                lac = f.result()
+                if lac is not None:
+                    answered.add(futures[f])
+                    best = max(best, lac)
+            if long_poll_min_lac is not None and best >= long_poll_min_lac:
+                break
+            if long_poll_min_lac is None and self._covers(meta, answered, need):
+                break
+        if long_poll_min_lac is None and not self._covers(meta, answered, need):
+            raise ReadError(
+                f"ledger {self.ledger_id}: cannot determine the LAC, too few bookies answered ({sorted(answered)})"
+            )
+        return best
+
+    @staticmethod
+    def _covers(meta: LedgerMetadata, answered: set[str], need: int) -> bool:
+        ensemble = meta.segments[-1].bookies
+        for start in range(meta.ensemble_size):
+            members = write_set(start, meta.ensemble_size, meta.write_quorum_size)
+            if sum(1 for i in members if ensemble[i] in answered) < need:
+                return False
+        return True
+
+    def _lac_from(self, bookie_id: str, long_poll_min_lac: int | None, long_poll_ms: int) -> int | None:
+        try:
+            resp = self._client.pool.get(bookie_id).read_lac(
+                self._read_key, long_poll_min_lac=long_poll_min_lac, long_poll_timeout_ms=long_poll_ms,
+                timeout_s=LAC_READ_TIMEOUT_S,
+            )
+        except LedgerError:
+            return None
+        if resp.status == Status.OK:
+            return int(resp.lac)
+        if resp.status == Status.NO_SUCH_LEDGER:
+            return -1  # nothing written to this bookie yet: a definite answer
+        return None
+
+    # ---- reads --------------------------------------------------------------------------------
+
+    def read_entries(self, first: int, last: int) -> Iterator[Entry]:
+        """Entries first..last inclusive, in order. Refuses anything past the LAC (open ledger) or the
+        last entry (closed ledger)."""
+        if first < 0 or last < first:
+            raise LedgerError(f"bad entry range {first}..{last}")
+        bound = self._read_bound()
+        if last > bound:
+            what = "last entry" if self._metadata.is_closed else "last add confirmed"
+            raise ReadError(f"ledger {self.ledger_id}: cannot read up to {last}, the {what} is {bound}")
+        return self._iter_entries(first, last)
+
+    def read_entry(self, entry_id: int) -> Entry:
+        return next(iter(self.read_entries(entry_id, entry_id)))
+
+    def _read_bound(self) -> int:
+        if self._metadata.is_closed:
+            return self._metadata.last_entry_id  # type: ignore[return-value]
+        if self._known_lac >= 0:
+            return self._known_lac
+        return self.last_add_confirmed()
+
+    def _iter_entries(self, first: int, last: int) -> Iterator[Entry]:
+        nxt = first
+        while nxt <= last:
+            meta = self._metadata
+            seg_index = meta.segment_index_for(nxt)
+            seg_last = meta.segment_last_entry_id(seg_index)
+            chunk_last = min(last, nxt + READ_CHUNK_ENTRIES_MAX - 1, seg_last if seg_last is not None else last)
+            entries = self._read_chunk(meta, seg_index, nxt, chunk_last)
+            yield from entries
+            nxt = entries[-1].entry_id + 1
+
+    def _read_chunk(self, meta: LedgerMetadata, seg_index: int, first: int, last: int) -> list[Entry]:
+        """Read first..last (one fragment). Returns a non-empty ordered prefix (bounded by bytes)."""
+        ensemble = meta.segments[seg_index].bookies
+        got: dict[int, Entry] = {}
+        errors: dict[int, list[str]] = {}
+        upto = last
+        for attempt in range(meta.write_quorum_size):
+            wanted = [e for e in range(first, upto + 1) if e not in got]
+            if not wanted:
+                break
+            by_bookie: dict[str, list[int]] = {}
+            for e in wanted:
+                b = ensemble[write_set(e, meta.ensemble_size, meta.write_quorum_size)[attempt]]
+                by_bookie.setdefault(b, []).append(e)
+            for b, ids in by_bookie.items():
+                result = self._read_from(b, ids[0], ids[-1], set(ids), errors)
+                got.update(result)
+            # A bytes-bounded response may end early: read on only up to the first hole's prefix.
+            if attempt == 0 and got:
+                contiguous = first
+                while contiguous in got:
+                    contiguous += 1
+                if contiguous > first and contiguous - 1 < upto and all(e not in errors for e in range(contiguous, upto + 1)):
+                    upto = contiguous - 1
+        out = []
+        for e in range(first, upto + 1):
+            if e not in got:
+                raise ReadError(f"ledger {self.ledger_id}: entry {e} unreadable from its write set: {'; '.join(errors.get(e, ['no answer']))}")
+            out.append(got[e])
+        return out
+
+    def _read_from(self, bookie_id: str, first: int, last: int, wanted: set[int], errors: dict[int, list[str]]) -> dict[int, Entry]:
+        out: dict[int, Entry] = {}
+        if self._client.pool.faults.drop("read", bookie_id):
+            for e in wanted:
+                errors.setdefault(e, []).append(f"{bookie_id}: dropped")
+            return out
+        try:
+            resp = self._client.pool.get(bookie_id).read(
+                self._read_key, first, last, max_entries=READ_CHUNK_ENTRIES_MAX, max_bytes=READ_CHUNK_BYTES_MAX,
+                timeout_s=READ_RPC_TIMEOUT_S,
+            )
+        except LedgerError as exc:
+            for e in wanted:
+                errors.setdefault(e, []).append(str(exc))
+            return out
+        if resp.status != Status.OK:
+            for e in wanted:
+                errors.setdefault(e, []).append(f"{bookie_id}: {Status(resp.status).name}")
+            return out
+        scope, lid = self._read_key
+        for eid, st, data in zip(resp.entry_ids, resp.entry_status, resp.entries):
+            if eid not in wanted:
+                continue
+            if st != Status.OK:
+                errors.setdefault(eid, []).append(f"{bookie_id}: {Status(st).name}")
+                continue
+            try:
+                out[eid] = decode_entry(self._read_digest, data, scope, lid, eid)
+            except (DigestMismatchError, EntryFormatError) as exc:
+                log.warning("bad copy of an entry, trying another replica bookie=%s error=%s", bookie_id, exc)
+                errors.setdefault(eid, []).append(f"{bookie_id}: {exc}")
+        return out
+
+    # ---- tailing ------------------------------------------------------------------------------
+
+    def tail(self, from_entry: int = 0, *, idle_timeout_s: float | None = None) -> Iterator[Entry]:
+        """Follow the ledger: yield every entry from `from_entry` as it becomes confirmed, until the
+        ledger is closed and fully read (or nothing new arrived for idle_timeout_s). Uses long-poll
+        LAC reads, not sleeps."""
+        nxt = from_entry
+        idle_since = time.monotonic()
+        while True:
+            meta = self._metadata
+            bound = meta.last_entry_id if meta.is_closed else self._known_lac
+            if nxt <= bound:  # type: ignore[operator]
+                for e in self._iter_entries(nxt, bound):  # type: ignore[arg-type]
+                    yield e
+                    nxt = e.entry_id + 1
+                idle_since = time.monotonic()
+                continue
+            if meta.is_closed:
+                return
+            if idle_timeout_s is not None and time.monotonic() - idle_since > idle_timeout_s:
+                return
+            try:
+                lac = self._read_lac_quorum(meta, long_poll_min_lac=nxt, long_poll_ms=TAIL_LONG_POLL_MS)
+            except ReadError:
+                lac = -1
+            if lac >= nxt:
+                self._known_lac = max(self._known_lac, lac)
+            else:
+                # Nothing new: the ledger may have been closed or changed its ensemble.
+                self.refresh()
+
+    # ---- plumbing -----------------------------------------------------------------------------
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._executor_lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="ledger-read")
+            return self._executor
+
+    def close(self) -> None:
+        self._handle_closed = True
+        with self._executor_lock:
+            if self._executor is not None:
+                self._executor.shutdown(wait=False, cancel_futures=True)
+                self._executor = None
+
+    def __enter__(self) -> "ReadHandle":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def state_name(meta: LedgerMetadata) -> str:
+    return meta.state.value if meta.state is not LedgerState.CLOSED else f"CLOSED at {meta.last_entry_id}"
+
+
+__all__ = ["Entry", "LedgerClosedError", "ReadHandle"]

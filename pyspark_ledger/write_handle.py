@@ -1,0 +1,466 @@
+"""WriteHandle: pipelined, quorum-acknowledged adds to one ledger (reference/bookkeeper-protocol.md).
+
+- Entry e goes to the W bookies starting at index e mod E of its fragment's ensemble.
+- An add completes once A bookies of its write set acknowledged it durably AND every lower entry
+  has completed: completions are strictly in entry-id order, and the LAC moves only then.
+- A sender thread drains new entries and sends one batch per bookie per round (greedy batching:
+  under load batches grow, at low load an entry goes out alone at once).
+- A bookie error or timeout triggers an ensemble change: a new fragment from the first
+  unacknowledged entry, written by compare-and-set; unacknowledged entries are re-sent to the
+  replacement. If no replacement exists but every write set can still reach A acks, the handle
+  carries on without the failed bookie (BookKeeper's delayed ensemble change) and says so.
+- FENCED from a bookie or a non-OPEN ledger on a metadata conflict means another client is
+  recovering the ledger: every outstanding and later add fails with LedgerFencedError.
+- When adds stop, an explicit LAC is sent after `explicit_lac_interval_ms`, so tailing readers see
+  the last entries without waiting for the next write.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from bookie.status import Status
+from metadata import BadVersionError, CloseContext, LedgerId, LedgerMetadata, LedgerState, MetadataError, write_set
+from pyspark_ledger.digest import Digest, master_key
+from pyspark_ledger.entry_format import encode_entry
+from pyspark_ledger.errors import (
+    AddTimeoutError,
+    LedgerClosedError,
+    LedgerError,
+    LedgerFencedError,
+    NotEnoughBookiesError,
+)
+from pyspark_ledger.read_handle import ReadHandle
+
+if TYPE_CHECKING:
+    from pyspark_ledger.client import LedgerClient
+
+log = logging.getLogger(__name__)
+
+# Limits (named, so every queue and wait is bounded).
+PENDING_ENTRIES_MAX = 20_000
+PENDING_BYTES_MAX = 64 * 2**20
+ENTRY_BYTES_MAX = 4 * 2**20
+BACKPRESSURE_TIMEOUT_S = 60.0
+BATCH_ENTRIES_MAX = 2_000
+BATCH_BYTES_MAX = 4 * 2**20
+ENSEMBLE_CHANGES_MAX = 32  # consecutive changes without an add completing
+CLOSE_DRAIN_TIMEOUT_S = 60.0
+METADATA_CAS_ATTEMPTS_MAX = 50
+
+
+@dataclass(eq=False)
+class _Pending:
+    entry_id: int
+    data: bytes  # encoded entry
+    lac: int  # the LAC carried in `data`
+    size: int  # payload bytes
+    future: Future  # type: ignore[type-arg]
+    bookies: tuple[str, ...] = ()  # current write set
+    acked: set[str] = field(default_factory=set)
+    sent: set[str] = field(default_factory=set)
+
+
+class WriteHandle(ReadHandle):
+    """A handle that can add entries (and, as in BookKeeper, read what it wrote)."""
+
+    def __init__(self, client: "LedgerClient", metadata: LedgerMetadata, version: int, password: bytes,
+                 *, explicit_lac_interval_ms: int = 20, add_timeout_s: float = 10.0):
+        super().__init__(client, metadata, version, password)
+        self._master_key = master_key(password)
+        self._digest = Digest.for_ledger(metadata.digest_type, password)
+        self._key = (metadata.ledger_id.scope_id, metadata.ledger_id.id)
+        self._cond = threading.Condition()
+        self._next_entry_id = 0
+        self._lac = -1
+        self._length = 0
+        self._length_sent = 0
+        self._pending: deque[_Pending] = deque()  # in entry-id order, not yet completed
+        self._by_id: dict[int, _Pending] = {}
+        self._outbox: list[_Pending] = []  # pending entries with bookies still to send to
+        self._pending_bytes = 0
+        self._failed_bookies: set[str] = set()  # failures not yet handled by an ensemble change
+        self._dead_bookies: set[str] = set()  # bookies we carry on without (no replacement)
+        self._error: LedgerError | None = None
+        self._closing = False
+        self._closed = False
+        self._changes_without_progress = 0
+        self._last_lac_sent = -1
+        self._last_add_time = time.monotonic()
+        self._explicit_lac_interval_s = explicit_lac_interval_ms / 1000 if explicit_lac_interval_ms > 0 else None
+        self._add_timeout_s = add_timeout_s
+        self._completing: deque[_Pending] = deque()
+        self._completion_lock = threading.Lock()
+        self._sender = threading.Thread(target=self._run_sender, name=f"ledger-sender {metadata.ledger_id}", daemon=True)
+        self._sender.start()
+
+    # ---- public API ---------------------------------------------------------------------------
+
+    @property
+    def ledger_id(self) -> LedgerId:
+        return self._metadata.ledger_id
+
+    def last_add_confirmed(self) -> int:
+        return self._lac
+
+    @property
+    def length(self) -> int:
+        return self._length
+
+    def add_entry(self, payload: bytes, timeout_s: float | None = None) -> int:
+        """Add one entry and wait until it is acknowledged; returns its entry id."""
+        return self.add_entry_async(payload).result(timeout=timeout_s if timeout_s is not None else BACKPRESSURE_TIMEOUT_S + self._add_timeout_s * 4)
+
+    def add_entry_async(self, payload: bytes) -> "Future[int]":
+        """Queue one entry; the future resolves to its entry id once acknowledged (in order)."""
+        if not isinstance(payload, (bytes, bytearray, memoryview)):
+            raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+        payload = bytes(payload)
+        if len(payload) > ENTRY_BYTES_MAX:
+            raise LedgerError(f"entry of {len(payload)} bytes exceeds the maximum {ENTRY_BYTES_MAX}")
+        fut: Future[int] = Future()
+        with self._cond:
+            deadline = time.monotonic() + BACKPRESSURE_TIMEOUT_S
+            while (len(self._pending) >= PENDING_ENTRIES_MAX or self._pending_bytes + len(payload) > PENDING_BYTES_MAX) \
+                    and self._error is None and not self._closing:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AddTimeoutError(f"ledger {self.ledger_id}: too many adds in flight for {BACKPRESSURE_TIMEOUT_S:g} s")
+                self._cond.wait(left)
+            if self._error is not None:
+                raise self._error
+            if self._closing or self._closed:
+                raise LedgerClosedError(f"ledger {self.ledger_id} is closed for adds")
+            eid = self._next_entry_id
+            self._next_entry_id += 1
+            # `length` is the ledger's length through this entry, assuming every lower entry lands.
+            self._length_sent += len(payload)
+            data = encode_entry(self._digest, self._key[0], self._key[1], eid, self._lac, self._length_sent, payload)
+            p = _Pending(eid, data, self._lac, len(payload), fut)
+            self._assign_write_set(p)
+            self._pending.append(p)
+            self._by_id[eid] = p
+            self._outbox.append(p)
+            self._pending_bytes += len(payload)
+            self._last_add_time = time.monotonic()
+            if self._lac > self._last_lac_sent:
+                self._last_lac_sent = self._lac
+            self._cond.notify_all()
+        return fut
+
+    def close(self, close_context: CloseContext | None = None) -> None:
+        """Wait (bounded) for outstanding adds, then seal the ledger at the last acknowledged entry."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closing = True
+            deadline = time.monotonic() + CLOSE_DRAIN_TIMEOUT_S
+            while self._pending and self._error is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(min(left, 0.1))
+            stuck = list(self._pending)
+            error = self._error
+        if stuck:
+            self._fail_all(LedgerClosedError(f"ledger {self.ledger_id} closed with adds still outstanding"))
+        try:
+            if not isinstance(error, LedgerFencedError):
+                self._seal(close_context)
+            elif error is not None:
+                raise error
+        finally:
+            with self._cond:
+                self._closed = True
+                self._cond.notify_all()
+            self._sender.join(timeout=5)
+        super().close()
+
+    def _close_quietly(self) -> None:
+        """Client shutdown: stop the sender without sealing (an open ledger is recovered by its next reader)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._sender.join(timeout=5)
+        ReadHandle.close(self)
+
+    def _seal(self, close_context: CloseContext | None) -> None:
+        """Close by compare-and-set as the writer (reference: "Closing a ledger as a writer")."""
+        last, length = self._lac, self._length
+        for _ in range(METADATA_CAS_ATTEMPTS_MAX):
+            meta, version = self._metadata, self._version
+            if meta.state is LedgerState.OPEN:
+                try:
+                    new = meta.close(last, length, close_context=close_context)
+                    self._version = self._client.ledgers.compare_and_set(new, version)
+                    self._metadata = new
+                    log.info("ledger closed ledger=%s last_entry=%d length=%d", self.ledger_id, last, length)
+                    return
+                except BadVersionError:
+                    self._metadata, self._version = self._client.ledgers.read(self.ledger_id)
+                    continue
+            if meta.state is LedgerState.IN_RECOVERY:
+                raise LedgerFencedError(f"ledger {self.ledger_id} is being recovered by another client; close refused")
+            if meta.last_entry_id == last:
+                return  # somebody closed it exactly where we would have
+            raise LedgerFencedError(
+                f"ledger {self.ledger_id} was closed by another client at entry {meta.last_entry_id}, "
+                f"but this writer had acknowledged up to {last}"
+            )
+        raise LedgerError(f"ledger {self.ledger_id}: close kept conflicting")
+
+    # ---- write sets and sending ---------------------------------------------------------------
+
+    def _assign_write_set(self, p: _Pending) -> None:
+        meta = self._metadata
+        ensemble = meta.segments[-1].bookies
+        p.bookies = tuple(ensemble[i] for i in write_set(p.entry_id, meta.ensemble_size, meta.write_quorum_size))
+        p.acked &= set(p.bookies)
+        p.sent &= set(p.bookies)
+
+    def _run_sender(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if self._closed or (self._error is not None and not self._pending):
+                        return
+                    if self._failed_bookies and self._error is None:
+                        break
+                    if self._outbox:
+                        break
+                    if self._lac_due():
+                        break
+                    self._cond.wait(self._explicit_lac_interval_s or 0.5)
+                failed = set(self._failed_bookies)
+                outbox, self._outbox = self._outbox, []
+            try:
+                if failed:
+                    self._handle_failures(failed)
+                    continue
+                if outbox:
+                    self._send(outbox)
+                elif self._lac_due():
+                    self._send_explicit_lac()
+            except Exception as exc:  # noqa: BLE001 - a sender crash must fail adds, not hang them
+                log.exception("ledger sender failed ledger=%s", self.ledger_id)
+                self._fail_all(exc if isinstance(exc, LedgerError) else LedgerError(f"sender failed: {exc!r}"))
+                return
+
+    def _send(self, outbox: list[_Pending]) -> None:
+        per_bookie: dict[str, list[_Pending]] = {}
+        with self._cond:
+            for p in outbox:
+                if p.future.done():
+                    continue
+                for b in p.bookies:
+                    if b in p.sent or b in p.acked or b in self._dead_bookies:
+                        continue
+                    p.sent.add(b)
+                    per_bookie.setdefault(b, []).append(p)
+        for bookie_id, entries in per_bookie.items():
+            for i in range(0, len(entries), BATCH_ENTRIES_MAX):
+                self._send_batch(bookie_id, entries[i : i + BATCH_ENTRIES_MAX])
+
+    def _send_batch(self, bookie_id: str, entries: list[_Pending]) -> None:
+        ids = [p.entry_id for p in entries]
+        if self._client.pool.faults.drop("add", bookie_id):
+            return  # lost on the way; the add timeout will notice
+        try:
+            client = self._client.pool.get(bookie_id)
+            client.add_batch(
+                self._key, self._master_key, [(p.entry_id, p.lac, p.data) for p in entries],
+                lambda status, message: self._on_batch(bookie_id, ids, status, message),
+                timeout_s=self._add_timeout_s,
+            )
+        except LedgerError as exc:
+            self._on_batch(bookie_id, ids, Status.INTERNAL_ERROR, f"transport: {exc}")
+
+    def _on_batch(self, bookie_id: str, entry_ids: list[int], status: Status, message: str) -> None:
+        """Runs on a transport thread: record acks, complete what became complete, flag failures."""
+        with self._cond:
+            if self._closed:
+                return  # shutting down: late answers no longer matter
+            if status == Status.OK:
+                for eid in entry_ids:
+                    p = self._by_id.get(eid)
+                    if p is not None and bookie_id in p.bookies:
+                        p.acked.add(bookie_id)
+                self._collect_completed()
+            elif status in (Status.FENCED, Status.UNAUTHORIZED):
+                err = LedgerFencedError(
+                    f"ledger {self.ledger_id} was fenced (bookie {bookie_id} answered {status.name}): "
+                    "another client is recovering it"
+                )
+                self._set_error(err)
+            elif bookie_id not in self._dead_bookies and bookie_id in self._metadata.segments[-1].bookies:
+                # Even if these entries already reached A acks elsewhere, a failed ensemble member
+                # means later entries would be under-replicated: replace it (ensemble change).
+                log.warning("bookie failed an add ledger=%s bookie=%s status=%s %s",
+                            self.ledger_id, bookie_id, status.name, message)
+                for eid in entry_ids:
+                    p = self._by_id.get(eid)
+                    if p is not None:
+                        p.sent.discard(bookie_id)
+                self._failed_bookies.add(bookie_id)
+            self._cond.notify_all()
+        self._drain_completions()
+
+    def _collect_completed(self) -> None:
+        """Under the lock: pop entries whose quorum is complete, in order, advancing the LAC."""
+        ack_quorum = self._metadata.ack_quorum_size
+        while self._pending and len(self._pending[0].acked) >= ack_quorum:
+            p = self._pending.popleft()
+            del self._by_id[p.entry_id]
+            self._lac = p.entry_id
+            self._length += p.size
+            self._pending_bytes -= p.size
+            self._changes_without_progress = 0
+            self._completing.append(p)
+
+    def _drain_completions(self) -> None:
+        # One thread at a time sets results, FIFO, so callbacks fire in entry-id order.
+        with self._completion_lock:
+            while True:
+                with self._cond:
+                    if not self._completing:
+                        return
+                    p = self._completing.popleft()
+                if not p.future.done():
+                    p.future.set_result(p.entry_id)
+
+    # ---- failures and ensemble changes --------------------------------------------------------
+
+    def _handle_failures(self, failed: set[str]) -> None:
+        meta = self._metadata
+        current = list(meta.segments[-1].bookies)
+        failed_in_ensemble = [b for b in current if b in failed]
+        for b in failed:
+            self._client.pool.quarantine(b)
+        with self._cond:
+            idle_close = self._closing and not self._pending
+        if not failed_in_ensemble or idle_close:
+            # Nothing left to write (or not our ensemble): no ensemble change needed.
+            with self._cond:
+                self._failed_bookies -= failed
+            return
+        with self._cond:
+            self._changes_without_progress += 1
+            if self._changes_without_progress > ENSEMBLE_CHANGES_MAX:
+                self._set_error(LedgerError(f"ledger {self.ledger_id}: {ENSEMBLE_CHANGES_MAX} ensemble changes without progress"))
+                return
+            first_unacked = self._lac + 1
+        exclude = set(current) | failed | self._dead_bookies
+        new_ensemble = list(current)
+        replaced: dict[str, str] = {}
+        for b in failed_in_ensemble:
+            try:
+                candidates = self._client.pool.writable(exclude=exclude)
+                repl = self._client.placement.replacement(new_ensemble, candidates)
+            except NotEnoughBookiesError:
+                continue
+            new_ensemble[new_ensemble.index(b)] = repl
+            replaced[b] = repl
+            exclude.add(repl)
+        if replaced:
+            try:
+                self._change_ensemble(first_unacked, new_ensemble)
+            except LedgerError as exc:
+                self._set_error(exc)
+                return
+            log.warning("ensemble changed ledger=%s from_entry=%d replaced=%s", self.ledger_id, first_unacked, replaced)
+        unreplaced = [b for b in failed_in_ensemble if b not in replaced]
+        with self._cond:
+            self._failed_bookies -= failed
+            if unreplaced:
+                self._dead_bookies |= set(unreplaced)
+                if not self._quorum_reachable():
+                    self._set_error(NotEnoughBookiesError(
+                        f"ledger {self.ledger_id}: bookies {unreplaced} failed, no replacement is available and "
+                        f"some write sets can no longer reach the ack quorum {self._metadata.ack_quorum_size}"
+                    ))
+                    return
+                log.warning("carrying on without failed bookies (no replacement available) ledger=%s bookies=%s",
+                            self.ledger_id, unreplaced)
+            # Every unacknowledged entry gets its (possibly new) write set and is re-sent where needed.
+            for p in self._pending:
+                self._assign_write_set(p)
+            self._outbox = list(self._pending)
+            self._collect_completed()
+            self._cond.notify_all()
+        self._drain_completions()
+
+    def _quorum_reachable(self) -> bool:
+        meta = self._metadata
+        ensemble = meta.segments[-1].bookies
+        for start in range(meta.ensemble_size):
+            members = write_set(start, meta.ensemble_size, meta.write_quorum_size)
+            alive = sum(1 for i in members if ensemble[i] not in self._dead_bookies)
+            if alive < meta.ack_quorum_size:
+                return False
+        return True
+
+    def _change_ensemble(self, first_entry_id: int, ensemble: list[str]) -> None:
+        """Append a fragment by compare-and-set; on conflict re-read and retry while still OPEN."""
+        for _ in range(METADATA_CAS_ATTEMPTS_MAX):
+            meta, version = self._metadata, self._version
+            if meta.state is not LedgerState.OPEN:
+                raise LedgerFencedError(f"ledger {self.ledger_id} is {meta.state.value}: another client is recovering it")
+            new = meta.with_ensemble_change(first_entry_id, ensemble)
+            try:
+                self._version = self._client.ledgers.compare_and_set(new, version)
+                self._metadata = new
+                return
+            except BadVersionError:
+                self._metadata, self._version = self._client.ledgers.read(self.ledger_id)
+            except MetadataError as exc:
+                raise LedgerError(f"ledger {self.ledger_id}: ensemble change failed: {exc}") from exc
+        raise LedgerError(f"ledger {self.ledger_id}: ensemble change kept conflicting")
+
+    def _set_error(self, err: LedgerError) -> None:
+        with self._cond:
+            if self._error is None:
+                self._error = err
+                log.warning("ledger writer stopped ledger=%s error=%s", self.ledger_id, err)
+            self._cond.notify_all()
+        self._fail_all(err)
+
+    def _fail_all(self, err: BaseException) -> None:
+        with self._cond:
+            victims = list(self._pending)
+            self._pending.clear()
+            self._by_id.clear()
+            self._outbox = []
+            self._pending_bytes = 0
+            self._cond.notify_all()
+        self._drain_completions()  # whatever completed before the failure keeps its order
+        for p in victims:
+            if not p.future.done():
+                p.future.set_exception(err)
+
+    # ---- explicit LAC -------------------------------------------------------------------------
+
+    def _lac_due(self) -> bool:
+        return (
+            self._explicit_lac_interval_s is not None
+            and self._lac > self._last_lac_sent
+            and not self._outbox
+            and time.monotonic() - self._last_add_time >= self._explicit_lac_interval_s
+        )
+
+    def _send_explicit_lac(self) -> None:
+        lac = self._lac
+        self._last_lac_sent = lac
+        for b in self._metadata.segments[-1].bookies:
+            if b in self._dead_bookies or self._client.pool.faults.drop("write_lac", b):
+                continue
+            try:
+                self._client.pool.get(b).write_lac(self._key, self._master_key, lac, timeout_s=2.0)
+            except LedgerError as exc:
+                log.debug("explicit LAC not delivered bookie=%s error=%s", b, exc)
+
