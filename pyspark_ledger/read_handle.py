@@ -178,23 +178,53 @@ class ReadHandle:
             nxt = entries[-1].entry_id + 1
 
     def _read_chunk(self, meta: LedgerMetadata, seg_index: int, first: int, last: int) -> list[Entry]:
-        """Read first..last (one fragment). Returns a non-empty ordered prefix (bounded by bytes)."""
+        """Read first..last (one fragment). Returns a non-empty ordered prefix (bounded by bytes).
+
+        Round r asks, for every entry still missing, the r-th bookie of its write set (one range
+        read per bookie). If a bookie has not answered after SPECULATIVE_READ_DELAY_S, the same
+        entries are also asked of their next replica, and the first valid copy wins."""
         ensemble = meta.segments[seg_index].bookies
+        e_size, w_size = meta.ensemble_size, meta.write_quorum_size
         got: dict[int, Entry] = {}
         errors: dict[int, list[str]] = {}
         upto = last
-        for attempt in range(meta.write_quorum_size):
+        pool = self._pool()
+
+        def replica(e: int, r: int) -> str:
+            return ensemble[write_set(e, e_size, w_size)[r]]
+
+        def submit(r: int, ids: list[int]) -> dict[Future, int]:  # type: ignore[type-arg]
+            by_bookie: dict[str, list[int]] = {}
+            for e in ids:
+                by_bookie.setdefault(replica(e, r), []).append(e)
+            out: dict[Future, int] = {}  # type: ignore[type-arg]
+            for b, bids in by_bookie.items():
+                f = pool.submit(self._read_from, b, bids[0], bids[-1], set(bids))
+                f.entry_ids = bids  # type: ignore[attr-defined]  # for a speculative re-read
+                out[f] = r
+            return out
+
+        for attempt in range(w_size):
             wanted = [e for e in range(first, upto + 1) if e not in got]
             if not wanted:
                 break
-            by_bookie: dict[str, list[int]] = {}
-            for e in wanted:
-                b = ensemble[write_set(e, meta.ensemble_size, meta.write_quorum_size)[attempt]]
-                by_bookie.setdefault(b, []).append(e)
-            for b, ids in by_bookie.items():
-                result = self._read_from(b, ids[0], ids[-1], set(ids), errors)
-                got.update(result)
-            # A bytes-bounded response may end early: read on only up to the first hole's prefix.
+            futures = submit(attempt, wanted)
+            done, slow = wait(futures, timeout=SPECULATIVE_READ_DELAY_S)
+            if slow and attempt + 1 < w_size:
+                slow_ids = sorted({e for f in slow for e in self._inflight_ids(f)})
+                log.info("speculative read: a replica is slow ledger=%s entries=%d..%d", self.ledger_id, slow_ids[0], slow_ids[-1])
+                futures.update(submit(attempt + 1, slow_ids))
+            wait(futures, timeout=READ_RPC_TIMEOUT_S + 1)
+            for f in futures:
+                if not f.done():
+                    continue
+                result, errs = f.result()
+                for eid, entry in result.items():
+                    got.setdefault(eid, entry)
+                for eid, msgs in errs.items():
+                    errors.setdefault(eid, []).extend(msgs)
+            # A bytes-bounded response may end early: keep only the contiguous prefix, unless the
+            # gap comes from errors (then the other replicas are tried).
             if attempt == 0 and got:
                 contiguous = first
                 while contiguous in got:
@@ -208,26 +238,26 @@ class ReadHandle:
             out.append(got[e])
         return out
 
-    def _read_from(self, bookie_id: str, first: int, last: int, wanted: set[int], errors: dict[int, list[str]]) -> dict[int, Entry]:
+    @staticmethod
+    def _inflight_ids(f: Future) -> list[int]:  # type: ignore[type-arg]
+        return list(getattr(f, "entry_ids", []))
+
+    def _read_from(self, bookie_id: str, first: int, last: int, wanted: set[int]) -> tuple[dict[int, Entry], dict[int, list[str]]]:
         out: dict[int, Entry] = {}
+        errors: dict[int, list[str]] = {}
         if self._client.pool.faults.drop("read", bookie_id):
-            for e in wanted:
-                errors.setdefault(e, []).append(f"{bookie_id}: dropped")
-            return out
+            return out, {e: [f"{bookie_id}: dropped"] for e in wanted}
         try:
             resp = self._client.pool.get(bookie_id).read(
                 self._read_key, first, last, max_entries=READ_CHUNK_ENTRIES_MAX, max_bytes=READ_CHUNK_BYTES_MAX,
                 timeout_s=READ_RPC_TIMEOUT_S,
             )
         except LedgerError as exc:
-            for e in wanted:
-                errors.setdefault(e, []).append(str(exc))
-            return out
+            return out, {e: [str(exc)] for e in wanted}
         if resp.status != Status.OK:
-            for e in wanted:
-                errors.setdefault(e, []).append(f"{bookie_id}: {Status(resp.status).name}")
-            return out
+            return out, {e: [f"{bookie_id}: {Status(resp.status).name}"] for e in wanted}
         scope, lid = self._read_key
+        digest = self._read_digest
         for eid, st, data in zip(resp.entry_ids, resp.entry_status, resp.entries):
             if eid not in wanted:
                 continue
@@ -235,11 +265,11 @@ class ReadHandle:
                 errors.setdefault(eid, []).append(f"{bookie_id}: {Status(st).name}")
                 continue
             try:
-                out[eid] = decode_entry(self._read_digest, data, scope, lid, eid)
+                out[eid] = decode_entry(digest, data, scope, lid, eid)
             except (DigestMismatchError, EntryFormatError) as exc:
                 log.warning("bad copy of an entry, trying another replica bookie=%s error=%s", bookie_id, exc)
                 errors.setdefault(eid, []).append(f"{bookie_id}: {exc}")
-        return out
+        return out, errors
 
     # ---- tailing ------------------------------------------------------------------------------
 

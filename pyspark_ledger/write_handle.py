@@ -22,7 +22,12 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from concurrent.futures._base import FINISHED as _FINISHED  # noqa: PLC2701 - see _AddFuture
+from concurrent.futures._base import PENDING as _PENDING  # noqa: PLC2701
+from concurrent.futures._base import CANCELLED as _CANCELLED  # noqa: PLC2701
+from concurrent.futures._base import CANCELLED_AND_NOTIFIED as _CANCELLED_AND_NOTIFIED  # noqa: PLC2701
+
+_DONE_STATES = (_FINISHED, _CANCELLED, _CANCELLED_AND_NOTIFIED)
 from typing import TYPE_CHECKING
 
 from bookie.status import Status
@@ -55,16 +60,70 @@ CLOSE_DRAIN_TIMEOUT_S = 60.0
 METADATA_CAS_ATTEMPTS_MAX = 50
 
 
-@dataclass(eq=False)
 class _Pending:
-    entry_id: int
-    data: bytes  # encoded entry
-    lac: int  # the LAC carried in `data`
-    size: int  # payload bytes
-    future: Future  # type: ignore[type-arg]
-    bookies: tuple[str, ...] = ()  # current write set
-    acked: set[str] = field(default_factory=set)
-    sent: set[str] = field(default_factory=set)
+    """One entry in flight. Lists, not sets: a write set has a handful of bookies."""
+
+    __slots__ = ("entry_id", "data", "lac", "size", "future", "bookies", "acked", "sent")
+
+    def __init__(self, entry_id: int, data: bytes, lac: int, size: int, future: "Future[int]", bookies: tuple[str, ...]):
+        self.entry_id = entry_id
+        self.data = data  # the encoded entry
+        self.lac = lac  # the LAC carried in `data`
+        self.size = size  # payload bytes
+        self.future = future
+        self.bookies = bookies  # current write set
+        self.acked: list[str] = []
+        self.sent: list[str] = []
+
+
+class _AddFuture(Future):  # type: ignore[type-arg]
+    """A concurrent.futures.Future that shares one Condition with its handle's other adds.
+
+    A Future normally builds its own Condition (and RLock): a third of the cost of an add. Sharing
+    one also lets the handle complete a whole run of adds under one lock (see _complete_run)."""
+
+    def __init__(self, condition: threading.Condition):  # noqa: D107 - deliberately not calling super().__init__
+        self._condition = condition
+        self._state = _PENDING
+        self._result = None
+        self._exception = None
+        self._waiters: list = []  # type: ignore[type-arg]
+        self._done_callbacks: list = []  # type: ignore[type-arg]
+
+    def _wait_done(self, timeout: float | None) -> None:
+        # The shared condition is notified for other adds too: wait in a loop until this one is
+        # done or the deadline passes (Future.result waits only once).
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._condition:
+            while self._state not in _DONE_STATES:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError()
+                self._condition.wait(remaining)
+
+    def result(self, timeout: float | None = None) -> int:
+        self._wait_done(timeout)
+        return super().result(0)  # type: ignore[no-any-return]
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._wait_done(timeout)
+        return super().exception(0)
+
+
+def _complete_run(condition: threading.Condition, run: list["_Pending"]) -> None:
+    """Resolve many futures with their entry ids: one lock and one notify for the whole run, then
+    their callbacks in order."""
+    with condition:
+        for p in run:
+            f = p.future
+            if f._state == _PENDING:
+                f._result = p.entry_id
+                f._state = _FINISHED
+                for waiter in f._waiters:
+                    waiter.add_result(f)
+        condition.notify_all()
+    for p in run:
+        p.future._invoke_callbacks()
 
 
 class WriteHandle(ReadHandle):
@@ -77,6 +136,10 @@ class WriteHandle(ReadHandle):
         self._digest = Digest.for_ledger(metadata.digest_type, password)
         self._key = (metadata.ledger_id.scope_id, metadata.ledger_id.id)
         self._cond = threading.Condition()
+        self._submit_lock = threading.Lock()  # serialises callers: ids, encoding, order of `_pending`
+        self._future_cond = threading.Condition()  # shared by this handle's add futures
+        self._write_sets: tuple[tuple[str, ...], ...] = ()
+        self._refresh_write_sets()
         self._next_entry_id = 0
         self._lac = -1
         self._length = 0
@@ -124,34 +187,38 @@ class WriteHandle(ReadHandle):
         payload = bytes(payload)
         if len(payload) > ENTRY_BYTES_MAX:
             raise LedgerError(f"entry of {len(payload)} bytes exceeds the maximum {ENTRY_BYTES_MAX}")
-        fut: Future[int] = Future()
-        with self._cond:
-            deadline = time.monotonic() + BACKPRESSURE_TIMEOUT_S
-            while (len(self._pending) >= PENDING_ENTRIES_MAX or self._pending_bytes + len(payload) > PENDING_BYTES_MAX) \
-                    and self._error is None and not self._closing:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AddTimeoutError(f"ledger {self.ledger_id}: too many adds in flight for {BACKPRESSURE_TIMEOUT_S:g} s")
-                self._cond.wait(left)
-            if self._error is not None:
-                raise self._error
-            if self._closing or self._closed:
-                raise LedgerClosedError(f"ledger {self.ledger_id} is closed for adds")
+        fut: Future[int] = _AddFuture(self._future_cond)
+        size = len(payload)
+        with self._submit_lock:
             eid = self._next_entry_id
-            self._next_entry_id += 1
-            # `length` is the ledger's length through this entry, assuming every lower entry lands.
-            self._length_sent += len(payload)
-            data = encode_entry(self._digest, self._key[0], self._key[1], eid, self._lac, self._length_sent, payload)
-            p = _Pending(eid, data, self._lac, len(payload), fut)
-            self._assign_write_set(p)
-            self._pending.append(p)
-            self._by_id[eid] = p
-            self._outbox.append(p)
-            self._pending_bytes += len(payload)
-            self._last_add_time = time.monotonic()
-            if self._lac > self._last_lac_sent:
-                self._last_lac_sent = self._lac
-            self._cond.notify_all()
+            # The LAC read without the lock is at most stale, never ahead: any value <= the true
+            # LAC is valid to piggyback. `length` is the ledger's length through this entry.
+            lac = self._lac
+            length = self._length_sent + size
+            data = encode_entry(self._digest, self._key[0], self._key[1], eid, lac, length, payload)
+            with self._cond:
+                deadline = time.monotonic() + BACKPRESSURE_TIMEOUT_S
+                while (len(self._pending) >= PENDING_ENTRIES_MAX or self._pending_bytes + size > PENDING_BYTES_MAX) \
+                        and self._error is None and not self._closing:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise AddTimeoutError(f"ledger {self.ledger_id}: too many adds in flight for {BACKPRESSURE_TIMEOUT_S:g} s")
+                    self._cond.wait(left)
+                if self._error is not None:
+                    raise self._error
+                if self._closing or self._closed:
+                    raise LedgerClosedError(f"ledger {self.ledger_id} is closed for adds")
+                self._next_entry_id = eid + 1
+                self._length_sent = length
+                p = _Pending(eid, data, lac, size, fut, self._write_sets[eid % len(self._write_sets)])
+                self._pending.append(p)
+                self._by_id[eid] = p
+                self._outbox.append(p)
+                self._pending_bytes += size
+                self._last_add_time = time.monotonic()
+                if lac > self._last_lac_sent:
+                    self._last_lac_sent = lac
+                self._cond.notify_all()
         return fut
 
     def close(self, close_context: CloseContext | None = None) -> None:
@@ -217,12 +284,19 @@ class WriteHandle(ReadHandle):
 
     # ---- write sets and sending ---------------------------------------------------------------
 
-    def _assign_write_set(self, p: _Pending) -> None:
+    def _refresh_write_sets(self) -> None:
+        """Cache the E distinct write sets of the current ensemble (entry e uses set e mod E)."""
         meta = self._metadata
         ensemble = meta.segments[-1].bookies
-        p.bookies = tuple(ensemble[i] for i in write_set(p.entry_id, meta.ensemble_size, meta.write_quorum_size))
-        p.acked &= set(p.bookies)
-        p.sent &= set(p.bookies)
+        self._write_sets = tuple(
+            tuple(ensemble[i] for i in write_set(start, meta.ensemble_size, meta.write_quorum_size))
+            for start in range(meta.ensemble_size)
+        )
+
+    def _assign_write_set(self, p: _Pending) -> None:
+        p.bookies = self._write_sets[p.entry_id % len(self._write_sets)]
+        p.acked = [b for b in p.acked if b in p.bookies]
+        p.sent = [b for b in p.sent if b in p.bookies]
 
     def _run_sender(self) -> None:
         while True:
@@ -254,14 +328,15 @@ class WriteHandle(ReadHandle):
 
     def _send(self, outbox: list[_Pending]) -> None:
         per_bookie: dict[str, list[_Pending]] = {}
+        dead = self._dead_bookies
         with self._cond:
             for p in outbox:
                 if p.future.done():
                     continue
                 for b in p.bookies:
-                    if b in p.sent or b in p.acked or b in self._dead_bookies:
+                    if b in p.sent or b in p.acked or b in dead:
                         continue
-                    p.sent.add(b)
+                    p.sent.append(b)
                     per_bookie.setdefault(b, []).append(p)
         for bookie_id, entries in per_bookie.items():
             for i in range(0, len(entries), BATCH_ENTRIES_MAX):
@@ -287,10 +362,11 @@ class WriteHandle(ReadHandle):
             if self._closed:
                 return  # shutting down: late answers no longer matter
             if status == Status.OK:
+                by_id = self._by_id
                 for eid in entry_ids:
-                    p = self._by_id.get(eid)
-                    if p is not None and bookie_id in p.bookies:
-                        p.acked.add(bookie_id)
+                    p = by_id.get(eid)
+                    if p is not None and bookie_id in p.bookies and bookie_id not in p.acked:
+                        p.acked.append(bookie_id)
                 self._collect_completed()
             elif status in (Status.FENCED, Status.UNAUTHORIZED):
                 err = LedgerFencedError(
@@ -305,8 +381,8 @@ class WriteHandle(ReadHandle):
                             self.ledger_id, bookie_id, status.name, message)
                 for eid in entry_ids:
                     p = self._by_id.get(eid)
-                    if p is not None:
-                        p.sent.discard(bookie_id)
+                    if p is not None and bookie_id in p.sent:
+                        p.sent.remove(bookie_id)
                 self._failed_bookies.add(bookie_id)
             self._cond.notify_all()
         self._drain_completions()
@@ -324,15 +400,15 @@ class WriteHandle(ReadHandle):
             self._completing.append(p)
 
     def _drain_completions(self) -> None:
-        # One thread at a time sets results, FIFO, so callbacks fire in entry-id order.
+        # One thread at a time resolves futures, FIFO, so callbacks fire in entry-id order.
         with self._completion_lock:
             while True:
                 with self._cond:
                     if not self._completing:
                         return
-                    p = self._completing.popleft()
-                if not p.future.done():
-                    p.future.set_result(p.entry_id)
+                    run = list(self._completing)
+                    self._completing.clear()
+                _complete_run(self._future_cond, run)
 
     # ---- failures and ensemble changes --------------------------------------------------------
 
@@ -388,6 +464,7 @@ class WriteHandle(ReadHandle):
                 log.warning("carrying on without failed bookies (no replacement available) ledger=%s bookies=%s",
                             self.ledger_id, unreplaced)
             # Every unacknowledged entry gets its (possibly new) write set and is re-sent where needed.
+            self._refresh_write_sets()
             for p in self._pending:
                 self._assign_write_set(p)
             self._outbox = list(self._pending)

@@ -28,6 +28,7 @@ import threading
 import time
 from array import array
 from dataclasses import dataclass
+from itertools import accumulate, islice
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -73,7 +74,13 @@ from bookie.storage.journal import (
     delete_journal_files_before,
     replay_journal,
 )
-from bookie.storage.ledger_index import HOLE, LOCATION_OFFSET_MASK, LedgerMeta, pack_location
+from bookie.storage.ledger_index import (
+    HOLE,
+    LOCATION_OFFSET_MASK,
+    LedgerMeta,
+    pack_location,
+    unpack_location,
+)
 from bookie.storage.stats import StorageStats
 
 log = logging.getLogger(__name__)
@@ -88,6 +95,8 @@ LEDGERS_DIR = "ledgers"
 
 # write_lac and delete_ledger wait at most this long for their journal record to be durable.
 CONTROL_DURABLE_TIMEOUT_S = 10.0
+# Corrupt entries found by reads are logged at most once per this interval.
+CORRUPT_LOG_INTERVAL_S = 1.0
 # Upper bound on fence()'s caller-supplied timeout.
 FENCE_TIMEOUT_MAX_S = 60.0
 # The MASTER_KEY record that may precede a new ledger's first batch; counted in its reservation.
@@ -158,6 +167,16 @@ def _normalize_key(master_key: Any) -> bytes | None:
     return key if len(key) <= MASTER_KEY_BYTES_MAX else None
 
 
+def _locations(log_id: int, region_offset: int,
+               batch: records.EncodedBatch | records.DecodedBatch) -> array[int]:
+    """Packed entry-log location of each entry of a batch written at region_offset."""
+    # Entries are back to back: header k starts after headers and data of entries 0..k-1.
+    # accumulate/map/islice run that running sum in C: this is the index's hot loop.
+    steps = map(records.ENTRY_HEADER_BYTES.__add__, batch.lens)
+    base = pack_location(log_id, region_offset)
+    return array("q", islice(accumulate(steps, initial=base), len(batch.lens)))
+
+
 class BookieStorage:
     """Thread-safe: every public method may be called from any thread."""
 
@@ -187,6 +206,8 @@ class BookieStorage:
         self._closed = False
         self._failed = False
         self._reads_inflight = 0
+        self._corrupt_log_next = 0.0
+        self._corrupt_log_suppressed = 0
         self._reads_drained = threading.Condition(self._lock)
         self._stop = threading.Event()
         self._checkpoint_thread: threading.Thread | None = None
@@ -478,28 +499,27 @@ class BookieStorage:
         placements = self._logs.append_regions(
             [memoryview(item.payload.parts[1])[item.payload.region_offset:] for item in adds]
         ) if adds else []
+        # Entry locations are computed before taking the lock: readers wait less.
+        locations = [_locations(log_id, offset, item.payload)
+                     for item, (log_id, offset) in zip(adds, placements)]
         with self._lock:
-            next_placement = 0
+            next_add = 0
             for item in group:
                 if item.kind == KIND_ADD:
-                    log_id, offset = placements[next_placement]
-                    next_placement += 1
+                    locs = locations[next_add]
+                    next_add += 1
                     meta = self._ledgers.get(item.ledger)
                     if meta is None or meta.deleted:
                         continue  # deleted while the add was in flight
-                    batch = item.payload
-                    self._index_batch(item.ledger, meta, log_id, offset, batch)
+                    self._index_batch(item.ledger, meta, locs, item.payload)
                 elif item.kind == KIND_LAC:
                     meta = self._ledgers.get(item.ledger)
                     if meta is not None and not meta.deleted:
                         self._raise_lac(item.ledger, meta, item.payload)
             self._applied_pos = end
 
-    def _index_batch(self, ledger: LedgerKey, meta: LedgerMeta, log_id: int, region_offset: int,
+    def _index_batch(self, ledger: LedgerKey, meta: LedgerMeta, locs: array[int],
                      batch: records.EncodedBatch | records.DecodedBatch) -> None:
-        base = pack_location(log_id, region_offset)
-        # map(int.__add__) runs the per-entry addition in C; this is the index's hot loop.
-        locs = array("q", map(base.__add__, batch.rels))
         meta.index.put_batch(batch.ids, locs, batch.lens, batch.contiguous, batch.data_bytes)
         self._dirty.add(ledger)
         self._raise_lac(ledger, meta, batch.max_lac)
@@ -524,7 +544,7 @@ class BookieStorage:
                 return
             with body[records.ADD_HEADER_BYTES:] as region:
                 [(log_id, offset)] = self._logs.append_regions([region])
-            self._index_batch(ledger, meta, log_id, offset, batch)
+            self._index_batch(ledger, meta, _locations(log_id, offset, batch), batch)
         elif kind == records.MASTER_KEY:
             scope, ledger_id, key = records.decode_master_key(body)
             ledger = (scope, ledger_id)
@@ -721,10 +741,23 @@ class BookieStorage:
             # Never NO_SUCH_ENTRY for an entry we hold a damaged copy of: it might be the one
             # recovery is asking about (PAR / TigerBeetle "do not nack corrupt entries").
             corrupt += 1
-            log.error("corrupt entry ledger=%s entry=%d location=%d length=%d",
-                      ledger, entry_id, loc, length)
+            self._report_corrupt(ledger, entry_id, loc, length)
             append(ReadResult(entry_id, unknown, b""))
         return results, nbytes, corrupt, next_run
+
+    def _report_corrupt(self, ledger: LedgerKey, entry_id: int, loc: int, length: int) -> None:
+        # At most one line per CORRUPT_LOG_INTERVAL_S: a damaged log file read in a loop must
+        # not flood the log (stats()["corrupt_reads"] counts them all).
+        now = time.monotonic()
+        if now < self._corrupt_log_next:
+            self._corrupt_log_suppressed += 1
+            return
+        log_id, offset = unpack_location(loc)
+        log.error("corrupt entry (crc/header mismatch) ledger=%s entry=%d log_id=%d offset=%d "
+                  "length=%d suppressed_since_last=%d", ledger, entry_id, log_id, offset, length,
+                  self._corrupt_log_suppressed)
+        self._corrupt_log_next = now + CORRUPT_LOG_INTERVAL_S
+        self._corrupt_log_suppressed = 0
 
     # ---- introspection and modes --------------------------------------------------------
 

@@ -44,13 +44,12 @@ ENTRY_HEADER_BYTES = ENTRY_HEADER.size
 
 class EncodedBatch(NamedTuple):
     """An ADD_BATCH record ready for the journal, plus what the index needs after it is
-    durable. Offsets in `rels` are of each entry's header, relative to the entries region."""
+    durable (ids, lengths; entry offsets follow from the lengths)."""
 
     parts: tuple[bytes, bytes]  # (record header, body); the journal joins them
     region_offset: int  # where the entries region starts inside the body
     ids: list[int]
-    rels: list[int]
-    lens: array[int]  # array('i')
+    lens: array[int]  # array('i'); entry k's header is at sum(HDR + lens[j] for j < k)
     contiguous: bool  # ids are first, first+1, ... (the index fast path)
     max_lac: int
     data_bytes: int
@@ -89,14 +88,10 @@ def encode_add_batch(
     parts: list[bytes] = [ADD_HEADER.pack(ADD_BATCH, scope, ledger, count)]
     append = parts.append
     ids: list[int] = []
-    rels: list[int] = []
     lens = array("i")
     ids_append = ids.append
-    rels_append = rels.append
     lens_append = lens.append
-    rel = 0
     max_lac = -1
-    data_bytes = 0
     try:
         for entry_id, lac, data in entries:
             n = len(data)
@@ -107,17 +102,14 @@ def encode_add_batch(
             append(pack(scope, ledger, entry_id, lac, n, crc32c(data)))
             append(data)
             ids_append(entry_id)
-            rels_append(rel)
             lens_append(n)
-            rel += ENTRY_HEADER_BYTES + n
-            data_bytes += n
             if lac > max_lac:
                 max_lac = lac
     except (TypeError, ValueError, struct.error) as e:
         raise BatchRejected(f"malformed entry: {e}") from e
     body = b"".join(parts)
     contiguous = ids[-1] - ids[0] == count - 1 and (count < 3 or _is_ascending_run(ids))
-    return EncodedBatch(frame(body), ADD_HEADER_BYTES, ids, rels, lens, contiguous, max_lac, data_bytes)
+    return EncodedBatch(frame(body), ADD_HEADER_BYTES, ids, lens, contiguous, max_lac, sum(lens))
 
 
 def _is_ascending_run(ids: list[int]) -> bool:
@@ -175,7 +167,6 @@ class DecodedBatch(NamedTuple):
     scope: int
     ledger: int
     ids: list[int]
-    rels: list[int]
     lens: array[int]
     contiguous: bool
     max_lac: int
@@ -189,7 +180,6 @@ def decode_add_batch(body: memoryview | bytes) -> DecodedBatch:
     _, scope, ledger, count = ADD_HEADER.unpack_from(body, 0)
     unpack_from = ENTRY_HEADER.unpack_from
     ids: list[int] = []
-    rels: list[int] = []
     lens = array("i")
     size = len(body)
     pos = ADD_HEADER_BYTES
@@ -202,7 +192,6 @@ def decode_add_batch(body: memoryview | bytes) -> DecodedBatch:
         if s != scope or l != ledger:
             raise RecordFormatError("add batch entry belongs to another ledger")
         ids.append(entry_id)
-        rels.append(pos - ADD_HEADER_BYTES)
         lens.append(n)
         data_bytes += n
         if lac > max_lac:
@@ -211,4 +200,4 @@ def decode_add_batch(body: memoryview | bytes) -> DecodedBatch:
     if pos != size or count == 0:
         raise RecordFormatError(f"add batch length mismatch: entries end at {pos}, body is {size}")
     contiguous = ids[-1] - ids[0] == count - 1 and (count < 3 or _is_ascending_run(ids))
-    return DecodedBatch(scope, ledger, ids, rels, lens, contiguous, max_lac, data_bytes)
+    return DecodedBatch(scope, ledger, ids, lens, contiguous, max_lac, data_bytes)

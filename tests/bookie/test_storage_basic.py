@@ -93,6 +93,21 @@ def test_holes_from_striping_are_no_such_entry_and_read_with_one_pread(engine: B
     assert engine.stats()["read_preads"] - before == 1
 
 
+def test_range_across_entry_log_files_and_interleaved_ledgers(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path / "d", entry_log_max_bytes=8 * 1024)
+    try:
+        for first in range(0, 200, 20):  # two ledgers interleaved, logs roll every ~8 KiB
+            assert add_ids(engine, (0, 1), range(first, first + 20), size=300) == Status.OK
+            assert add_ids(engine, (0, 2), range(first, first + 20), size=300) == Status.OK
+        for lg in [(0, 1), (0, 2)]:
+            status, results = engine.read_range(lg, 0, 199, 1000, 2**30)
+            assert status == Status.OK
+            assert [(r.entry_id, r.status, r.data) for r in results] == [
+                (e, Status.OK, payload(lg, e, 300)) for e in range(200)]
+    finally:
+        engine.close()
+
+
 def test_out_of_order_batches_and_overwrites(engine: BookieStorage) -> None:
     lg = (3, 3)
     assert add_ids(engine, lg, range(10, 20)) == Status.OK

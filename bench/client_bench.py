@@ -1,0 +1,106 @@
+"""Benchmark the ledger client against 3 real bookies and a real ZooKeeper, next to NATS JetStream.
+
+E=3, W=3, A=2; one client; fsync on (one fdatasync per group commit on each bookie). Throughput is
+pipelined async adds with a bounded number in flight; latency is one add at a time at low load.
+In the same run, a 3-node NATS JetStream cluster (replicas=3, Python nats-py, async publish) is
+measured with the same payloads (bench/nats_baseline.py; needs Debian's nats-server and nats-py,
+and is skipped with a note if they are missing).
+
+    python bench/client_bench.py [--entries 100000] [--latency-adds 2000] [--no-nats]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from pyspark_ledger.client import LedgerClient  # noqa: E402
+from pyspark_ledger.local_cluster import LocalCluster  # noqa: E402
+from pyspark_ledger.zookeeper_server import LocalZooKeeper  # noqa: E402
+
+INFLIGHT_MAX = 5_000
+
+
+def throughput(client: LedgerClient, size: int, total: int) -> float:
+    w = client.create_ledger(3, 3, 2)
+    payload = b"p" * size
+    sem = threading.BoundedSemaphore(INFLIGHT_MAX)
+    done = threading.Event()
+    count = [0]
+    lock = threading.Lock()
+
+    def on_done(_f: object) -> None:
+        sem.release()
+        with lock:
+            count[0] += 1
+            if count[0] == total:
+                done.set()
+
+    start = time.perf_counter()
+    for _ in range(total):
+        sem.acquire(timeout=60)
+        w.add_entry_async(payload).add_done_callback(on_done)
+    assert done.wait(120), "adds did not finish"
+    elapsed = time.perf_counter() - start
+    w.close()
+    return total / elapsed
+
+
+def latency(client: LedgerClient, size: int, n: int) -> tuple[float, float]:
+    w = client.create_ledger(3, 3, 2)
+    payload = b"l" * size
+    for _ in range(50):
+        w.add_entry(payload)  # warm up
+    samples = []
+    for _ in range(n):
+        t = time.perf_counter()
+        w.add_entry(payload)
+        samples.append(time.perf_counter() - t)
+    w.close()
+    samples.sort()
+    return statistics.median(samples) * 1000, samples[int(len(samples) * 0.99) - 1] * 1000
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--entries", type=int, default=100_000)
+    ap.add_argument("--latency-adds", type=int, default=2_000)
+    ap.add_argument("--no-nats", action="store_true")
+    args = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="client-bench-") as tmp:
+        with LocalZooKeeper(Path(tmp) / "zk") as zk:
+            with LocalCluster(3, metadata_uri=zk.uri("/bench"), work_dir=Path(tmp) / "cluster") as cluster:
+                with LedgerClient(cluster.metadata_uri) as client:
+                    for size in (1024, 100):
+                        rate = throughput(client, size, args.entries)
+                        p50, p99 = latency(client, size, args.latency_adds)
+                        rows.append(("pyspark-ledger E3/W3/A2", size, rate, p50, p99,
+                                     "acked after fdatasync (group commit) on 2 of 3 bookies"))
+    if not args.no_nats:
+        try:
+            from nats_baseline import NatsCluster, measure
+
+            with NatsCluster() as nats:
+                for size in (1024, 100):
+                    r = measure(size, min(args.entries, 50_000), cluster=nats, latency_messages=args.latency_adds)
+                    rows.append(("NATS JetStream R3", size, r["msgs_per_s"], r["p50_ms"], r["p99_ms"],
+                                 "acked in memory on 2 of 3 (no fsync per message)"))
+        except Exception as exc:  # noqa: BLE001 - the baseline is optional
+            print(f"(NATS baseline skipped: {exc})")
+    print()
+    print(f"{'system':<26} | {'entry':>6} | {'acked/s':>9} | {'MB/s':>6} | {'p50 ms':>6} | {'p99 ms':>6} | durability")
+    print("-" * 118)
+    for name, size, rate, p50, p99, durability in rows:
+        print(f"{name:<26} | {size:>5}B | {rate:>9,.0f} | {rate * size / 1e6:>6.1f} | {p50:>6.2f} | {p99:>6.2f} | {durability}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""The entry format: shipped test vectors, every digest type, and every way bytes can go wrong."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pyspark_ledger.digest import Digest, mac_key, master_key
+from pyspark_ledger.entry_format import HEADER_BYTES, decode_entry, encode_entry
+from pyspark_ledger.errors import DigestMismatchError, EntryFormatError
+
+VECTORS = json.loads((Path(__file__).resolve().parents[1] / "vectors" / "entry_format_v2.json").read_text())["cases"]
+
+
+@pytest.mark.parametrize("case", VECTORS, ids=lambda c: f"{c['digest_type']}-{c['entry_id']}")
+def test_vectors(case: dict) -> None:  # type: ignore[type-arg]
+    d = Digest.for_ledger(case["digest_type"], bytes.fromhex(case["password_hex"]))
+    payload = bytes.fromhex(case["payload_hex"])
+    encoded = encode_entry(d, case["scope_id"], case["ledger_id"], case["entry_id"], case["lac"], case["length"], payload)
+    assert encoded.hex() == case["encoded_hex"]
+    e = decode_entry(d, encoded, case["scope_id"], case["ledger_id"], case["entry_id"])
+    assert (e.payload, e.last_add_confirmed, e.length) == (payload, case["lac"], case["length"])
+    assert len(encoded) == HEADER_BYTES + d.size + len(payload)
+
+
+def test_flags_byte_and_layout() -> None:
+    d = Digest.for_ledger("crc32c")
+    data = encode_entry(d, 1, 2, 3, 2, 10, b"x")
+    assert data[0] == 0xA2
+    assert data[1:9] == (1).to_bytes(8, "big") and data[9:17] == (2).to_bytes(8, "big")
+    assert data[17:25] == (3).to_bytes(8, "big") and data[25:33] == (2).to_bytes(8, "big")
+    assert data[33:41] == (10).to_bytes(8, "big") and data[45:] == b"x"
+    assert encode_entry(Digest.for_ledger("mac", b"p"), 1, 2, 3, 2, 10, b"x")[0] == 0xA0
+
+
+@pytest.mark.parametrize("dtype", ["crc32c", "mac"])
+def test_every_flipped_byte_is_caught(dtype: str) -> None:
+    d = Digest.for_ledger(dtype, b"pw")
+    data = encode_entry(d, 5, 6, 7, 6, 100, b"payload bytes")
+    for i in range(len(data)):
+        bad = bytearray(data)
+        bad[i] ^= 0x01
+        with pytest.raises((DigestMismatchError, EntryFormatError)):
+            decode_entry(d, bytes(bad), 5, 6, 7)
+
+
+def test_wrong_password_wrong_ledger_wrong_entry_truncated() -> None:
+    data = encode_entry(Digest.for_ledger("mac", b"right"), 0, 1, 0, -1, 3, b"abc")
+    with pytest.raises(DigestMismatchError, match="wrong password"):
+        decode_entry(Digest.for_ledger("mac", b"wrong"), data, 0, 1, 0)
+    with pytest.raises(EntryFormatError, match="belong to entry 0"):
+        decode_entry(Digest.for_ledger("mac", b"right"), data, 0, 1, 1)
+    with pytest.raises(EntryFormatError, match="digest mac, the ledger uses crc32c"):
+        decode_entry(Digest.for_ledger("crc32c"), data, 0, 1, 0)
+    with pytest.raises(EntryFormatError, match="shorter"):
+        decode_entry(Digest.for_ledger("mac", b"right"), data[:20], 0, 1, 0)
+
+
+def test_keys_are_not_the_password_and_differ() -> None:
+    assert master_key(b"pw") != mac_key(b"pw")
+    assert b"pw" not in master_key(b"pw")
