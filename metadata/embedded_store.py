@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import sqlite3
 import threading
 import time
@@ -159,27 +160,44 @@ class EmbeddedStore(MetadataStore):
             raise MetadataError(f"metadata store {self.uri} is closed")
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            # One connection per thread; check_same_thread=False only so close() may close them all.
-            conn = sqlite3.connect(
-                str(self.db_path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
-            )
-            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-            conn.execute("PRAGMA journal_mode=WAL")
-            # Metadata is small and must survive power loss: fsync every commit.
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.executescript(_SCHEMA)
-            conn.execute(
-                "INSERT OR IGNORE INTO store_info(key, value) VALUES('schema_version', ?)", (str(SCHEMA_VERSION),)
-            )
-            row = conn.execute("SELECT value FROM store_info WHERE key='schema_version'").fetchone()
-            if int(row[0]) > SCHEMA_VERSION:
-                raise MetadataError(
-                    f"embedded store {self.db_path} has schema version {row[0]}, newer than this code ({SCHEMA_VERSION})"
-                )
+            conn = self._connect_with_retry()
             self._local.conn = conn
             with self._conns_lock:
                 self._all_conns.append(conn)
         return conn
+
+    def _connect_with_retry(self) -> sqlite3.Connection:
+        """Open and prepare a connection. Switching a new file to WAL and creating the schema can
+        meet "database is locked" while other processes do the same (SQLite does not apply the
+        busy timeout there), so retry, bounded by BUSY_TIMEOUT_MS."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        while True:
+            conn = None
+            try:
+                # One connection per thread; check_same_thread=False only so close() may close them all.
+                conn = sqlite3.connect(
+                    str(self.db_path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
+                )
+                conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+                conn.execute("PRAGMA journal_mode=WAL")
+                # Metadata is small and must survive power loss: fsync every commit.
+                conn.execute("PRAGMA synchronous=FULL")
+                conn.executescript(_SCHEMA)
+                conn.execute(
+                    "INSERT OR IGNORE INTO store_info(key, value) VALUES('schema_version', ?)", (str(SCHEMA_VERSION),)
+                )
+                row = conn.execute("SELECT value FROM store_info WHERE key='schema_version'").fetchone()
+                if int(row[0]) > SCHEMA_VERSION:
+                    raise MetadataError(
+                        f"embedded store {self.db_path} has schema version {row[0]}, newer than this code ({SCHEMA_VERSION})"
+                    )
+                return conn
+            except sqlite3.OperationalError as exc:
+                if conn is not None:
+                    conn.close()
+                if ("locked" not in str(exc) and "busy" not in str(exc)) or time.monotonic() > deadline:
+                    raise
+                time.sleep(random.uniform(0.005, 0.05))
 
     class _Txn:
         def __init__(self, conn: sqlite3.Connection):

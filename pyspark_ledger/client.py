@@ -11,7 +11,7 @@ Usable without pyspark or a JVM:
 from __future__ import annotations
 
 import logging
-from typing import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from metadata import (
     BookieInfo,
@@ -26,12 +26,17 @@ from metadata import (
     QuorumConfig,
     open_store,
 )
+from metadata.log_record import LogRecord
+from metadata.logs import LogManager
 from pyspark_ledger.bookie_pool import BookiePool
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.placement import PlacementPolicy, RandomPlacement
 from pyspark_ledger.read_handle import ReadHandle
 from pyspark_ledger.recovery import recover_ledger
 from pyspark_ledger.write_handle import WriteHandle
+
+if TYPE_CHECKING:
+    from pyspark_ledger.log import LogReader, LogWriter
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +60,7 @@ class LedgerClient:
         self.metadata_uri = metadata_uri
         self.store = open_store(metadata_uri)
         self.ledgers = LedgerManager(self.store)
+        self.logs = LogManager(self.store)
         self.registry = BookieRegistry(self.store)
         self.pool = BookiePool(self.registry, add_timeout_s=add_timeout_s, rpc_timeout_s=rpc_timeout_s)
         self.placement: PlacementPolicy = placement or RandomPlacement()
@@ -128,6 +134,44 @@ class LedgerClient:
 
     def ledger_metadata(self, ledger_id: LedgerIdLike) -> LedgerMetadata:
         return self.ledgers.read(ledger_id)[0]
+
+    # ---- logs ---------------------------------------------------------------------------------
+
+    def open_log_writer(self, name: str, create: bool = True, *, ensemble_size: int = 3, write_quorum_size: int = 3,
+                        ack_quorum_size: int = 2, digest_type: str = "crc32c", password: bytes | str = b"",
+                        rollover_entries: int | None = None, rollover_bytes: int | None = None,
+                        rollover_age_s: float | None = None, crash_hook: Any = None) -> "LogWriter":
+        """Become the log's single writer (fencing any previous one); see pyspark_ledger.log."""
+        from pyspark_ledger.log import LedgerOptions, LogWriter
+
+        opts = LedgerOptions(ensemble_size, write_quorum_size, ack_quorum_size, str(digest_type), _password(password))
+        return LogWriter(self, name, create=create, options=opts, rollover_entries=rollover_entries,
+                         rollover_bytes=rollover_bytes, rollover_age_s=rollover_age_s, crash_hook=crash_hook)
+
+    def open_log_reader(self, name: str, password: bytes | str = b"") -> "LogReader":
+        from pyspark_ledger.log import LogReader
+
+        return LogReader(self, name, _password(password))
+
+    def list_logs(self) -> list[str]:
+        return self.logs.names()
+
+    def describe_log(self, name: str) -> LogRecord:
+        return self.logs.read(name)[0]
+
+    def trim_log(self, name: str, **criteria: Any) -> list[LedgerId]:
+        from pyspark_ledger.log import trim_log
+
+        return trim_log(self, name, **criteria)
+
+    def delete_log(self, name: str) -> None:
+        """Delete a log and every ledger in it (ledgers first, so a crash leaves nothing unreferenced)."""
+        from pyspark_ledger.log import trim_log
+
+        rec, _ = self.logs.read(name)
+        self.logs.update(name, lambda r: r.without_ledgers({lg.ledger_id for lg in r.ledgers}))
+        trim_log(self, name)
+        self.logs.delete(name)
 
     def bookies(self, *, writable: bool = True, read_only: bool = True) -> list[BookieInfo]:
         return self.registry.list(writable=writable, read_only=read_only)

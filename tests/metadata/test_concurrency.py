@@ -42,3 +42,15 @@ def test_id_allocation_eight_processes_no_reuse(store: MetadataStore, store_uri:
     later = [mgr.allocate_ledger_id().id for _ in range(50)]
     assert not set(later) & (set(ids) | set(used))
     assert min(later) > max(used) > max(ids)
+
+
+def test_many_processes_open_a_brand_new_embedded_store_at_once(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    uri = f"sqlite://{tmp_path / 'fresh.db'}"
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(8, mp_context=ctx) as pool:
+        results = list(pool.map(workers.open_fresh_and_create, [uri] * 16, [f"n{i}" for i in range(16)], timeout=120))
+    assert all(results)
+    from metadata import open_store
+
+    with open_store(uri) as store:
+        assert len(store.children("/fresh")) == 16

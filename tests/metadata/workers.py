@@ -48,3 +48,13 @@ def register_and_wait(uri: str, bookie_id: str, ready_path: str) -> None:
     BookieRegistry(store).register(BookieInfo(bookie_id, "127.0.0.1:1"))
     Path(ready_path).write_text("ready")
     time.sleep(600)
+
+
+def open_fresh_and_create(uri: str, name: str) -> bool:
+    """Open a store (possibly a brand-new file others are creating at this moment) and write once."""
+    store = open_store(uri)
+    try:
+        store.create(f"/fresh/{name}", b"x")
+        return True
+    finally:
+        store.close()

@@ -1,0 +1,218 @@
+"""The record of a named log: an ordered list of ledgers plus what the writer and Spark need.
+
+Stored at /logs/<name> as a checksummed, versioned envelope around JSON (readable with the admin
+shell, evolvable by adding fields). Every change is a compare-and-set on its version (metadata.logs).
+
+    magic b"PLOG" | format version u16 | reserved u16 | body length u32 | CRC32C(body) u32 | JSON body
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import crc32c
+
+from metadata.context import now_ms
+from metadata.errors import CorruptMetadataError, InvalidMetadataError, UnsupportedFormatVersionError
+from metadata.ids import LedgerId
+
+LOG_FORMAT_VERSION = 1
+_MAGIC = b"PLOG"
+_HEADER = struct.Struct(">4sHHII")
+# Bounds: a log record is one metadata value; keep it far below ZooKeeper's 1 MiB znode limit.
+LOG_LEDGERS_MAX = 20_000
+COMMITTED_BATCH_KEYS_MAX = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class LogLedger:
+    """One ledger of a log. `seq` increases along the log and is never reused, so a position
+    (seq, entry id) orders entries across ledgers and survives trimming."""
+
+    seq: int
+    ledger_id: LedgerId
+    ctime_ms: int
+    entry_count: int | None = None  # known once the ledger is closed
+    size_bytes: int | None = None
+
+    @property
+    def sealed(self) -> bool:
+        return self.entry_count is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    max_age_ms: int | None = None
+    max_size_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    name: str
+    ledgers: tuple[LogLedger, ...] = ()
+    writer_epoch: int = 0
+    next_seq: int = 0
+    schema: str | None = None  # the Spark schema of what was written (JSON), if any
+    payload_format: str = "raw"  # "raw" (one row = one entry) or "arrow"
+    committed_batches: tuple[tuple[str, int], ...] = ()  # (writer/query id, last committed batch id)
+    pending_deletions: tuple[LedgerId, ...] = ()
+    retention: Retention = field(default_factory=Retention)
+    properties: tuple[tuple[str, str], ...] = ()
+    ctime_ms: int = field(default_factory=now_ms)
+    format_version: int = LOG_FORMAT_VERSION
+
+    def __post_init__(self) -> None:
+        if len(self.ledgers) > LOG_LEDGERS_MAX:
+            raise InvalidMetadataError(f"log {self.name}: more than {LOG_LEDGERS_MAX} ledgers; trim it")
+        seqs = [lg.seq for lg in self.ledgers]
+        if seqs != sorted(set(seqs)) or (seqs and seqs[-1] >= self.next_seq):
+            raise InvalidMetadataError(f"log {self.name}: ledger sequence numbers must increase and be < next_seq")
+        if len(self.committed_batches) > COMMITTED_BATCH_KEYS_MAX:
+            raise InvalidMetadataError(f"log {self.name}: too many committed batch keys")
+
+    # ---- queries ------------------------------------------------------------------------------
+
+    @property
+    def last(self) -> LogLedger | None:
+        return self.ledgers[-1] if self.ledgers else None
+
+    def index_of(self, ledger_id: LedgerId) -> int | None:
+        for i, lg in enumerate(self.ledgers):
+            if lg.ledger_id == ledger_id:
+                return i
+        return None
+
+    def by_seq(self, seq: int) -> LogLedger | None:
+        for lg in self.ledgers:
+            if lg.seq == seq:
+                return lg
+        return None
+
+    def committed_batch(self, writer_id: str) -> int | None:
+        for key, batch in self.committed_batches:
+            if key == writer_id:
+                return batch
+        return None
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(lg.size_bytes or 0 for lg in self.ledgers)
+
+    # ---- changes (each returns a new record) --------------------------------------------------
+
+    def with_epoch(self, epoch: int) -> "LogRecord":
+        if epoch <= self.writer_epoch:
+            raise InvalidMetadataError(f"log {self.name}: writer epoch must increase ({self.writer_epoch} -> {epoch})")
+        return replace(self, writer_epoch=epoch)
+
+    def with_ledger(self, ledger_id: LedgerId, ctime_ms: int | None = None) -> "LogRecord":
+        lg = LogLedger(self.next_seq, ledger_id, now_ms() if ctime_ms is None else ctime_ms)
+        return replace(self, ledgers=self.ledgers + (lg,), next_seq=self.next_seq + 1)
+
+    def with_ledgers_appended(self, ledger_ids: list[LedgerId], sizes: list[tuple[int, int]]) -> "LogRecord":
+        """Append sealed ledgers (a Spark job's output) in one change."""
+        rec = self
+        for lid, (entries, size) in zip(ledger_ids, sizes):
+            rec = rec.with_ledger(lid)
+            rec = rec.with_sealed(lid, entries, size)
+        return rec
+
+    def with_sealed(self, ledger_id: LedgerId, entry_count: int, size_bytes: int) -> "LogRecord":
+        i = self.index_of(ledger_id)
+        if i is None:
+            return self
+        ledgers = list(self.ledgers)
+        ledgers[i] = replace(ledgers[i], entry_count=entry_count, size_bytes=size_bytes)
+        return replace(self, ledgers=tuple(ledgers))
+
+    def without_ledgers(self, ledger_ids: set[LedgerId]) -> "LogRecord":
+        """Drop ledgers from the list and record them as pending deletions (one change)."""
+        kept = tuple(lg for lg in self.ledgers if lg.ledger_id not in ledger_ids)
+        removed = tuple(lg.ledger_id for lg in self.ledgers if lg.ledger_id in ledger_ids)
+        pending = self.pending_deletions + tuple(x for x in removed if x not in self.pending_deletions)
+        return replace(self, ledgers=kept, pending_deletions=pending)
+
+    def without_pending(self, ledger_ids: set[LedgerId]) -> "LogRecord":
+        return replace(self, pending_deletions=tuple(x for x in self.pending_deletions if x not in ledger_ids))
+
+    def with_committed_batch(self, writer_id: str, batch_id: int) -> "LogRecord":
+        others = tuple((k, b) for k, b in self.committed_batches if k != writer_id)
+        return replace(self, committed_batches=others + ((writer_id, batch_id),))
+
+    def with_schema(self, schema: str | None, payload_format: str) -> "LogRecord":
+        return replace(self, schema=schema, payload_format=payload_format)
+
+    def with_retention(self, retention: Retention) -> "LogRecord":
+        return replace(self, retention=retention)
+
+
+def _lid(x: LedgerId) -> str:
+    return x.qualified_name
+
+
+def to_json_dict(rec: LogRecord) -> dict[str, Any]:
+    return {
+        "name": rec.name,
+        "formatVersion": rec.format_version,
+        "writerEpoch": rec.writer_epoch,
+        "nextSeq": rec.next_seq,
+        "ctimeMs": rec.ctime_ms,
+        "schema": rec.schema,
+        "payloadFormat": rec.payload_format,
+        "ledgers": [
+            {"seq": lg.seq, "ledger": _lid(lg.ledger_id), "ctimeMs": lg.ctime_ms, "entryCount": lg.entry_count,
+             "sizeBytes": lg.size_bytes}
+            for lg in rec.ledgers
+        ],
+        "committedBatches": [{"writer": k, "batch": b} for k, b in rec.committed_batches],
+        "pendingDeletions": [_lid(x) for x in rec.pending_deletions],
+        "retention": asdict(rec.retention),
+        "properties": dict(rec.properties),
+    }
+
+
+def from_json_dict(d: dict[str, Any]) -> LogRecord:
+    return LogRecord(
+        name=d["name"],
+        ledgers=tuple(
+            LogLedger(int(x["seq"]), LedgerId.from_qualified_name(x["ledger"]), int(x["ctimeMs"]),
+                      x.get("entryCount"), x.get("sizeBytes"))
+            for x in d["ledgers"]
+        ),
+        writer_epoch=int(d["writerEpoch"]),
+        next_seq=int(d["nextSeq"]),
+        schema=d.get("schema"),
+        payload_format=d.get("payloadFormat", "raw"),
+        committed_batches=tuple((x["writer"], int(x["batch"])) for x in d.get("committedBatches", [])),
+        pending_deletions=tuple(LedgerId.from_qualified_name(x) for x in d.get("pendingDeletions", [])),
+        retention=Retention(**d.get("retention", {})),
+        properties=tuple(sorted(d.get("properties", {}).items())),
+        ctime_ms=int(d.get("ctimeMs", 0)),
+        format_version=int(d.get("formatVersion", LOG_FORMAT_VERSION)),
+    )
+
+
+def encode(rec: LogRecord) -> bytes:
+    body = json.dumps(to_json_dict(rec), sort_keys=True, separators=(",", ":")).encode()
+    return _HEADER.pack(_MAGIC, LOG_FORMAT_VERSION, 0, len(body), crc32c.crc32c(body)) + body
+
+
+def decode(data: bytes, name: str) -> LogRecord:
+    where = f"log {name!r}"
+    if len(data) < _HEADER.size:
+        raise CorruptMetadataError(f"{where}: stored record is truncated")
+    magic, version, reserved, length, checksum = _HEADER.unpack_from(data)
+    if magic != _MAGIC or reserved != 0:
+        raise CorruptMetadataError(f"{where}: stored record has a bad header")
+    if version > LOG_FORMAT_VERSION:
+        raise UnsupportedFormatVersionError(f"{where}: record format {version} is newer than supported ({LOG_FORMAT_VERSION})")
+    body = data[_HEADER.size:]
+    if len(body) != length or crc32c.crc32c(body) != checksum:
+        raise CorruptMetadataError(f"{where}: stored record is truncated or corrupt")
+    try:
+        return from_json_dict(json.loads(body))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptMetadataError(f"{where}: stored record is invalid: {exc}") from exc
