@@ -79,12 +79,17 @@ class LedgerClient:
         *,
         create_context: CreateContext | None = None,
         custom: Mapping[str, bytes] | None = None,
+        ensemble: list[str] | None = None,
     ) -> WriteHandle:
         """Create a ledger on E writable bookies and return its writer. scope_id 0: the id comes
-        from the metadata store; another scope: a random id in it; None: a random UUID id."""
+        from the metadata store; another scope: a random id in it; None: a random UUID id.
+        `ensemble` pins the bookies (admin checks such as `ledger bookiesanity`)."""
         quorum = QuorumConfig(ensemble_size, write_quorum_size, ack_quorum_size)
         pw = _password(password)
-        ensemble = self.placement.new_ensemble(ensemble_size, self.pool.writable())
+        if ensemble is None:
+            ensemble = self.placement.new_ensemble(ensemble_size, self.pool.writable())
+        elif len(ensemble) != ensemble_size or len(set(ensemble)) != ensemble_size:
+            raise LedgerError(f"an explicit ensemble needs {ensemble_size} distinct bookies, got {ensemble}")
         for _ in range(CREATE_ID_COLLISIONS_MAX):
             lid = self.ledgers.allocate_ledger_id(scope_id)
             meta = LedgerMetadata.new(lid, quorum, ensemble, digest_type=digest_type, password=pw,

@@ -1,0 +1,5 @@
+import sys
+
+from pyspark_ledger.cli import main
+
+sys.exit(main())

@@ -1,0 +1,212 @@
+"""Argument parsing, metadata URI resolution, error handling and exit codes of `ledger`.
+
+Exit codes: 0 ok, 1 failure (bad id, unknown ledger, unreachable metadata, a failed check),
+2 usage error. Failures print one line on stderr, never a traceback (set LEDGER_DEBUG=1 for one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any, Callable
+
+from metadata import MetadataError
+from metadata.embedded_store import embedded_path_from_env_default
+from pyspark_ledger.cli import commands
+from pyspark_ledger.errors import LedgerError
+
+ENV_URI = "LEDGER_METADATA_URI"
+ENV_CONFIG = "LEDGER_CONFIG"
+DEFAULT_CONFIG = Path.home() / ".config" / "pyspark-ledger" / "config.toml"
+
+
+class UsageError(Exception):
+    pass
+
+
+class CommandError(Exception):
+    """A failure the command already explained; exit 1."""
+
+
+def resolve_metadata_uri(flag: str | None) -> str:
+    """--metadata-uri, then $LEDGER_METADATA_URI, then metadata_uri in the config file
+    ($LEDGER_CONFIG or ~/.config/pyspark-ledger/config.toml), then the embedded default if it exists."""
+    if flag:
+        return flag
+    if os.environ.get(ENV_URI):
+        return os.environ[ENV_URI]
+    cfg = Path(os.environ.get(ENV_CONFIG, DEFAULT_CONFIG))
+    if cfg.exists():
+        try:
+            with open(cfg, "rb") as fh:
+                value = tomllib.load(fh).get("metadata_uri")
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise CommandError(f"cannot read config file {cfg}: {exc}") from exc
+        if value:
+            return str(value)
+    default = embedded_path_from_env_default()
+    if default.exists():
+        return f"sqlite://{default}"
+    raise UsageError(f"no metadata service given: use --metadata-uri, set {ENV_URI}, or put metadata_uri in {cfg}")
+
+
+def _ledger_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+    p.add_argument("ledger", nargs=None if required else "?", help="ledger id (decimal, scope 0) or 32-hex qualified name")
+    p.add_argument("--ledger-scope-id", type=int, default=None, help="scope of a decimal ledger id (BP-35)")
+    p.add_argument("--ledger-qualified-name", action="store_true", help="treat LEDGER as a 128-bit qualified name")
+
+
+def _json_adder(add_parser: Callable[..., argparse.ArgumentParser]) -> Callable[..., argparse.ArgumentParser]:
+    """Wrap a subparsers' add_parser so every command also accepts `--json` after its name."""
+
+    def add(*a: Any, **kw: Any) -> argparse.ArgumentParser:
+        p = add_parser(*a, **kw)
+        p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
+        return p
+
+    return add
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="ledger", description="pyspark-ledger admin shell")
+    ap.add_argument("--metadata-uri", help=f"zk://host:port/root or sqlite:///path.db (else ${ENV_URI} or the config file)")
+    ap.add_argument("--json", action="store_true", help="machine-readable output")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    # `--json` is accepted after the command too (`ledger listledgers --json`).
+    sub.add_parser = _json_adder(sub.add_parser)  # type: ignore[method-assign]
+
+    p = sub.add_parser("listledgers", help="list ledgers (filter by scope, bookie, state)")
+    p.add_argument("--scope", type=int, help="only this scope id")
+    p.add_argument("--bookie", help="only ledgers with a fragment on this bookie")
+    p.add_argument("--state", choices=["OPEN", "IN_RECOVERY", "CLOSED"])
+    p.add_argument("--meta", action="store_true", help="show E/W/A, state and last entry")
+
+    p = sub.add_parser("ledgermetadata", help="show one ledger's metadata")
+    _ledger_args(p)
+
+    p = sub.add_parser("readledger", help="read entries of a ledger")
+    _ledger_args(p)
+    p.add_argument("--first", type=int, default=0)
+    p.add_argument("--last", type=int, default=None, help="default: the last entry (or the LAC of an open ledger)")
+    p.add_argument("--format", choices=["utf8", "hex"], default="utf8")
+    p.add_argument("--force-recovery", action="store_true", help="fence and close the ledger first (recovery open)")
+    p.add_argument("--password", default="")
+
+    p = sub.add_parser("recover", help="recover one ledger, or every ledger with a fragment on a bookie")
+    p.add_argument("ledger", nargs="?", help="ledger id or qualified name")
+    p.add_argument("--ledger-scope-id", type=int, default=None)
+    p.add_argument("--ledger-qualified-name", action="store_true")
+    p.add_argument("--bookie", help="recover every ledger with a fragment on this bookie")
+    p.add_argument("--dry-run", action="store_true", help="only show what would be done")
+    p.add_argument("--password", default="")
+    p.add_argument("--no-rereplicate", action="store_true", help="with --bookie: only close open ledgers")
+
+    p = sub.add_parser("deleteledger", help="delete a ledger")
+    _ledger_args(p)
+    p.add_argument("--force", action="store_true", help="do not ask for confirmation")
+
+    p = sub.add_parser("listbookies", help="list registered bookies")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--rw", action="store_true", help="writable bookies only")
+    g.add_argument("--ro", action="store_true", help="read-only bookies only")
+    g.add_argument("--all", action="store_true", help="all bookies (default)")
+
+    p = sub.add_parser("simpletest", help="create a ledger, write entries, read them back, delete it")
+    p.add_argument("-e", "--ensemble-size", type=int, default=3)
+    p.add_argument("-w", "--write-quorum-size", type=int, default=3)
+    p.add_argument("-a", "--ack-quorum-size", type=int, default=2)
+    p.add_argument("-n", "--num-entries", type=int, default=100)
+
+    p = sub.add_parser("bookiesanity", help="write and read a ledger on each bookie alone")
+    p.add_argument("--bookie", help="check only this bookie")
+    p.add_argument("-n", "--num-entries", type=int, default=10)
+
+    p = sub.add_parser("logs", help="list, show or trim named logs")
+    lsub = p.add_subparsers(dest="logs_command", metavar="ACTION")
+    lsub.required = True
+    lsub.add_parser = _json_adder(lsub.add_parser)  # type: ignore[method-assign]
+    lsub.add_parser("list", help="list logs")
+    q = lsub.add_parser("show", help="show a log's ledgers and state")
+    q.add_argument("name")
+    q = lsub.add_parser("trim", help="trim whole ledgers off the front of a log")
+    q.add_argument("name")
+    q.add_argument("--before", help='a position JSON: {"seq": n, "ledger": hex, "entry": n}')
+    q.add_argument("--max-age-s", type=float)
+    q.add_argument("--max-size-bytes", type=int)
+
+    p = sub.add_parser("quorums", help="explain the replication and recovery quorums of E/W/A")
+    p.add_argument("-e", "--ensemble-size", type=int, required=True)
+    p.add_argument("-w", "--write-quorum-size", type=int, required=True)
+    p.add_argument("-a", "--ack-quorum-size", type=int, required=True)
+
+    p = sub.add_parser("listorphaned", help="list orphaned ledgers found by the auditor (BP-44)")
+    p.add_argument("--printorphanreason", action="store_true")
+
+    p = sub.add_parser("showowner", help="show a ledger's owner and data set (BP-44)")
+    _ledger_args(p)
+
+    p = sub.add_parser("predictlifespan", help="show a ledger's expected and actual lifespan (BP-44)")
+    _ledger_args(p)
+
+    p = sub.add_parser("auditor", help="find orphaned ledgers: one pass, or periodically")
+    p.add_argument("--interval-s", type=float, default=None, help="repeat every N seconds (default: one pass)")
+    p.add_argument("--passes", type=int, default=None, help="stop after this many passes")
+    p.add_argument("--grace-period-s", type=float, default=3600.0)
+    p.add_argument("--rate", type=float, default=200.0, help="ledgers scanned per second at most")
+    return ap
+
+
+HANDLERS: dict[str, Callable[..., int]] = {
+    "listledgers": commands.listledgers,
+    "ledgermetadata": commands.ledgermetadata,
+    "readledger": commands.readledger,
+    "recover": commands.recover,
+    "deleteledger": commands.deleteledger,
+    "listbookies": commands.listbookies,
+    "simpletest": commands.simpletest,
+    "bookiesanity": commands.bookiesanity,
+    "logs": commands.logs,
+    "quorums": commands.quorums,
+    "listorphaned": commands.listorphaned,
+    "showowner": commands.showowner,
+    "predictlifespan": commands.predictlifespan,
+    "auditor": commands.auditor,
+}
+NO_METADATA = {"quorums"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse already printed the usage error
+        return int(exc.code or 0)
+    logging.basicConfig(level=logging.ERROR if not os.environ.get("LEDGER_DEBUG") else logging.INFO, stream=sys.stderr,
+                        format="%(levelname)s %(name)s %(message)s")
+    client: Any = None
+    try:
+        if args.command not in NO_METADATA:
+            uri = resolve_metadata_uri(args.metadata_uri)
+            from pyspark_ledger.client import LedgerClient
+
+            client = LedgerClient(uri, add_timeout_s=10)
+        return HANDLERS[args.command](client, args)
+    except UsageError as exc:
+        print(f"ledger: {exc}", file=sys.stderr)
+        return 2
+    except (CommandError, MetadataError, LedgerError, ValueError, OSError) as exc:
+        if os.environ.get("LEDGER_DEBUG"):
+            raise
+        print(f"ledger {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("ledger: interrupted", file=sys.stderr)
+        return 1
+    finally:
+        if client is not None:
+            client.close()
