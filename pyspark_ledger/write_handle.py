@@ -136,7 +136,8 @@ class WriteHandle(ReadHandle):
         self._digest = Digest.for_ledger(metadata.digest_type, password)
         self._key = (metadata.ledger_id.scope_id, metadata.ledger_id.id)
         self._cond = threading.Condition()
-        self._submit_lock = threading.Lock()  # serialises callers: ids, encoding, order of `_pending`
+        self._submit_lock = threading.Lock()
+        self._sender_idle = False  # serialises callers: ids, encoding, order of `_pending`
         self._future_cond = threading.Condition()  # shared by this handle's add futures
         self._write_sets: tuple[tuple[str, ...], ...] = ()
         self._refresh_write_sets()
@@ -213,12 +214,20 @@ class WriteHandle(ReadHandle):
                 p = _Pending(eid, data, lac, size, fut, self._write_sets[eid % len(self._write_sets)])
                 self._pending.append(p)
                 self._by_id[eid] = p
-                self._outbox.append(p)
+                # Low load: the sender thread is idle and nothing is queued, so send from this
+                # thread and save a thread hop of latency. Under load, queue for the sender,
+                # which batches whatever accumulated.
+                direct = self._sender_idle and len(self._pending) == 1 and not self._outbox and not self._failed_bookies
+                if not direct:
+                    self._outbox.append(p)
                 self._pending_bytes += size
                 self._last_add_time = time.monotonic()
                 if lac > self._last_lac_sent:
                     self._last_lac_sent = lac
-                self._cond.notify_all()
+                if not direct:
+                    self._cond.notify_all()
+            if direct:
+                self._send([p])
         return fut
 
     def close(self, close_context: CloseContext | None = None) -> None:
@@ -310,7 +319,9 @@ class WriteHandle(ReadHandle):
                         break
                     if self._lac_due():
                         break
+                    self._sender_idle = True
                     self._cond.wait(self._explicit_lac_interval_s or 0.5)
+                    self._sender_idle = False
                 failed = set(self._failed_bookies)
                 outbox, self._outbox = self._outbox, []
             try:

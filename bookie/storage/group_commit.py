@@ -61,6 +61,9 @@ class JournalQueue:
         self._closed = False
         self._taker_waiting = False
 
+    def has_items(self) -> bool:
+        return bool(self._items)
+
     @property
     def pending_bytes(self) -> int:
         return self._pending_bytes
@@ -171,6 +174,7 @@ class GroupCommitter:
         self._handoff_ready = threading.Condition(self._handoff_lock)
         self._handoff_space = threading.Condition(self._handoff_lock)
         self._journal_done = False
+        self._applying = False  # a group is being applied (by either thread); guarded by _handoff_lock
         self._journal_thread = threading.Thread(target=self._journal_loop, name="bookie-journal",
                                                 daemon=True)
         self._apply_thread = threading.Thread(target=self._apply_loop, name="bookie-journal-apply",
@@ -200,7 +204,21 @@ class GroupCommitter:
                 if group is None:
                     return
                 if group:
-                    self._hand_off(group, None if self._failed else self._write(group))
+                    end = None if self._failed else self._write(group)
+                    # Low load (nothing queued behind this group, the applier idle): apply here
+                    # and save a thread hop of add latency. Under load, hand off, so the next
+                    # journal write overlaps this group's entry-log write.
+                    with self._handoff_lock:
+                        inline = not self._handoff and not self._applying and not self._queue.has_items()
+                        if inline:
+                            self._applying = True
+                    if inline:
+                        self._apply_one(group, end)
+                        with self._handoff_lock:
+                            self._applying = False
+                            self._handoff_space.notify()
+                    else:
+                        self._hand_off(group, end)
         finally:
             with self._handoff_lock:
                 self._journal_done = True
@@ -246,24 +264,31 @@ class GroupCommitter:
                 if not self._handoff:
                     return
                 group, end = self._handoff.popleft()
+                self._applying = True
                 self._handoff_space.notify()
-            if end is None or self._failed:
-                self._complete(group, Status.INTERNAL_ERROR)
-                continue
-            try:
-                self._apply_group(group, end)
-            except Exception as e:  # a bug or an entry-log I/O error: acks would lie
-                self._fail(e)
-                self._complete(group, Status.INTERNAL_ERROR)
-                continue
-            stats = self._stats
-            for item in group:
-                if item.kind == KIND_ADD:
-                    batch = item.payload
-                    stats.add_batches += 1
-                    stats.adds += len(batch.ids)
-                    stats.add_bytes += batch.data_bytes
-            self._complete(group, Status.OK)
+            self._apply_one(group, end)
+            with self._handoff_lock:
+                self._applying = False
+                self._handoff_space.notify()
+
+    def _apply_one(self, group: list[JournalItem], end: JournalPosition | None) -> None:
+        if end is None or self._failed:
+            self._complete(group, Status.INTERNAL_ERROR)
+            return
+        try:
+            self._apply_group(group, end)
+        except Exception as e:  # a bug or an entry-log I/O error: acks would lie
+            self._fail(e)
+            self._complete(group, Status.INTERNAL_ERROR)
+            return
+        stats = self._stats
+        for item in group:
+            if item.kind == KIND_ADD:
+                batch = item.payload
+                stats.add_batches += 1
+                stats.adds += len(batch.ids)
+                stats.add_bytes += batch.data_bytes
+        self._complete(group, Status.OK)
 
     def _complete(self, group: list[JournalItem], status: Status) -> None:
         released = 0
