@@ -379,7 +379,7 @@ class ZooKeeperStore(MetadataStore):
 
     def _on_state(self, state: str) -> None:
         # Runs on kazoo's thread: never block here, only signal.
-        if state == KazooState.LOST:
+        if state == KazooState.LOST and not self._stop.is_set():
             log.warning("ZooKeeper session expired hosts=%s; registrations will be re-created", self.hosts)
             self._lost.set()
 
