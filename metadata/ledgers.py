@@ -7,15 +7,14 @@ Every change is a compare-and-set on the stored version; `update` is the standar
 from __future__ import annotations
 
 import random
-import time
 from typing import Callable, Iterator
 
 from metadata import serde
-from metadata.errors import BadVersionError, NodeExistsError, NoNodeError, NoSuchLedgerError
+from metadata.errors import NodeExistsError, NoNodeError, NoSuchLedgerError
 from metadata.ids import U64_MAX, LedgerId, LedgerIdLike
 from metadata.ledger import LedgerMetadata
 from metadata.paths import LEDGER_PATH_LEVELS, LEDGERS, SCOPE_PATH_LEVELS, ledger_id_from_path, ledger_path, scope_path
-from metadata.store import MetadataStore, RetryPolicy, Versioned, Watch
+from metadata.store import MetadataStore, RetryPolicy, Versioned, Watch, cas_update
 
 LEDGER_ID_COUNTER = "ledgers"
 
@@ -65,19 +64,7 @@ class LedgerManager:
     ) -> tuple[LedgerMetadata, int]:
         """Apply `change` by compare-and-set until it sticks. `change` returns the new value, or None
         when nothing needs writing (the current value is returned); it may raise to give up."""
-        delays = self.retry.delays()
-        while True:
-            meta, version = self.read(ledger)
-            new = change(meta)
-            if new is None or new == meta:
-                return meta, version
-            try:
-                return new, self.compare_and_set(new, version)
-            except BadVersionError:
-                delay = next(delays, None)
-                if delay is None:
-                    raise
-                time.sleep(delay)
+        return cas_update(lambda: self.read(ledger), self.compare_and_set, change, self.retry)
 
     def delete(self, ledger: LedgerIdLike, expected_version: int | None = None) -> None:
         lid = LedgerId.parse(ledger)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from typing import Callable
 
 from metadata import log_record
-from metadata.errors import BadVersionError, NodeExistsError, NoNodeError
+from metadata.errors import NodeExistsError, NoNodeError
 from metadata.log_record import LogRecord
 from metadata.paths import LOGS, check_name, log_path
-from metadata.store import MetadataStore, RetryPolicy, Versioned, Watch
+from metadata.store import MetadataStore, RetryPolicy, Versioned, Watch, cas_update
 
 
 class NoSuchLogError(NoNodeError):
@@ -51,19 +50,7 @@ class LogManager:
 
     def update(self, name: str, change: Callable[[LogRecord], LogRecord | None]) -> tuple[LogRecord, int]:
         """CAS loop: `change` returns the new record, None for no change, or raises to give up."""
-        delays = self.retry.delays()
-        while True:
-            rec, version = self.read(name)
-            new = change(rec)
-            if new is None or new == rec:
-                return rec, version
-            try:
-                return new, self.compare_and_set(new, version)
-            except BadVersionError:
-                delay = next(delays, None)
-                if delay is None:
-                    raise
-                time.sleep(delay)
+        return cas_update(lambda: self.read(name), self.compare_and_set, change, self.retry)
 
     def delete(self, name: str, expected_version: int | None = None) -> None:
         try:

@@ -19,7 +19,7 @@ import abc
 import random
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator, Protocol
+from typing import Callable, Iterator, Protocol, TypeVar
 
 from metadata.errors import InvalidMetadataError, NoNodeError
 
@@ -84,6 +84,35 @@ class RetryPolicy:
                 return
             yield random.uniform(0, delay_ms) / 1000.0
             delay_ms = min(delay_ms * 2, self.backoff_max_ms)
+
+
+T = TypeVar("T")
+
+
+def cas_update(
+    read: Callable[[], tuple[T, int]],
+    write: Callable[[T, int], int],
+    change: Callable[[T], T | None],
+    retry: RetryPolicy,
+) -> tuple[T, int]:
+    """The standard compare-and-set loop: read, apply a pure change, write on the version read,
+    re-read on conflict. `change` returns the new value, None (or an equal value) when nothing
+    needs writing, or raises to give up. Bounded by `retry`."""
+    from metadata.errors import BadVersionError
+
+    delays = retry.delays()
+    while True:
+        value, version = read()
+        new = change(value)
+        if new is None or new == value:
+            return value, version
+        try:
+            return new, write(new, version)
+        except BadVersionError:
+            delay = next(delays, None)
+            if delay is None:
+                raise
+            time.sleep(delay)
 
 
 class MetadataStore(abc.ABC):

@@ -42,7 +42,7 @@ from metadata.errors import (
     OutcomeUnknownError,
 )
 from metadata.paths import counter_path
-from metadata.store import ChildrenCallback, DataCallback, MetadataStore, RetryPolicy, Versioned, check_path, parent_of
+from metadata.store import ChildrenCallback, DataCallback, MetadataStore, RetryPolicy, Versioned, check_path
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ import time
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from metadata import LedgerId, LedgerState, NoSuchLedgerError, QuorumConfig
+from metadata import LedgerId, NoSuchLedgerError, QuorumConfig
 from metadata import serde
 from metadata.log_record import to_json_dict as log_json
 from pyspark_ledger.cli.output import Progress, print_json, print_table

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from metadata import LedgerId, LedgerState, NoSuchLedgerError
-from metadata.log_record import LogLedger, LogRecord
+from metadata.log_record import LogRecord
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.local_cluster import LocalCluster
 from pyspark_ledger.log import LogFencedError, Position, choose_trim
