@@ -1,0 +1,172 @@
+"""Spark glue for streaming: `writeStream.format("ledger")` and `readStream.format("ledger")`.
+
+Translation only; the protocol lives in streaming.py (no pyspark there).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from metadata.log_record import LogRecord
+from metadata.logs import LogExistsError
+from pyspark_ledger.datasource.options import LedgerSourceOptions
+from pyspark_ledger.datasource.planning import LedgerRange, LedgerSourceError, open_client, shape_of
+from pyspark_ledger.datasource.reader import ReadSpec, read_range
+from pyspark_ledger.datasource.streaming import (
+    Offset,
+    StreamSettings,
+    StreamTaskResult,
+    abort_stream_batch,
+    check_columns,
+    commit_stream_batch,
+    initial_offset,
+    latest_offset,
+    plan_stream_ranges,
+    stream_write_task,
+)
+from pyspark_ledger.datasource.writer import WriteJob
+
+log = logging.getLogger(__name__)
+
+
+# ---- sink --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StreamCommitMessage(WriterCommitMessage):
+    result: StreamTaskResult
+
+
+class LedgerStreamWriter(DataSourceStreamArrowWriter):
+    """Created on the driver when the query starts (and again after every restart: run_id tells
+    this run's staging from a crashed one's)."""
+
+    def __init__(self, opts: LedgerSourceOptions, settings: StreamSettings, schema: StructType, overwrite: bool,
+                 schema_json: str | None):
+        if overwrite:
+            raise LedgerSourceError("a streaming sink only appends: use outputMode append (complete/update would rewrite the log)")
+        name = opts.require_log("writing")
+        names = schema.fieldNames()
+        types = {f.name: f.dataType.typeName() for f in schema.fields}
+        with open_client(opts) as client:
+            existing = client.logs.get(name)
+            rec = existing[0] if existing is not None else None
+            fmt = opts.payload_format or (rec.payload_format if rec is not None and rec.ledgers else "raw")
+            check_columns(fmt, names, types)
+            if rec is None:
+                try:
+                    client.logs.create(LogRecord(name))
+                except LogExistsError:
+                    pass
+        self.job = WriteJob(opts, name, "stream", fmt, schema_json if fmt == "arrow" else None, False)
+        self.run_id = uuid.uuid4().hex[:12]
+        self.fail_commit = settings.test_fail_commit
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StreamCommitMessage:
+        ctx = TaskContext.get()
+        if ctx is None:
+            raise LedgerSourceError("write() must run inside a Spark task")
+        query_id = ctx.getLocalProperty("sql.streaming.queryId")
+        batch_id = ctx.getLocalProperty("streaming.sql.batchId")
+        if not query_id or batch_id is None:
+            raise LedgerSourceError("the streaming sink could not find the query id and batch id of this task")
+        result = stream_write_task(self.job, self.run_id, iterator, ctx.partitionId(), ctx.attemptNumber(),
+                                   ctx.taskAttemptId(), query_id, int(batch_id))
+        return StreamCommitMessage(result)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        commit_stream_batch(self.job, self.run_id, [m.result if isinstance(m, StreamCommitMessage) else None for m in messages],
+                            batchId, self.fail_commit)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        abort_stream_batch(self.job, self.run_id, [m.result if isinstance(m, StreamCommitMessage) else None for m in messages], batchId)
+
+
+# ---- source ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StreamPartition(InputPartition):
+    range: LedgerRange
+
+
+class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, opts: LedgerSourceOptions, settings: StreamSettings, schema: StructType, arrow_schema: pa.Schema):
+        self.opts = opts
+        self.settings = settings
+        self.schema = schema
+        self.arrow_schema = arrow_schema
+        with open_client(opts) as client:
+            self.payload_format = shape_of(client, opts).payload_format
+        self._target: Offset | None = None  # Trigger.AvailableNow's end
+
+    def initialOffset(self) -> dict:  # noqa: N802
+        with open_client(self.opts) as client:
+            return initial_offset(client, self.opts).to_dict()
+
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
+        if self.settings.max_entries_per_trigger is not None:
+            return ReadMaxRows(self.settings.max_entries_per_trigger)
+        if self.settings.max_bytes_per_trigger is not None:
+            return ReadMaxBytes(self.settings.max_bytes_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # noqa: N802
+        begin = Offset.from_dict(start)
+        max_entries = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
+        with open_client(self.opts) as client:
+            end = latest_offset(client, self.opts, begin, max_entries, max_bytes)
+        if self._target is not None and end > self._target:
+            end = max(begin, self._target)
+        return end.to_dict()
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+        with open_client(self.opts) as client:
+            self._target = latest_offset(client, self.opts, Offset(-1, 0), None, None)
+        log.info("Trigger.AvailableNow target offset=%s", self._target)
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        with open_client(self.opts) as client:
+            ranges = plan_stream_ranges(client, self.opts, self.settings, Offset.from_dict(start), Offset.from_dict(end))
+        return [StreamPartition(r) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, StreamPartition)
+        spec = ReadSpec(self.payload_format, self.arrow_schema, self.opts.password)
+        client = open_client(self.opts)
+        try:
+            yield from read_range(client, partition.range, spec)
+        finally:
+            client.close()
+
+    def commit(self, end: dict) -> None:
+        # Offsets live in Spark's checkpoint; the log keeps its data until retention trims it.
+        return None
+
+    def stop(self) -> None:
+        return None
+
+
+def describe(_: Any) -> str:  # pragma: no cover - for debugging in the REPL
+    return "ledger streaming source/sink"

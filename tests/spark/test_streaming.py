@@ -1,0 +1,185 @@
+"""Structured streaming: an exactly-once ledger sink and a LAC-bounded ledger source."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from pyspark_ledger.client import LedgerClient
+from pyspark_ledger.datasource.streaming import Offset, StreamSettings, latest_offset, parse_stream_options
+from pyspark_ledger.datasource.options import OptionError
+
+REPO = Path(__file__).resolve().parents[2]
+KILLS = 10
+
+
+def produce(client: LedgerClient, name: str, n: int, rollover: int = 400) -> list[bytes]:
+    with client.open_log_writer(name, rollover_entries=rollover) as w:
+        payloads = [b"event-%05d" % i for i in range(n)]
+        futures = [w.append_async(p) for p in payloads]
+        for f in futures:
+            f.result(timeout=60)
+    return payloads
+
+
+def log_payloads(client: LedgerClient, name: str) -> list[bytes]:
+    if name not in client.list_logs():
+        return []
+    with client.open_log_reader(name) as r:
+        return [e.payload for e in r.read()]
+
+
+def stream(spark: SparkSession, uri: str, source: str, **opts: str):  # type: ignore[no-untyped-def]
+    return spark.readStream.format("ledger").option("metadataServiceUri", uri).option("log", source).options(**opts).load()
+
+
+def test_stream_options_are_checked() -> None:
+    with pytest.raises(OptionError, match="maxEntriesPerTrigger"):
+        parse_stream_options({"metadataserviceuri": "sqlite:///tmp/x.db", "log": "a", "maxentriespertrigger": "0"})
+    with pytest.raises(OptionError, match="failOnDataLoss"):
+        parse_stream_options({"metadataserviceuri": "sqlite:///tmp/x.db", "log": "a", "failondataloss": "maybe"})
+    opts, settings = parse_stream_options({"metadataserviceuri": "sqlite:///tmp/x.db", "log": "a", "maxbytespertrigger": "1000"})
+    assert settings == StreamSettings(None, 1000, True) and opts.log == "a"
+
+
+def test_offsets_follow_rollovers_and_limits(client: LedgerClient, uri: str, log_name: str) -> None:
+    produce(client, log_name, 1000, rollover=300)
+    opts, _ = parse_stream_options({"metadataserviceuri": uri, "log": log_name})
+    rec = client.describe_log(log_name)
+    start = Offset(rec.ledgers[0].seq, 0)
+    end = latest_offset(client, opts, start, None, None)
+    assert (end.seq, end.entry) == (rec.ledgers[-1].seq, rec.ledgers[-1].entry_count)
+    limited = latest_offset(client, opts, start, 450, None)
+    assert (limited.seq, limited.entry) == (rec.ledgers[1].seq, 150)
+    assert latest_offset(client, opts, end, None, None) == end  # nothing new: the batch is empty
+
+
+def test_sink_and_source_exactly_once_in_order_with_a_live_producer(spark: SparkSession, client: LedgerClient, uri: str,
+                                                                    log_name: str, tmp_path: Path) -> None:
+    sink = log_name + "-out"
+    writer = client.open_log_writer(log_name, rollover_entries=150)  # the source log must exist first
+    out = stream(spark, uri, log_name, maxEntriesPerTrigger="100").select(F.col("payload"))
+    query = (out.writeStream.format("ledger").option("metadataServiceUri", uri).option("log", sink)
+             .option("checkpointLocation", str(tmp_path / "ckpt")).start())
+    produced: list[bytes] = []
+
+    def producer() -> None:
+        with writer as w:
+            for i in range(600):
+                produced.append(b"live-%04d" % i)
+                w.append(produced[-1])
+                if i % 50 == 0:
+                    time.sleep(0.1)
+
+    t = threading.Thread(target=producer)
+    t.start()
+    t.join(timeout=120)
+    deadline = time.monotonic() + 120
+    while len(log_payloads(client, sink)) < 600 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    query.stop()
+    assert log_payloads(client, sink) == produced
+    sizes = [p["numInputRows"] for p in query.recentProgress]
+    assert max(sizes) <= 100, sizes  # admission control held
+
+
+def test_failure_in_commit_is_replayed_once(spark: SparkSession, client: LedgerClient, uri: str, log_name: str,
+                                            tmp_path: Path) -> None:
+    payloads = produce(client, log_name, 500)
+    for when in ("after", "before"):
+        sink = f"{log_name}-{when}"
+        ckpt = str(tmp_path / when)
+
+        def run(fail: bool) -> None:
+            opts = {"metadataServiceUri": uri, "log": sink, "checkpointLocation": ckpt}
+            if fail:
+                opts["testFailCommit"] = when
+            q = stream(spark, uri, log_name).select("payload").writeStream.format("ledger").options(**opts) \
+                .trigger(availableNow=True).start()
+            q.awaitTermination(120)
+
+        with pytest.raises(Exception, match="injected commit failure"):
+            run(fail=True)
+        run(fail=False)  # restart from the checkpoint: Spark replays the failed batch
+        assert log_payloads(client, sink) == payloads, when
+
+
+def test_failOnDataLoss_when_the_start_was_trimmed(spark: SparkSession, client: LedgerClient, uri: str, log_name: str) -> None:
+    produce(client, log_name, 300, rollover=100)
+    rec = client.describe_log(log_name)
+    start = '{"seq": %d, "ledger": "%s", "entry": 0}' % (rec.ledgers[0].seq, rec.ledgers[0].ledger_id.qualified_name)
+    from pyspark_ledger.log import Position
+
+    client.trim_log(log_name, before=Position(rec.ledgers[1].seq, 0, rec.ledgers[1].ledger_id))
+    got = (stream(spark, uri, log_name, startingPosition=start, failOnDataLoss="false")
+           .writeStream.format("memory").queryName("dataloss_ok").trigger(availableNow=True).start())
+    got.awaitTermination(120)
+    assert spark.table("dataloss_ok").count() == 200
+    q = (stream(spark, uri, log_name, startingPosition=start).writeStream.format("memory").queryName("dataloss_fail")
+         .trigger(availableNow=True).start())
+    with pytest.raises(Exception, match="trimmed"):
+        q.awaitTermination(120)
+
+
+def test_kill9_the_streaming_driver_ten_times(client: LedgerClient, uri: str, log_name: str, tmp_path: Path) -> None:
+    seed = int(os.environ.get("LEDGER_TEST_SEED", "4242"))
+    print(f"seed={seed} (replay: LEDGER_TEST_SEED={seed})")
+    rng = random.Random(seed)
+    payloads = produce(client, log_name, 3000)
+    sink = log_name + "-out"
+    ckpt = tmp_path / "checkpoint"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def start(run_s: float) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.spark.stream_driver", uri, log_name, sink, str(ckpt), str(run_s)],
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+        )
+
+    def kill_group(p: subprocess.Popen[str]) -> None:
+        # The driver's own process group: the Python driver and the JVM it launched, nothing else.
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait(timeout=30)
+
+    progress = []
+    for _ in range(KILLS):
+        before = len(log_payloads(client, sink))
+        p = start(600)
+        try:
+            assert p.stdout is not None
+            line = p.stdout.readline()  # STARTED: the query is running
+            assert line.startswith("STARTED"), line
+            # Let this run commit at least one micro-batch, then kill it at a random moment
+            # (often in the middle of the next batch's tasks or commit).
+            deadline = time.monotonic() + 90
+            while len(log_payloads(client, sink)) == before and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(rng.uniform(0.0, 1.5))
+        finally:
+            kill_group(p)
+        progress.append(len(log_payloads(client, sink)))
+    print("output entries after each kill:", progress)
+    assert progress[-1] > progress[0] > 0, "the kills must land while the stream makes progress"
+    p = start(600)
+    try:
+        deadline = time.monotonic() + 240
+        while len(log_payloads(client, sink)) < len(payloads) and time.monotonic() < deadline:
+            time.sleep(1)
+    finally:
+        kill_group(p)
+    out = log_payloads(client, sink)
+    assert len(out) == len(set(out)), "an entry was written twice"
+    assert out == [x + b"!" for x in payloads]
