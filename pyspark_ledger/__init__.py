@@ -20,6 +20,7 @@ _LAZY = {
     "CreateContext": "metadata",
     "CloseContext": "metadata",
     "QuorumConfig": "metadata",
+    "DefaultSource": "pyspark_ledger.datasource.source",  # Spark's format("ledger"); imports pyspark
 }
 
 

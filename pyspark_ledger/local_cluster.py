@@ -3,6 +3,9 @@
 `LocalBookie` runs one bookie process and stops (or kills) exactly that process.
 `LocalCluster` runs N bookies against one metadata service (by default an embedded SQLite
 store in its own directory) and cleans everything up at exit.
+`LocalCluster.embedded()` is the quickstart's cluster: the embedded default store (the one
+`format("ledger")` uses when no metadataServiceUri is given) and bookies with stable ids and
+data dirs under the same home, so what one run writes the next can read.
 """
 
 from __future__ import annotations
@@ -153,21 +156,40 @@ class LocalCluster:
         metadata_uri: str | None = None,
         work_dir: str | Path | None = None,
         bookie_args: list[str] | None = None,
+        bookie_id_prefix: str | None = None,
     ):
+        """bookie_id_prefix: name bookies <prefix><i> (stable across restarts, addresses come from
+        the registry) instead of by their random loopback address."""
         self._own_dir = work_dir is None
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="ledger-cluster-"))
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.metadata_uri = metadata_uri or f"sqlite://{self.work_dir / 'metadata.db'}"
         self.bookie_args = bookie_args or []
         self.bookies: list[LocalBookie] = []
+        self.bookie_id_prefix = bookie_id_prefix
         self._num = num_bookies
         self._atexit_registered = False
+
+    @classmethod
+    def embedded(cls, num_bookies: int = 3, *, home: str | Path | None = None,
+                 bookie_args: list[str] | None = None) -> "LocalCluster":
+        """Bookies on the embedded default store: metadata at <home>/metadata.db (home: the
+        PYSPARK_LEDGER_HOME environment variable, else ~/.pyspark-ledger), bookie data under
+        <home>/bookies. Processes stop at exit (call start(), or use `with`); the data stays, so
+        delete the home directory to start from nothing."""
+        from metadata.embedded_store import embedded_path_from_env_default
+
+        db = Path(home) / "metadata.db" if home is not None else embedded_path_from_env_default()
+        db.parent.mkdir(parents=True, exist_ok=True)
+        return cls(num_bookies, metadata_uri=f"sqlite://{db}", work_dir=db.parent / "bookies",
+                   bookie_args=bookie_args, bookie_id_prefix="bookie-")
 
     def add_bookie(self, start: bool = True, extra_args: list[str] | None = None) -> LocalBookie:
         i = len(self.bookies)
         b = LocalBookie(
             self.metadata_uri, self.work_dir / f"bookie-{i}", extra_args=self.bookie_args + (extra_args or []),
             log_path=self.work_dir / f"bookie-{i}.log",
+            bookie_id=None if self.bookie_id_prefix is None else f"{self.bookie_id_prefix}{i}",
         )
         self.bookies.append(b)
         if start:

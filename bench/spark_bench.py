@@ -1,0 +1,146 @@
+"""Spark batch throughput of format("ledger") next to Parquet, in one run on one machine.
+
+Starts 3 real bookies (embedded store, fsync on) and a local[2] SparkSession; ledgers are
+written with E=3, W=3, A=2. The same cached DataFrame is written and read through the ledger
+source and as Parquet (local disk, Spark's default snappy), side by side. Reads are forced in
+full with the `noop` sink (a count() on Parquet would read only footers). Each figure is the
+median of --rounds timed runs after one warm-up run (Python workers start on first use).
+
+Workloads:
+  arrow  N rows of (id bigint, payload binary(100)) as Arrow entries (arrowBatchRows rows each)
+  raw    M rows of payload binary(100): one row = one 100-byte entry
+
+"payload MB/s" counts the DataFrame's data bytes (8 + 100 per arrow row);
+the stored bytes (Arrow IPC, after LZ4 if on) are printed too. --data random makes payloads
+incompressible (SHA-512 bytes); --data text makes them padded decimal ids (very compressible).
+
+    python bench/spark_bench.py [--rows 2000000] [--raw-rows 1000000] [--rounds 3]
+                                [--data random|text] [--compression lz4|none|zstd]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pyspark.sql import DataFrame, SparkSession  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+
+from pyspark_ledger.client import LedgerClient  # noqa: E402
+from pyspark_ledger.datasource.source import LedgerDataSource  # noqa: E402
+from pyspark_ledger.local_cluster import LocalCluster  # noqa: E402
+
+TARGETS = {"arrow write": "75 MB/s", "arrow read": "2.9M rows/s", "raw read": "1.5M rows/s"}
+
+
+def payload_column(kind: str) -> "F.Column":
+    if kind == "text":
+        return F.expr("cast(lpad(cast(id as string), 100, 'x') as binary)")
+    # 128 pseudo-random bytes per row (two differently salted SHA-512s, so no row repeats a
+    # neighbour's bytes), cut to 100: nothing for LZ4 or snappy to find.
+    return F.expr("substring(concat(unhex(sha2(concat('a', cast(id as string)), 512)), "
+                  "unhex(sha2(concat('b', cast(id as string)), 512))), 1, 100)")
+
+
+def timed(fn: Callable[[], None], rounds: int) -> float:
+    fn()  # warm-up: Python workers, JIT, page cache
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def noop(df: DataFrame) -> None:
+    df.write.format("noop").mode("overwrite").save()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=2_000_000)
+    ap.add_argument("--raw-rows", type=int, default=1_000_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--data", choices=("random", "text"), default="random")
+    ap.add_argument("--compression", choices=("lz4", "none", "zstd"), default="lz4")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only
+    work = Path(tempfile.mkdtemp(prefix="spark-bench-"))
+    cluster = LocalCluster(3, work_dir=work / "cluster").start()
+    spark = (SparkSession.builder.master("local[2]").appName("spark-bench")
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("WARN")
+    spark.dataSource.register(LedgerDataSource)  # whatever the install (see README "Spark")
+    uri = cluster.metadata_uri
+    opts = {"metadataServiceUri": uri, "ensembleSize": "3", "writeQuorumSize": "3", "ackQuorumSize": "2"}
+    rows: list[tuple[str, str, str, str]] = []
+    try:
+        arrow_df = spark.range(args.rows, numPartitions=2).select(F.col("id"), payload_column(args.data).alias("payload")).cache()
+        raw_df = spark.range(args.raw_rows, numPartitions=2).select(payload_column(args.data).alias("payload")).cache()
+        arrow_df.count(), raw_df.count()
+        arrow_bytes = args.rows * 108
+        pq_arrow, pq_raw = str(work / "arrow.parquet"), str(work / "raw.parquet")
+
+        def ledger_write(df: DataFrame, name: str, fmt: str) -> None:
+            (df.write.format("ledger").options(**opts).option("log", name).option("payloadFormat", fmt)
+             .option("arrowCompression", args.compression).mode("overwrite").save())
+
+        def ledger_read(name: str) -> None:
+            noop(spark.read.format("ledger").option("metadataServiceUri", uri).option("log", name).load())
+
+        t_aw = timed(lambda: ledger_write(arrow_df, "bench-arrow", "arrow"), args.rounds)
+        t_pw = timed(lambda: arrow_df.write.mode("overwrite").parquet(pq_arrow), args.rounds)
+        t_ar = timed(lambda: ledger_read("bench-arrow"), args.rounds)
+        t_pr = timed(lambda: noop(spark.read.parquet(pq_arrow)), args.rounds)
+        t_rw = timed(lambda: ledger_write(raw_df, "bench-raw", "raw"), args.rounds)
+        t_prw = timed(lambda: raw_df.write.mode("overwrite").parquet(pq_raw), args.rounds)
+        t_rr = timed(lambda: ledger_read("bench-raw"), args.rounds)
+        t_prr = timed(lambda: noop(spark.read.parquet(pq_raw)), args.rounds)
+
+        with LedgerClient(uri) as client:
+            stored = client.describe_log("bench-arrow").size_bytes
+        pq_size = sum(f.stat().st_size for f in Path(pq_arrow).glob("*.parquet"))
+
+        def mb(n: float, t: float) -> str:
+            return f"{n / t / 1e6:,.1f} MB/s"
+
+        def rps(n: float, t: float) -> str:
+            return f"{n / t / 1e6:,.2f}M rows/s"
+
+        rows = [
+            ("arrow write (payload)", mb(arrow_bytes, t_aw), mb(arrow_bytes, t_pw), TARGETS["arrow write"]),
+            ("arrow write (rows)", rps(args.rows, t_aw), rps(args.rows, t_pw), ""),
+            ("arrow read", rps(args.rows, t_ar), rps(args.rows, t_pr), TARGETS["arrow read"]),
+            ("raw write (100 B entries)", rps(args.raw_rows, t_rw), rps(args.raw_rows, t_prw), ""),
+            ("raw read (100 B entries)", rps(args.raw_rows, t_rr), rps(args.raw_rows, t_prr), TARGETS["raw read"]),
+            ("stored bytes (arrow)", f"{stored / 1e6:,.1f} MB", f"{pq_size / 1e6:,.1f} MB", ""),
+        ]
+    finally:
+        spark.stop()
+        cluster.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+    print(f"\nlocal[2], 3 bookies (fsync on), E=3 W=3 A=2, {os.cpu_count()} cores; arrow: {args.rows:,} rows of "
+          f"id + 100 B {args.data} payload, arrowCompression={args.compression}; raw: {args.raw_rows:,} entries of "
+          f"100 B; median of {args.rounds} runs after a warm-up")
+    print(f"| {'workload':<27} | {'ledger':>18} | {'Parquet':>18} | {'target (ledger)':>15} |")
+    print(f"|{'-' * 29}|{'-' * 20}:|{'-' * 20}:|{'-' * 17}|")
+    for name, ours, theirs, target in rows:
+        print(f"| {name:<27} | {ours:>18} | {theirs:>18} | {target:>15} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,253 @@
+"""The options of `format("ledger")`, parsed once into a typed, frozen value.
+
+Spark hands a data source its options as a case-insensitive map of strings. Everything is
+checked here, on the driver, before any I/O: a bad value raises OptionError naming the option
+(in its documented spelling) and what is accepted; an unknown key lists the known ones. No
+pyspark import: the parser is unit-tested without a JVM.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from metadata import (
+    DigestType,
+    InvalidMetadataError,
+    InvalidQuorumError,
+    LedgerId,
+    validate_quorum,
+)
+from metadata.context import CONTEXT_TEXT_BYTES_MAX, Party
+from metadata.embedded_store import embedded_path_from_env_default
+from metadata.errors import InvalidUriError
+from metadata.paths import check_name
+from metadata.uri import parse_uri
+from pyspark_ledger.log import Position
+
+# Bounds on numeric options: a typo must fail here, not as a stuck job.
+MAX_ENTRIES_PER_PARTITION_DEFAULT = 250_000
+MAX_ENTRIES_PER_PARTITION_MAX = 100_000_000
+ARROW_BATCH_ROWS_DEFAULT = 8_192
+ARROW_BATCH_ROWS_MAX = 1_000_000
+TEST_FAIL_ATTEMPTS_MAX = 1_000
+
+PAYLOAD_FORMATS = ("raw", "arrow")
+ARROW_COMPRESSIONS = ("none", "lz4", "zstd")
+ARROW_COMPRESSION_DEFAULT = "lz4"  # Arrow IPC's LZ4 frame: GB/s both ways, standard for any IPC reader
+TEST_FAIL_MODES = ("raise", "exit")
+
+# lower-cased key -> documented spelling (Spark lower-cases keys before we see them).
+KNOWN_OPTIONS: dict[str, str] = {
+    name.lower(): name
+    for name in (
+        "metadataServiceUri", "log", "ledger", "path", "startingPosition", "endingPosition",
+        "maxEntriesPerPartition", "password", "digestType", "ensembleSize", "writeQuorumSize",
+        "ackQuorumSize", "payloadFormat", "arrowBatchRows", "arrowCompression", "dataSet", "owner",
+        "testFailAttempts", "testFailMode",
+    )
+}
+
+
+class OptionError(ValueError):
+    """A `format("ledger")` option is missing, unknown or has a bad value; names the option."""
+
+    def __init__(self, option: str, problem: str):
+        self.option = option
+        super().__init__(f'ledger data source option "{option}": {problem}')
+
+
+def default_metadata_uri() -> str:
+    """The embedded store of the quickstart: sqlite://<PYSPARK_LEDGER_HOME or ~/.pyspark-ledger>/metadata.db."""
+    return f"sqlite://{embedded_path_from_env_default()}"
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """One end of a read: the log's earliest entry, its latest readable entry, or a position
+    (inclusive, as pyspark_ledger.log.Position.to_json writes it)."""
+
+    kind: str  # "earliest" | "latest" | "position"
+    position: Position | None = None
+
+    @classmethod
+    def parse(cls, option: str, text: str) -> "Bound":
+        word = text.strip().lower()
+        if word in ("earliest", "latest"):
+            return cls(word)
+        try:
+            return cls("position", Position.from_json(text))
+        except (ValueError, InvalidMetadataError) as exc:
+            raise OptionError(
+                option, f"expected earliest, latest or a JSON position like "
+                f'{{"seq": 0, "ledger": "<32 hex digits>", "entry": 0}}, got {text!r} ({exc})'
+            ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerSourceOptions:
+    metadata_uri: str
+    log: str | None = None
+    ledger: LedgerId | None = None
+    starting: Bound = field(default_factory=lambda: Bound("earliest"))
+    ending: Bound = field(default_factory=lambda: Bound("latest"))
+    max_entries_per_partition: int = MAX_ENTRIES_PER_PARTITION_DEFAULT
+    password: bytes = b""
+    digest_type: str = DigestType.CRC32C.value
+    ensemble_size: int = 3
+    write_quorum_size: int = 3
+    ack_quorum_size: int = 2
+    payload_format: str | None = None  # None: the log's recorded format (reads), or raw for a new log
+    arrow_batch_rows: int = ARROW_BATCH_ROWS_DEFAULT
+    arrow_compression: str = ARROW_COMPRESSION_DEFAULT
+    data_set: str | None = None
+    owner: Party | None = None
+    test_fail_attempts: int = 0
+    test_fail_mode: str = "raise"
+
+    @property
+    def target(self) -> str:
+        """What is read or written, for messages."""
+        return f"log {self.log!r}" if self.log is not None else f"ledger {self.ledger}"
+
+    def require_log(self, action: str) -> str:
+        if self.log is None:
+            raise OptionError("log", f"{action} needs a log name (option log), not a single ledger")
+        return self.log
+
+
+def _int(options: Mapping[str, str], key: str, default: int, lo: int, hi: int) -> int:
+    raw = options.get(key.lower())
+    if raw is None:
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise OptionError(key, f"expected an integer, got {raw!r}") from None
+    if not lo <= value <= hi:
+        raise OptionError(key, f"must be between {lo} and {hi}, got {value}")
+    return value
+
+
+def _text(options: Mapping[str, str], key: str) -> str | None:
+    raw = options.get(key.lower())
+    if raw is None:
+        return None
+    value = str(raw).strip()
+    return value or None
+
+
+def _owner(raw: str) -> Party:
+    """`enterprise/system/service/instance`, any prefix of it (BP-44 createdOnBehalfOf)."""
+    parts = [p.strip() for p in raw.split("/")]
+    if len(parts) > 4:
+        raise OptionError("owner", f"expected up to 4 parts enterprise/system/service/instance, got {raw!r}")
+    try:
+        return Party(*parts)
+    except InvalidMetadataError as exc:
+        raise OptionError("owner", str(exc)) from None
+
+
+def parse_options(options: Mapping[str, str]) -> LedgerSourceOptions:
+    """Parse Spark's option map (keys in any case, values strings) or raise OptionError."""
+    opts = {str(k).lower(): v for k, v in options.items()}
+    unknown = sorted(k for k in opts if k not in KNOWN_OPTIONS)
+    if unknown:
+        raise OptionError(
+            unknown[0], f"unknown option (given: {', '.join(unknown)}); known options: "
+            f"{', '.join(sorted(KNOWN_OPTIONS.values(), key=str.lower))}"
+        )
+
+    uri = _text(opts, "metadataServiceUri") or default_metadata_uri()
+    try:
+        parse_uri(uri)
+    except InvalidUriError as exc:
+        raise OptionError("metadataServiceUri", str(exc)) from None
+
+    log_name = _text(opts, "log")
+    path = _text(opts, "path")
+    if log_name is not None and path is not None and path != log_name:
+        raise OptionError("log", f"given twice, as log={log_name!r} and as the path {path!r}")
+    log_name = log_name or path
+    ledger_text = _text(opts, "ledger")
+    if (log_name is None) == (ledger_text is None):
+        raise OptionError("log", "give exactly one of log (a log name) and ledger (a ledger id or qualified name)")
+    if log_name is not None:
+        try:
+            check_name("log", log_name)
+        except InvalidMetadataError as exc:
+            raise OptionError("log", str(exc)) from None
+    ledger = None
+    if ledger_text is not None:
+        try:
+            ledger = LedgerId.parse(ledger_text)
+        except InvalidMetadataError as exc:
+            raise OptionError("ledger", str(exc)) from None
+
+    starting = Bound.parse("startingPosition", opts["startingposition"]) if "startingposition" in opts else Bound("earliest")
+    ending = Bound.parse("endingPosition", opts["endingposition"]) if "endingposition" in opts else Bound("latest")
+
+    digest = _text(opts, "digestType") or DigestType.CRC32C.value
+    try:
+        digest = DigestType.parse(digest).value
+    except InvalidMetadataError as exc:
+        raise OptionError("digestType", str(exc)) from None
+
+    e = _int(opts, "ensembleSize", 3, 1, 64)
+    w = _int(opts, "writeQuorumSize", min(3, e), 1, 64)
+    a = _int(opts, "ackQuorumSize", min(2, w), 1, 64)
+    try:
+        validate_quorum(e, w, a)
+    except InvalidQuorumError as exc:
+        culprit = "writeQuorumSize" if w > e else "ackQuorumSize"
+        raise OptionError(culprit, f"{exc} (ensembleSize={e}, writeQuorumSize={w}, ackQuorumSize={a})") from None
+
+    fmt = _text(opts, "payloadFormat")
+    if fmt is not None:
+        fmt = fmt.lower()
+        if fmt not in PAYLOAD_FORMATS:
+            raise OptionError("payloadFormat", f"expected one of {', '.join(PAYLOAD_FORMATS)}, got {fmt!r}")
+
+    compression = (_text(opts, "arrowCompression") or ARROW_COMPRESSION_DEFAULT).lower()
+    if compression not in ARROW_COMPRESSIONS:
+        raise OptionError("arrowCompression", f"expected one of {', '.join(ARROW_COMPRESSIONS)}, got {compression!r}")
+
+    data_set = _text(opts, "dataSet")
+    if data_set is not None and len(data_set.encode()) > CONTEXT_TEXT_BYTES_MAX:
+        raise OptionError("dataSet", f"longer than {CONTEXT_TEXT_BYTES_MAX} bytes")
+    owner_text = _text(opts, "owner")
+
+    mode = (_text(opts, "testFailMode") or "raise").lower()
+    if mode not in TEST_FAIL_MODES:
+        raise OptionError("testFailMode", f"expected one of {', '.join(TEST_FAIL_MODES)}, got {mode!r}")
+
+    password = opts.get("password")
+    return LedgerSourceOptions(
+        metadata_uri=uri,
+        log=log_name,
+        ledger=ledger,
+        starting=starting,
+        ending=ending,
+        max_entries_per_partition=_int(opts, "maxEntriesPerPartition", MAX_ENTRIES_PER_PARTITION_DEFAULT, 1,
+                                       MAX_ENTRIES_PER_PARTITION_MAX),
+        password=b"" if password is None else str(password).encode(),
+        digest_type=digest,
+        ensemble_size=e,
+        write_quorum_size=w,
+        ack_quorum_size=a,
+        payload_format=fmt,
+        arrow_batch_rows=_int(opts, "arrowBatchRows", ARROW_BATCH_ROWS_DEFAULT, 1, ARROW_BATCH_ROWS_MAX),
+        arrow_compression=compression,
+        data_set=data_set,
+        owner=None if owner_text is None else _owner(owner_text),
+        test_fail_attempts=_int(opts, "testFailAttempts", 0, 0, TEST_FAIL_ATTEMPTS_MAX),
+        test_fail_mode=mode,
+    )
+
+
+def this_host() -> str:
+    """The executor's name for BP-44 createdBy (bounded to the field's size)."""
+    name = f"{socket.gethostname()}:{os.getpid()}"
+    return name[:CONTEXT_TEXT_BYTES_MAX]

@@ -1,0 +1,164 @@
+"""Read planning, on the driver: which entries of which ledgers a batch read returns.
+
+The plan is fixed here, once: closed ledgers are read up to their last entry, open ones up to
+the LAC a quorum of their bookies reports now (never past it), so a read that runs while a
+producer appends returns a consistent prefix of the log. Each (ledger, fragment) range becomes
+one or more LedgerRange values of at most `max_entries_per_partition` entries, carrying the
+ledger's metadata (which pickles) so executors need no metadata reads to find the replicas.
+
+No pyspark here; source.py wraps ranges into Spark input partitions.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from metadata import LedgerId, LedgerMetadata, MetadataError, NoSuchLedgerError
+from metadata.log_record import LogRecord
+from metadata.logs import NoSuchLogError
+from pyspark_ledger.datasource.options import Bound, LedgerSourceOptions, OptionError
+from pyspark_ledger.errors import LedgerError
+from pyspark_ledger.read_handle import ReadHandle
+
+if TYPE_CHECKING:
+    from pyspark_ledger.client import LedgerClient
+
+log = logging.getLogger(__name__)
+
+# A plan names every range in the driver's memory and in Spark's task list: keep it bounded.
+PARTITIONS_MAX = 100_000
+
+
+class LedgerSourceError(LedgerError):
+    """Reading or writing through the data source is impossible as asked (no such log, wrong
+    password, incompatible schema, ...). The message says what to change."""
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRange:
+    """Entries first..last (inclusive) of one fragment of one ledger."""
+
+    index: int  # position in the plan (spreads first-replica choice over the ensemble)
+    seq: int  # the ledger's sequence number in its log (0 for a single-ledger read)
+    ledger_id: LedgerId
+    first_entry_id: int
+    last_entry_id: int
+    ensemble: tuple[str, ...]  # the fragment's bookies
+    metadata: LedgerMetadata
+    metadata_version: int
+
+    @property
+    def entries(self) -> int:
+        return self.last_entry_id - self.first_entry_id + 1
+
+
+@dataclass(frozen=True, slots=True)
+class SourceShape:
+    """What a read returns: the payload format and, for Arrow logs, the written columns' Spark
+    schema as JSON (None for raw, or for a single Arrow ledger whose schema comes from entry 0)."""
+
+    payload_format: str
+    schema_json: str | None
+
+
+def read_log(client: "LedgerClient", opts: LedgerSourceOptions) -> LogRecord:
+    name = opts.require_log("reading")
+    try:
+        return client.logs.read(name)[0]
+    except NoSuchLogError:
+        raise LedgerSourceError(f"no log named {name!r} in {opts.metadata_uri} (option log)") from None
+
+
+def shape_of(client: "LedgerClient", opts: LedgerSourceOptions) -> SourceShape:
+    """The payload format (an explicit payloadFormat wins; else what the log recorded) and schema."""
+    if opts.log is None:
+        return SourceShape(opts.payload_format or "raw", None)
+    rec = read_log(client, opts)
+    fmt = opts.payload_format or rec.payload_format
+    if fmt == "arrow" and rec.payload_format != "arrow":
+        raise LedgerSourceError(f"log {rec.name!r} holds raw entries, not Arrow (option payloadFormat)")
+    if fmt == "arrow" and rec.schema is None:
+        raise LedgerSourceError(f"Arrow log {rec.name!r} has no recorded schema yet (nothing was written)")
+    return SourceShape(fmt, rec.schema if fmt == "arrow" else None)
+
+
+def _last_readable(client: "LedgerClient", meta: LedgerMetadata, version: int, opts: LedgerSourceOptions) -> int:
+    if meta.is_closed:
+        return meta.last_entry_id  # type: ignore[return-value]
+    handle = ReadHandle(client, meta, version, opts.password)
+    try:
+        return handle.last_add_confirmed()
+    finally:
+        handle.close()
+
+
+def _check_position(option: str, bound: Bound, rec_ledgers: dict[int, LedgerId]) -> None:
+    p = bound.position
+    if p is None:
+        return
+    at = rec_ledgers.get(p.seq)
+    if at is not None and at != p.ledger_id:
+        raise OptionError(option, f"position {p} names ledger {p.ledger_id}, but seq {p.seq} of this log is ledger {at}")
+
+
+def plan_ranges(client: "LedgerClient", opts: LedgerSourceOptions) -> list[LedgerRange]:
+    """The ranges a batch read covers, in log order."""
+    if opts.log is not None:
+        rec = read_log(client, opts)
+        ledgers = [(lg.seq, lg.ledger_id) for lg in rec.ledgers]
+    elif opts.ledger is not None:
+        ledgers = [(0, opts.ledger)]
+    else:
+        raise OptionError("log", "give exactly one of log and ledger")
+    if opts.starting.kind == "latest" or opts.ending.kind == "earliest":
+        return []  # a batch read that starts after the end (or ends before the start) is empty
+    by_seq = dict(ledgers)
+    _check_position("startingPosition", opts.starting, by_seq)
+    _check_position("endingPosition", opts.ending, by_seq)
+    start, end = opts.starting.position, opts.ending.position
+    ranges: list[LedgerRange] = []
+    for seq, lid in ledgers:
+        if start is not None and seq < start.seq:
+            continue
+        if end is not None and seq > end.seq:
+            break
+        try:
+            meta, version = client.ledgers.read(lid)
+        except NoSuchLedgerError:
+            if opts.ledger is not None:
+                raise LedgerSourceError(f"no ledger {lid} in {opts.metadata_uri} (option ledger)") from None
+            log.info("ledger of the log is gone (trimmed while planning), skipping log=%s ledger=%s", opts.log, lid)
+            continue
+        if not meta.check_password(opts.password):
+            raise OptionError("password", f"wrong password for ledger {lid} of {opts.target}")
+        first = start.entry_id if start is not None and seq == start.seq else 0
+        last = _last_readable(client, meta, version, opts)
+        if end is not None and seq == end.seq:
+            last = min(last, end.entry_id)
+        if last < first:
+            continue
+        for seg_index, seg in enumerate(meta.segments):
+            seg_last = meta.segment_last_entry_id(seg_index)
+            lo = max(first, seg.first_entry_id)
+            hi = last if seg_last is None else min(last, seg_last)
+            while lo <= hi:
+                top = min(hi, lo + opts.max_entries_per_partition - 1)
+                ranges.append(LedgerRange(len(ranges), seq, lid, lo, top, seg.bookies, meta, version))
+                if len(ranges) > PARTITIONS_MAX:
+                    raise OptionError("maxEntriesPerPartition", f"the read would need more than {PARTITIONS_MAX} partitions; raise it")
+                lo = top + 1
+    log.info("read planned target=%s ranges=%d entries=%d", opts.target, len(ranges), sum(r.entries for r in ranges))
+    return ranges
+
+
+def open_client(opts: LedgerSourceOptions, *, add_timeout_s: float = 10.0) -> "LedgerClient":
+    """A client for this job's metadata service; an unreachable store fails within its connect
+    timeout with a message naming the option."""
+    from pyspark_ledger.client import LedgerClient
+
+    try:
+        return LedgerClient(opts.metadata_uri, add_timeout_s=add_timeout_s)
+    except MetadataError as exc:
+        raise LedgerSourceError(f"cannot open the metadata service {opts.metadata_uri} (option metadataServiceUri): {exc}") from exc

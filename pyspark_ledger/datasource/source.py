@@ -1,0 +1,213 @@
+"""The Spark glue: `DefaultSource` (format "ledger"), its batch reader and its Arrow writer.
+
+Nothing but translation lives here: Spark's options -> LedgerSourceOptions, planned ranges ->
+input partitions, TaskContext -> the attempt's ids. Planning, reading and committing are in
+planning.py, reader.py and writer.py, which do not import pyspark.
+
+Spark finds this class by itself (it imports every top-level `pyspark_*` module and looks for
+`DefaultSource`; `pyspark_ledger.DefaultSource` loads this module lazily) or through
+`spark.dataSource.register(LedgerDataSource)`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.types import BinaryType, LongType, StructField, StructType
+
+from pyspark_ledger.datasource import SOURCE_NAME
+from pyspark_ledger.datasource.options import LedgerSourceOptions
+from pyspark_ledger.datasource.planning import (
+    LedgerRange,
+    LedgerSourceError,
+    open_client,
+    plan_ranges,
+    shape_of,
+)
+from pyspark_ledger.datasource.reader import ReadSpec, read_range
+from pyspark_ledger.datasource.writer import (
+    TaskResult,
+    WriteJob,
+    abort_job,
+    commit_job,
+    new_job_id,
+    prepare_job,
+    write_task,
+)
+
+log = logging.getLogger(__name__)
+
+RAW_SCHEMA = StructType([
+    StructField("ledger_scope_id", LongType()),
+    StructField("ledger_id", LongType()),
+    StructField("entry_id", LongType()),
+    StructField("payload", BinaryType()),
+])
+META_FIELDS = [StructField("ledger_id", LongType()), StructField("entry_id", LongType())]
+
+
+def _all_nullable(value: Any) -> Any:
+    """A schema's JSON with every field and element nullable: appends of DataFrames that differ
+    only in nullability are the same log schema, and reads never promise non-null."""
+    if isinstance(value, list):
+        return [_all_nullable(v) for v in value]
+    if isinstance(value, dict):
+        out = {k: _all_nullable(v) for k, v in value.items()}
+        for key in ("nullable", "containsNull", "valueContainsNull"):
+            if key in out:
+                out[key] = True
+        return out
+    return value
+
+
+def log_schema_json(schema: StructType) -> str:
+    return json.dumps(_all_nullable(schema.jsonValue()), sort_keys=True, separators=(",", ":"))
+
+
+def _arrow_schema(schema: StructType) -> pa.Schema:
+    # Exactly as Spark's Python data source worker derives the batch schema it checks against.
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+class LedgerDataSource(DataSource):
+    """`spark.read.format("ledger")` and `df.write.format("ledger")`; options in README "Spark"."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def _options(self) -> LedgerSourceOptions:
+        # The streaming-only options are split off here (and parsed by the stream classes).
+        from pyspark_ledger.datasource.streaming import parse_stream_options
+
+        return parse_stream_options(dict(self.options))[0]
+
+    def schema(self) -> StructType:
+        opts = self._options()
+        with open_client(opts) as client:
+            shape = shape_of(client, opts)
+            if shape.payload_format == "raw":
+                return RAW_SCHEMA
+            if shape.schema_json is not None:
+                data = StructType.fromJson(json.loads(shape.schema_json))
+            else:
+                data = from_arrow_schema(_single_ledger_arrow_schema(client, opts))
+        return StructType(list(data.fields) + META_FIELDS)
+
+    def reader(self, schema: StructType) -> "LedgerReader":
+        return LedgerReader(self._options(), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> "LedgerWriter":
+        return LedgerWriter(self._options(), schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> Any:  # noqa: N802 - Spark's API
+        from pyspark_ledger.datasource.stream_source import LedgerStreamWriter
+        from pyspark_ledger.datasource.streaming import parse_stream_options
+
+        opts, settings = parse_stream_options(dict(self.options))
+        return LedgerStreamWriter(opts, settings, schema, overwrite, log_schema_json(schema))
+
+    def streamReader(self, schema: StructType) -> Any:  # noqa: N802 - Spark's API
+        from pyspark_ledger.datasource.stream_source import LedgerStreamReader
+        from pyspark_ledger.datasource.streaming import parse_stream_options
+
+        opts, settings = parse_stream_options(dict(self.options))
+        return LedgerStreamReader(opts, settings, schema, _arrow_schema(schema))
+
+
+DefaultSource = LedgerDataSource
+
+
+def _single_ledger_arrow_schema(client: Any, opts: LedgerSourceOptions) -> pa.Schema:
+    """A lone Arrow ledger records no schema in a log: every entry is a full IPC stream, so
+    entry 0 says what the columns are."""
+    if opts.ledger is None:
+        raise LedgerSourceError("the schema of a single ledger needs option ledger")
+    handle = client.open_ledger(opts.ledger, password=opts.password)
+    try:
+        if handle.last_add_confirmed() < 0:
+            raise LedgerSourceError(f"ledger {opts.ledger} is empty: give the schema with spark.read.schema(...)")
+        payload = handle.read_entry(0).payload
+    finally:
+        handle.close()
+    return pa.ipc.open_stream(pa.py_buffer(payload)).schema
+
+
+# ---- reading -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LedgerPartition(InputPartition):
+    """One planned range (a fragment of a ledger, at most maxEntriesPerPartition entries)."""
+
+    range: LedgerRange
+
+
+class LedgerReader(DataSourceReader):
+    """Pickled to executors: holds options and the output schema only, never a client."""
+
+    def __init__(self, opts: LedgerSourceOptions, schema: StructType):
+        self.opts = opts
+        self.schema = schema
+        with open_client(opts) as client:
+            self.payload_format = shape_of(client, opts).payload_format
+        self.arrow_schema = _arrow_schema(schema)
+
+    def partitions(self) -> list[InputPartition]:
+        with open_client(self.opts) as client:
+            return [LedgerPartition(r) for r in plan_ranges(client, self.opts)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, LedgerPartition):
+            return  # Spark's placeholder partition for an empty plan
+        spec = ReadSpec(self.payload_format, self.arrow_schema, self.opts.password)
+        client = open_client(self.opts)
+        try:
+            yield from read_range(client, partition.range, spec)
+        finally:
+            client.close()
+
+
+# ---- writing -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LedgerCommitMessage(WriterCommitMessage):
+    result: TaskResult
+
+
+class LedgerWriter(DataSourceArrowWriter):
+    """Created once on the driver (the job is prepared then); pickled to tasks and to commit/abort."""
+
+    def __init__(self, opts: LedgerSourceOptions, schema: StructType, overwrite: bool):
+        names = schema.fieldNames()
+        types = {f.name: f.dataType.typeName() for f in schema.fields}
+        self.job: WriteJob = prepare_job(opts, new_job_id(), log_schema_json(schema), names, types, overwrite)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> LedgerCommitMessage:
+        ctx = TaskContext.get()
+        if ctx is None:
+            raise LedgerSourceError("write() must run inside a Spark task")
+        result = write_task(self.job, iterator, ctx.partitionId(), ctx.attemptNumber(), ctx.taskAttemptId())
+        return LedgerCommitMessage(result)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        commit_job(self.job, [m.result if isinstance(m, LedgerCommitMessage) else None for m in messages])
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        # The messages are not enough (failed attempts that wrote data arrive as None): the
+        # job's staging node lists every attempt's ledger.
+        abort_job(self.job)

@@ -1,0 +1,551 @@
+"""Batch writes: one ledger per task attempt, one compare-and-set per job.
+
+Driver, when Spark creates the writer (prepare_job): decide the payload format, check the
+DataFrame against the log (format, Arrow schema), create the log if it is missing, and create
+the job's staging node /staging/<log>/<job id> in state "open". The job id is made here and
+travels to the executors inside the pickled writer.
+
+Executor, per task attempt (write_task): on the first row, create a ledger and register it at
+/staging/<log>/<job id>/<ledger> *before* writing, then check the job is still open (a late
+duplicate attempt of a finished job deletes its ledger and stops). Write the rows (raw: one row
+= one entry; arrow: a bounded batch of rows = one entry, an Arrow IPC stream), seal the ledger,
+check every entry was acknowledged, and return a TaskResult naming it. A failing attempt seals
+its ledger with a BP-44 close context marking it for deletion, deletes it, and unregisters it.
+
+Driver, commit: job state "open" -> "committing" (late attempts now stop themselves), then ONE
+compare-and-set of the log record appends the committed ledgers in partition order and records
+the schema (overwrite: the same change also moves every old ledger to pending deletions, which
+trim_log then deletes). Only then is anything deleted: every staged ledger that is not in the
+commit (failed attempts, duplicate attempts, attempts Spark reported as None) is deleted, or
+marked for deletion if it cannot be. abort: the same cleanup, and the log is never touched.
+
+Spark passes commit() only one message per partition and abort() None for failed tasks that
+wrote data; the staging nodes are how the driver finds every ledger regardless.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Iterator
+
+import pyarrow as pa
+
+from metadata import (
+    BadVersionError,
+    CloseContext,
+    CreateContext,
+    LedgerId,
+    LedgerState,
+    MetadataError,
+    NoNodeError,
+    NoSuchLedgerError,
+    OutcomeUnknownError,
+)
+from metadata.context import now_ms
+from metadata.log_record import LogRecord
+from metadata.logs import LogExistsError, NoSuchLogError
+from metadata.store import join
+from pyspark_ledger.datasource import codec
+from pyspark_ledger.datasource.options import (
+    LedgerSourceOptions,
+    OptionError,
+    this_host,
+)
+from pyspark_ledger.datasource.planning import LedgerSourceError, open_client
+from pyspark_ledger.errors import LedgerError
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+    from pyspark_ledger.client import LedgerClient
+    from pyspark_ledger.write_handle import WriteHandle
+
+log = logging.getLogger(__name__)
+
+STAGING = "/staging"
+# Adds a task keeps in flight: enough to batch well, few enough that one add's latency (the
+# bookies' backlog) stays far below the add timeout on a busy machine.
+INFLIGHT_ENTRIES_MAX = 4_096
+INFLIGHT_BYTES_MAX = 32 * 2**20
+ADD_WAIT_TIMEOUT_S = 120.0
+# Task writers tolerate slow bookies longer than the client default: with E == W there is no
+# spare bookie, so an add timeout fails the task.
+TASK_ADD_TIMEOUT_S = 30.0
+# BP-44 hints for a task's ledger: an attempt that is open longer than this is an orphan.
+TASK_LEDGER_MAX_OPEN = timedelta(hours=24)
+DELETE_ATTEMPTS_MAX = 3
+ABNORMAL_MESSAGE_CHARS_MAX = 200
+JOB_OPEN, JOB_COMMITTING, JOB_COMMITTED, JOB_ABORTING = "open", "committing", "committed", "aborting"
+
+
+@dataclass(frozen=True)
+class WriteJob:
+    """Made on the driver, pickled to every task and back to commit()/abort()."""
+
+    opts: LedgerSourceOptions
+    log_name: str
+    job_id: str
+    payload_format: str  # "raw" | "arrow"
+    schema_json: str | None  # the Spark schema recorded in the log (Arrow logs)
+    overwrite: bool
+
+    @property
+    def staging_path(self) -> str:
+        return join(STAGING, self.log_name, self.job_id)
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """One attempt's output: its sealed ledger (None if the partition was empty)."""
+
+    partition_id: int
+    attempt_number: int
+    task_attempt_id: int
+    ledger_id: LedgerId | None
+    entry_count: int
+    size_bytes: int
+    rows: int
+
+
+# ---- driver: preparing a job --------------------------------------------------------------------------
+
+
+def check_columns(payload_format: str, names: list[str], types: dict[str, str]) -> None:
+    """Refuse, before any task runs, a DataFrame the format cannot store."""
+    if payload_format == "raw":
+        if "payload" not in names:
+            raise OptionError(
+                "payloadFormat", f"raw writes store one binary column named payload per entry; the DataFrame has "
+                f"{names}. Select a binary payload column, or write with payloadFormat=arrow"
+            )
+        if types["payload"] != "binary":
+            raise OptionError("payloadFormat", f"raw writes need payload to be binary, it is {types['payload']}")
+        extra = [n for n in names if n not in codec.RAW_COLUMNS]
+        if extra:
+            raise OptionError(
+                "payloadFormat", f"raw writes store only the payload column; drop {extra} or write with payloadFormat=arrow"
+            )
+    else:
+        clash = [n for n in names if n in codec.META_COLUMNS]
+        if clash:
+            raise OptionError(
+                "payloadFormat", f"Arrow logs add the columns {list(codec.META_COLUMNS)} when read; drop {clash} before writing"
+            )
+
+
+def _check_compatible(rec: LogRecord, job: WriteJob) -> None:
+    """Appending to a log with data: same payload format and (Arrow) the same schema."""
+    if not rec.ledgers or job.overwrite:
+        return
+    if rec.payload_format != job.payload_format:
+        raise OptionError(
+            "payloadFormat", f"log {rec.name!r} holds {rec.payload_format} entries; cannot append {job.payload_format} "
+            "(use mode overwrite to replace it)"
+        )
+    if job.payload_format == "arrow" and rec.schema != job.schema_json:
+        raise LedgerSourceError(
+            f"the DataFrame's schema differs from the schema of log {rec.name!r} "
+            f"(log: {rec.schema}; DataFrame: {job.schema_json}); use mode overwrite to replace it"
+        )
+
+
+def _check_overwritable(rec: LogRecord) -> None:
+    open_ledgers = [str(lg.ledger_id) for lg in rec.ledgers if not lg.sealed]
+    if open_ledgers:
+        raise LedgerSourceError(
+            f"cannot overwrite log {rec.name!r}: ledgers {open_ledgers} are still open (a producer is writing, or "
+            "crashed before closing them: recover them first)"
+        )
+
+
+def _job_value(state: str, job: WriteJob) -> bytes:
+    return json.dumps({"state": state, "mode": "overwrite" if job.overwrite else "append",
+                       "format": job.payload_format, "host": this_host(), "timeMs": now_ms()}).encode()
+
+
+def _job_state(value: bytes) -> str | None:
+    try:
+        return str(json.loads(value)["state"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def prepare_job(opts: LedgerSourceOptions, job_id: str, schema_json: str | None, names: list[str],
+                types: dict[str, str], overwrite: bool) -> WriteJob:
+    """Driver side, when Spark creates the writer: validate, create the log and the job node."""
+    name = opts.require_log("writing")
+    with open_client(opts) as client:
+        existing = client.logs.get(name)
+        rec = existing[0] if existing is not None else None
+        fmt = opts.payload_format or (rec.payload_format if rec is not None and rec.ledgers else "raw")
+        check_columns(fmt, names, types)
+        job = WriteJob(opts, name, job_id, fmt, schema_json if fmt == "arrow" else None, overwrite)
+        if rec is not None:
+            _check_compatible(rec, job)
+            if overwrite:
+                _check_overwritable(rec)
+        else:
+            try:
+                client.logs.create(LogRecord(name))
+                log.info("log created log=%s", name)
+            except LogExistsError:
+                pass  # created concurrently: fine, the commit CAS checks it again
+        client.store.create(job.staging_path, _job_value(JOB_OPEN, job))
+    log.info("write job prepared log=%s job=%s format=%s overwrite=%s", name, job_id, fmt, overwrite)
+    return job
+
+
+# ---- executor: one task attempt ----------------------------------------------------------------------
+
+
+class _TaskLedger:
+    """The ledger of one task attempt, registered in staging before anything is written."""
+
+    def __init__(self, client: "LedgerClient", job: WriteJob, partition_id: int, attempt_number: int,
+                 task_attempt_id: int):
+        o = job.opts
+        ctx = CreateContext.builder().created_by("", "spark", f"job {job.job_id}", this_host())
+        if o.owner is not None:
+            p = o.owner
+            ctx = ctx.created_on_behalf_of(p.enterprise, p.system, p.service, p.instance)
+        ctx = ctx.part_of_data_set(o.data_set or f"log:{job.log_name}").expected_max_open_duration(TASK_LEDGER_MAX_OPEN)
+        self.client = client
+        self.password = o.password
+        self.handle: "WriteHandle" = client.create_ledger(
+            o.ensemble_size, o.write_quorum_size, o.ack_quorum_size, o.digest_type, o.password,
+            create_context=ctx.build(),
+        )
+        self.ledger_id = self.handle.ledger_id
+        self.node = join(job.staging_path, self.ledger_id.qualified_name)
+        info = {"partition": partition_id, "attempt": attempt_number, "taskAttemptId": task_attempt_id,
+                "host": this_host(), "timeMs": now_ms()}
+        try:
+            client.store.create(self.node, json.dumps(info).encode())
+            # Registered first, checked second: either commit/abort sees this node, or this
+            # attempt sees the job is no longer open. A linearizable store rules out both missing.
+            job_node = client.store.get(job.staging_path)
+            state = None if job_node is None else _job_state(job_node.value)
+            if state != JOB_OPEN:
+                raise LedgerSourceError(
+                    f"write job {job.job_id} on log {job.log_name!r} is {state or 'gone'}: this attempt "
+                    f"(partition {partition_id}, attempt {attempt_number}) is a late duplicate and stops"
+                )
+        except BaseException as exc:
+            self.discard(f"{exc}")
+            _remove_implicit_parents(client, job)
+            raise
+        self.entries = 0
+        self._inflight: deque[tuple["Future[int]", int]] = deque()
+        self._inflight_bytes = 0
+
+    def add(self, payload: bytes) -> None:
+        size = len(payload)
+        self._inflight.append((self.handle.add_entry_async(payload), size))
+        self.entries += 1
+        self._inflight_bytes += size
+        inflight = self._inflight
+        if len(inflight) > INFLIGHT_ENTRIES_MAX or self._inflight_bytes > INFLIGHT_BYTES_MAX:
+            # Drain to half the bounds and wait once, on the newest add drained: completions are
+            # in entry order, so it succeeding means every older one did. (One wake-up per
+            # thousands of adds, not one per add.)
+            last = None
+            while len(inflight) > INFLIGHT_ENTRIES_MAX // 2 or self._inflight_bytes > INFLIGHT_BYTES_MAX // 2:
+                last, n = inflight.popleft()
+                self._inflight_bytes -= n
+            if last is not None:
+                last.result(timeout=ADD_WAIT_TIMEOUT_S)
+
+    def wait_acknowledged(self) -> None:
+        """Completions are in entry order: the last add acknowledged means all of them were."""
+        if self._inflight:
+            self._inflight[-1][0].result(timeout=ADD_WAIT_TIMEOUT_S)
+            self._inflight.clear()
+            self._inflight_bytes = 0
+
+    def seal(self) -> tuple[int, int]:
+        """Close the ledger; check that exactly the entries this attempt added are in it."""
+        self.wait_acknowledged()
+        self.handle.close(CloseContext.builder().because_no_more_data().build())
+        meta = self.handle.metadata
+        if meta.state is not LedgerState.CLOSED or meta.last_entry_id != self.entries - 1:
+            raise LedgerError(
+                f"ledger {self.ledger_id}: sealed at entry {meta.last_entry_id} but {self.entries} entries were written"
+            )
+        return self.entries, int(meta.length_bytes or 0)
+
+    def discard(self, reason: str) -> None:
+        """A failed attempt: seal it marked for deletion, delete it, unregister it. Best effort:
+        whatever is left stays registered in staging for commit()/abort() to finish."""
+        ctx = abnormal_close_context(reason)
+        try:
+            self.handle.close(ctx)
+        except Exception as exc:  # noqa: BLE001 - the ledger is deleted next anyway
+            log.info("could not seal a failed attempt's ledger ledger=%s error=%s", self.ledger_id, exc)
+        if delete_or_mark(self.client, self.ledger_id, reason, self.password):
+            try:
+                self.client.store.delete(self.node)
+            except NoNodeError:
+                pass
+            except MetadataError as exc:
+                log.warning("could not unregister a deleted ledger from staging node=%s error=%s", self.node, exc)
+
+
+def _remove_implicit_parents(client: "LedgerClient", job: WriteJob) -> None:
+    """After a late attempt unregistered itself: the job is finished, and the driver may have
+    failed to delete the job node because this attempt's node was there, or this attempt's
+    registration re-created it (create makes missing parents, with empty values). Remove the
+    job node and the log's staging node if they are empty and not an open job."""
+    for path in (job.staging_path, join(STAGING, job.log_name)):
+        try:
+            got = client.store.get(path)
+            if got is None or client.store.children(path) or _job_state(got.value) == JOB_OPEN:
+                return
+            client.store.delete(path, got.version)
+        except MetadataError as exc:
+            log.debug("staging node left in place path=%s reason=%s", path, exc)
+            return
+
+
+def abnormal_close_context(reason: str) -> CloseContext:
+    return (CloseContext.builder().closing_abnormally(reason[:ABNORMAL_MESSAGE_CHARS_MAX])
+            .expect_delete_after(now_ms()).build())
+
+
+def _raw_payloads(batch: pa.RecordBatch) -> list[bytes]:
+    col = batch.column(batch.schema.get_field_index("payload"))
+    if col.null_count:
+        raise LedgerSourceError("raw writes need a payload in every row; the payload column has nulls")
+    return col.to_pylist()  # type: ignore[no-any-return]
+
+
+def _inject_failure(job: WriteJob, partition_id: int, attempt_number: int, ledger: _TaskLedger) -> None:
+    """Testing hook (testFailAttempts/testFailMode): fail attempts < N after their first
+    batch is acknowledged, so a failed attempt leaves a ledger with data behind."""
+    if attempt_number >= job.opts.test_fail_attempts:
+        return
+    ledger.wait_acknowledged()
+    log.warning("injected failure partition=%d attempt=%d ledger=%s mode=%s", partition_id, attempt_number,
+                ledger.ledger_id, job.opts.test_fail_mode)
+    if job.opts.test_fail_mode == "exit":
+        os._exit(17)  # a crashed worker: no cleanup runs, only staging finds the ledger
+    raise LedgerSourceError(f"injected failure (testFailAttempts) in partition {partition_id} attempt {attempt_number}")
+
+
+def write_task(job: WriteJob, batches: Iterator[pa.RecordBatch], partition_id: int, attempt_number: int,
+               task_attempt_id: int) -> TaskResult:
+    """Executor side: write this attempt's rows to a new ledger and seal it."""
+    client = open_client(job.opts, add_timeout_s=TASK_ADD_TIMEOUT_S)
+    ledger: _TaskLedger | None = None
+    packer: codec.ArrowEntryPacker | None = None
+    rows = 0
+    try:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            if ledger is None:
+                ledger = _TaskLedger(client, job, partition_id, attempt_number, task_attempt_id)
+            rows += batch.num_rows
+            if job.payload_format == "raw":
+                for payload in _raw_payloads(batch):
+                    ledger.add(payload)
+            else:
+                if packer is None:
+                    packer = codec.ArrowEntryPacker(batch.schema, job.opts.arrow_batch_rows, job.opts.arrow_compression)
+                for entry in packer.add(batch):
+                    ledger.add(entry.to_pybytes())  # the one copy the client would make anyway
+            if job.opts.test_fail_attempts:
+                _inject_failure(job, partition_id, attempt_number, ledger)
+        if packer is not None and ledger is not None:
+            for entry in packer.flush():
+                ledger.add(entry.to_pybytes())
+        if ledger is None:
+            return TaskResult(partition_id, attempt_number, task_attempt_id, None, 0, 0, 0)
+        entries, size = ledger.seal()
+        log.info("task wrote ledger=%s partition=%d attempt=%d rows=%d entries=%d bytes=%d",
+                 ledger.ledger_id, partition_id, attempt_number, rows, entries, size)
+        return TaskResult(partition_id, attempt_number, task_attempt_id, ledger.ledger_id, entries, size, rows)
+    except BaseException as exc:
+        if ledger is not None:
+            ledger.discard(f"spark task attempt failed: {exc!r}")
+        raise
+    finally:
+        client.close()
+
+
+# ---- driver: commit and abort ---------------------------------------------------------------------------
+
+
+def delete_or_mark(client: "LedgerClient", lid: LedgerId, reason: str, password: bytes = b"") -> bool:
+    """Delete a ledger that must not survive. If that is impossible, make sure it carries a close
+    context marking it for deletion now, for the orphan auditor. True if it is gone."""
+    problem: Exception | None = None
+    for _ in range(DELETE_ATTEMPTS_MAX):
+        try:
+            client.delete_ledger(lid)
+            return True
+        except NoSuchLedgerError:
+            return True
+        except BadVersionError as exc:  # its writer changed it meanwhile (ensemble change, close): retry
+            problem = exc
+        except (MetadataError, LedgerError) as exc:
+            problem = exc
+            break
+    try:
+        ctx = abnormal_close_context(reason)
+        meta, _ = client.ledgers.read(lid)
+        if not meta.is_closed:
+            client.open_ledger(lid, recovery=True, password=password).close()  # fence and seal it first
+        client.ledgers.update(lid, lambda m: replace(m, close_context=ctx))
+        log.warning("ledger could not be deleted, marked for deletion ledger=%s error=%s", lid, problem)
+    except Exception as exc:  # noqa: BLE001 - the staging node still names it
+        log.warning("ledger could not be deleted nor marked; it stays registered in staging ledger=%s "
+                    "delete_error=%s mark_error=%s", lid, problem, exc)
+    return False
+
+
+def _set_job_state(client: "LedgerClient", job: WriteJob, expected: tuple[str, ...], state: str) -> None:
+    got = client.store.get(job.staging_path)
+    if got is None:
+        raise LedgerSourceError(f"write job {job.job_id} on log {job.log_name!r}: its staging node {job.staging_path} is gone")
+    current = _job_state(got.value)
+    if current not in expected:
+        raise LedgerSourceError(f"write job {job.job_id} on log {job.log_name!r} is {current}, expected {'/'.join(expected)}")
+    client.store.compare_and_set(job.staging_path, _job_value(state, job), got.version)
+
+
+def _clean_staging(client: "LedgerClient", job: WriteJob, keep: set[LedgerId], reason: str) -> list[LedgerId]:
+    """Delete every staged ledger not in `keep`, then the staging nodes. Returns what was deleted."""
+    deleted: list[LedgerId] = []
+    leftovers = 0
+    for qname in client.store.children(job.staging_path):
+        node = join(job.staging_path, qname)
+        try:
+            lid = LedgerId.from_qualified_name(qname)
+        except MetadataError:
+            log.warning("unexpected node in staging, leaving it path=%s", node)
+            leftovers += 1
+            continue
+        if lid not in keep:
+            if not delete_or_mark(client, lid, reason, job.opts.password):
+                leftovers += 1
+                continue  # keep its node: staging still names it
+            deleted.append(lid)
+        try:
+            client.store.delete(node)
+        except NoNodeError:
+            pass
+    if leftovers == 0:
+        for path in (job.staging_path, join(STAGING, job.log_name)):
+            try:
+                client.store.delete(path)
+            except NoNodeError:
+                pass
+            except MetadataError:
+                break  # another job of this log is staging (not empty): leave the parent
+    return deleted
+
+
+def _append_change(job: WriteJob, ids: list[LedgerId], sizes: list[tuple[int, int]]) -> Any:
+    def change(rec: LogRecord) -> LogRecord:
+        if job.overwrite:
+            _check_overwritable(rec)
+            rec = rec.without_ledgers({lg.ledger_id for lg in rec.ledgers})
+        else:
+            _check_compatible(rec, job)
+        return rec.with_ledgers_appended(ids, sizes).with_schema(job.schema_json, job.payload_format)
+
+    return change
+
+
+def commit_job(job: WriteJob, results: list[TaskResult | None]) -> None:
+    """Driver: publish the job's ledgers in one compare-and-set, then clean up staging."""
+    chosen: dict[int, TaskResult] = {}
+    for r in results:
+        if r is not None:
+            chosen[r.partition_id] = r
+    committed = [chosen[p] for p in sorted(chosen) if chosen[p].ledger_id is not None]
+    ids = [r.ledger_id for r in committed if r.ledger_id is not None]
+    with open_client(job.opts) as client:
+        _set_job_state(client, job, (JOB_OPEN,), JOB_COMMITTING)
+        sizes: list[tuple[int, int]] = []
+        for r in committed:
+            meta, _ = client.ledgers.read(r.ledger_id)  # type: ignore[arg-type]
+            if not meta.is_closed or meta.last_entry_id != r.entry_count - 1:
+                raise LedgerSourceError(f"ledger {r.ledger_id} of partition {r.partition_id} is not sealed as reported")
+            sizes.append((r.entry_count, int(meta.length_bytes or 0)))
+        try:
+            client.logs.update(job.log_name, _append_change(job, ids, sizes))
+        except NoSuchLogError:
+            raise LedgerSourceError(f"log {job.log_name!r} was deleted while the job ran; nothing was committed") from None
+        except OutcomeUnknownError:
+            # The store lost the reply of the compare-and-set: decide from what it holds now.
+            rec, _ = client.logs.read(job.log_name)
+            if ids and rec.index_of(ids[0]) is None:
+                raise
+        try:
+            _set_job_state(client, job, (JOB_COMMITTING,), JOB_COMMITTED)
+        except (MetadataError, LedgerSourceError) as exc:
+            log.warning("could not record the job as committed (the log is committed) job=%s error=%s", job.job_id, exc)
+        rows = sum(r.rows for r in committed)
+        log.info("write job committed log=%s job=%s ledgers=%d rows=%d overwrite=%s", job.log_name, job.job_id,
+                 len(ids), rows, job.overwrite)
+        try:
+            dropped = _clean_staging(client, job, set(ids), f"not committed by spark job {job.job_id}")
+            if dropped:
+                log.info("deleted ledgers of failed or duplicate attempts job=%s ledgers=%s", job.job_id, [str(x) for x in dropped])
+        except (MetadataError, LedgerError) as exc:
+            log.warning("staging cleanup incomplete (the commit stands) job=%s error=%s", job.job_id, exc)
+        if job.overwrite:
+            from pyspark_ledger.log import trim_log
+
+            try:
+                trim_log(client, job.log_name)  # deletes the replaced ledgers (pending deletions)
+            except (MetadataError, LedgerError) as exc:
+                log.warning("replaced ledgers not deleted yet; the next trim finishes log=%s error=%s", job.log_name, exc)
+
+
+def _staged(client: "LedgerClient", job: WriteJob) -> set[LedgerId]:
+    out = set()
+    for qname in client.store.children(job.staging_path):
+        try:
+            out.add(LedgerId.from_qualified_name(qname))
+        except MetadataError:
+            continue
+    return out
+
+
+def _published(client: "LedgerClient", log_name: str, ids: set[LedgerId]) -> set[LedgerId]:
+    got = client.logs.get(log_name)
+    if got is None or not ids:
+        return set()
+    return {lg.ledger_id for lg in got[0].ledgers if lg.ledger_id in ids}
+
+
+def abort_job(job: WriteJob) -> None:
+    """Driver: the job failed. The log is untouched; every staged ledger is deleted (or marked)."""
+    with open_client(job.opts) as client:
+        try:
+            _set_job_state(client, job, (JOB_OPEN, JOB_COMMITTING, JOB_ABORTING), JOB_ABORTING)
+        except LedgerSourceError as exc:
+            log.warning("abort: %s", exc)
+        except BadVersionError:
+            pass  # only this driver changes the job node; a conflict means an earlier abort ran
+        # Never delete what is in the log: if a commit got as far as its compare-and-set before
+        # failing, its ledgers are published and must stay.
+        staged = _staged(client, job)
+        published = _published(client, job.log_name, staged)
+        if published:
+            log.warning("abort after the job's ledgers were published; keeping them job=%s ledgers=%d",
+                        job.job_id, len(published))
+        dropped = _clean_staging(client, job, published, f"spark job {job.job_id} aborted")
+        log.info("write job aborted log=%s job=%s deleted_ledgers=%d", job.log_name, job.job_id, len(dropped))
+
+
+def new_job_id() -> str:
+    return f"{int(time.time()):x}-{os.urandom(6).hex()}"
