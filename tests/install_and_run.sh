@@ -18,5 +18,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-"$PYTHON" -m pip install -q --disable-pip-version-check -e '.[test]'
+# compat editable mode: the repository goes on sys.path, so Spark's workers find the
+# `pyspark_ledger` data source by listing modules (the default mode's import hook hides it).
+"$PYTHON" -m pip install -q --disable-pip-version-check -e '.[test]' --config-settings editable_mode=compat
 exec "$PYTHON" -m pytest "$@"
