@@ -33,6 +33,8 @@ STREAM_MESSAGE_BYTES_MAX = 8 * 2**20
 OUTBOUND_BATCHES_MAX = 16_384
 ENQUEUE_TIMEOUT_S = 30.0
 _TIMER_INTERVAL_S = 0.05
+# A unary call that found the channel unavailable waits at most this long for a reconnect.
+RECONNECT_WAIT_S = 2.0
 
 AddCallback = Callable[[Status, str], None]
 LedgerKey = tuple[int, int]
@@ -206,10 +208,19 @@ class BookieClient:
     # ---- unary calls --------------------------------------------------------------------------
 
     def _unary(self, method: Callable[..., object], request: object, timeout_s: float | None) -> object:
+        timeout = timeout_s or self.rpc_timeout_s
         try:
-            return method(request, timeout=timeout_s or self.rpc_timeout_s)
+            return method(request, timeout=timeout)
         except grpc.RpcError as exc:
-            raise BookieUnavailableError(self.bookie_id, f"{exc.code().name} {exc.details() or ''}".strip()) from None
+            if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                raise BookieUnavailableError(self.bookie_id, f"{exc.code().name} {exc.details() or ''}".strip()) from None
+            first = exc
+        # UNAVAILABLE can mean the channel is still in reconnect backoff after the bookie came
+        # back: try once more, waiting (briefly, bounded) for the connection.
+        try:
+            return method(request, timeout=min(timeout, RECONNECT_WAIT_S), wait_for_ready=True)
+        except grpc.RpcError:
+            raise BookieUnavailableError(self.bookie_id, f"{first.code().name} {first.details() or ''}".strip()) from None
 
     def read(
         self, ledger: LedgerKey, first: int, last: int, *, max_entries: int = 0, max_bytes: int = 0,

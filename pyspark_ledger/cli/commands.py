@@ -337,10 +337,17 @@ def auditor(client: "LedgerClient", args: argparse.Namespace) -> int:
 
     aud = Auditor(client, grace_period_s=args.grace_period_s, scan_rate_per_s=args.rate)
     passes = 1 if args.interval_s is None else args.passes
-    for n, found in enumerate(aud.run(args.interval_s or 0, passes_max=passes), 1):
+    n = 0
+    while passes is None or n < passes:
+        n += 1
+        progress = Progress(f"audit pass {n}: ledgers scanned")
+        found = aud.audit_once(progress.update)
+        progress.done()
         if args.json:
             print_json({"pass": n, "orphans": [{"ledger": str(o.ledger_id), "reason": o.reason, "detail": o.detail} for o in found]})
         else:
             print(f"audit pass {n}: {len(found)} orphaned ledger(s)")
         sys.stdout.flush()
+        if passes is None or n < passes:
+            time.sleep(args.interval_s)
     return 0

@@ -21,11 +21,12 @@ def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
 
 
 class Progress:
-    """A one-line progress bar on stderr when it is a terminal; silent otherwise."""
+    """A one-line progress bar (drawn on stderr, so stdout stays clean for pipes) when stdout is a
+    terminal; silent otherwise, e.g. under cron or in a pipeline."""
 
     def __init__(self, label: str, total: int | None = None):
         self.label, self.total = label, total
-        self.enabled = sys.stderr.isatty()
+        self.enabled = sys.stdout.isatty() and sys.stderr.isatty()
         self.n = 0
 
     def update(self, n: int | None = None) -> None:

@@ -26,6 +26,7 @@ def race_worker(uri: str, name: str, worker: str, conn: Connection) -> None:
         acks: list[tuple[bytes, float]] = []
         opened_at = None
         still_writing = False
+        error = ""
         try:
             writer = client.open_log_writer(name)
             opened_at = time.monotonic()
@@ -37,9 +38,9 @@ def race_worker(uri: str, name: str, worker: str, conn: Connection) -> None:
                 acks.append((payload, time.monotonic()))
                 i += 1
             still_writing = True
-        except LedgerError:
-            pass
-        conn.send((rnd, opened_at, acks, still_writing))
+        except LedgerError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        conn.send((rnd, opened_at, acks, still_writing, error))
     client.close()
     conn.send("bye")
 

@@ -63,7 +63,10 @@ def test_two_writer_processes_race_fifty_rounds(cluster3: LocalCluster) -> None:
                 assert conn.poll(120), f"round {rnd}: a worker did not answer"
                 reports.append(conn.recv())
             proceeding = [r for r in reports if r[3]]
-            assert len(proceeding) == 1, f"round {rnd}: {len(proceeding)} writers proceeded"
+            assert len(proceeding) == 1, (
+                f"round {rnd}: {len(proceeding)} writers proceeded; "
+                f"errors: {[(r[1] is not None, len(r[2]), r[4]) for r in reports]}"
+            )
             winner = proceeding[0]
             loser = next(r for r in reports if r is not winner)
             if loser[1] is not None:
