@@ -82,6 +82,9 @@ class BookiePool:
             if i.bookie_id not in exclude and self._quarantine.get(i.bookie_id, 0) <= now
         ]
 
+    def is_quarantined(self, bookie_id: str) -> bool:
+        return self._quarantine.get(bookie_id, 0) > time.monotonic()
+
     def quarantine(self, bookie_id: str, seconds: float = QUARANTINE_S) -> None:
         self._quarantine[bookie_id] = time.monotonic() + seconds
 

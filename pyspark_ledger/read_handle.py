@@ -35,9 +35,10 @@ log = logging.getLogger(__name__)
 READ_CHUNK_ENTRIES_MAX = 4_096
 READ_CHUNK_BYTES_MAX = 8 * 2**20
 SPECULATIVE_READ_DELAY_S = 0.5
-READ_RPC_TIMEOUT_S = 10.0
+READ_RPC_TIMEOUT_S_MAX = 10.0  # a read RPC never waits longer; the client's rpc_timeout_s may be lower
 TAIL_LONG_POLL_MS = 1_000
 LAC_READ_TIMEOUT_S = 5.0
+READ_ROUND_RETRY_DELAY_S = 0.4
 
 
 class ReadHandle:
@@ -133,7 +134,7 @@ class ReadHandle:
         try:
             resp = self._client.pool.get(bookie_id).read_lac(
                 self._read_key, long_poll_min_lac=long_poll_min_lac, long_poll_timeout_ms=long_poll_ms,
-                timeout_s=LAC_READ_TIMEOUT_S,
+                timeout_s=min(LAC_READ_TIMEOUT_S, self._rpc_timeout_s()),
             )
         except LedgerError:
             return None
@@ -211,7 +212,14 @@ class ReadHandle:
                 out[f] = r
             return out
 
-        for attempt in range(w_size):
+        for attempt in list(range(w_size)) + [-1]:
+            if attempt == -1:
+                # Every replica failed for some entries: one more round after a pause, for
+                # bookies that were just restarted (their channels reconnect within ~300 ms).
+                if all(e in got for e in range(first, upto + 1)):
+                    break
+                time.sleep(READ_ROUND_RETRY_DELAY_S)
+                attempt = 0
             wanted = [e for e in range(first, upto + 1) if e not in got]
             if not wanted:
                 break
@@ -221,7 +229,7 @@ class ReadHandle:
                 slow_ids = sorted({e for f in slow for e in self._inflight_ids(f)})
                 log.info("speculative read: a replica is slow ledger=%s entries=%d..%d", self.ledger_id, slow_ids[0], slow_ids[-1])
                 futures.update(submit(attempt + 1, slow_ids))
-            wait(futures, timeout=READ_RPC_TIMEOUT_S + 1)
+            wait(futures, timeout=self._rpc_timeout_s() + 3)
             for f in futures:
                 if not f.done():
                     continue
@@ -257,7 +265,7 @@ class ReadHandle:
         try:
             resp = self._client.pool.get(bookie_id).read(
                 self._read_key, first, last, max_entries=READ_CHUNK_ENTRIES_MAX, max_bytes=READ_CHUNK_BYTES_MAX,
-                timeout_s=READ_RPC_TIMEOUT_S,
+                timeout_s=self._rpc_timeout_s(),
             )
         except LedgerError as exc:
             return out, {e: [str(exc)] for e in wanted}
@@ -309,7 +317,10 @@ class ReadHandle:
                 # Nothing new: the ledger may have been closed or changed its ensemble.
                 self.refresh()
 
-    # ---- plumbing -----------------------------------------------------------------------------
+    # ---- plumbing ------------------------------------------------------------------------------
+
+    def _rpc_timeout_s(self) -> float:
+        return min(READ_RPC_TIMEOUT_S_MAX, self._client.pool.rpc_timeout_s)
 
     def _pool(self) -> ThreadPoolExecutor:
         with self._executor_lock:

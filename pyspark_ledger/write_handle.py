@@ -368,7 +368,10 @@ class WriteHandle(ReadHandle):
             self._on_batch(bookie_id, ids, Status.INTERNAL_ERROR, f"transport: {exc}")
 
     def _on_batch(self, bookie_id: str, entry_ids: list[int], status: Status, message: str) -> None:
-        """Runs on a transport thread: record acks, complete what became complete, flag failures."""
+        """Runs on a transport thread: record acks, complete what became complete, flag failures.
+        Lock order: never take _completion_lock while holding _cond (so errors are raised after
+        the lock is released)."""
+        fenced: LedgerError | None = None
         with self._cond:
             if self._closed:
                 return  # shutting down: late answers no longer matter
@@ -380,11 +383,10 @@ class WriteHandle(ReadHandle):
                         p.acked.append(bookie_id)
                 self._collect_completed()
             elif status in (Status.FENCED, Status.UNAUTHORIZED):
-                err = LedgerFencedError(
+                fenced = LedgerFencedError(
                     f"ledger {self.ledger_id} was fenced (bookie {bookie_id} answered {status.name}): "
                     "another client is recovering it"
                 )
-                self._set_error(err)
             elif bookie_id not in self._dead_bookies and bookie_id in self._metadata.segments[-1].bookies:
                 # Even if these entries already reached A acks elsewhere, a failed ensemble member
                 # means later entries would be under-replicated: replace it (ensemble change).
@@ -396,6 +398,8 @@ class WriteHandle(ReadHandle):
                         p.sent.remove(bookie_id)
                 self._failed_bookies.add(bookie_id)
             self._cond.notify_all()
+        if fenced is not None:
+            self._set_error(fenced)
         self._drain_completions()
 
     def _collect_completed(self) -> None:
@@ -438,10 +442,11 @@ class WriteHandle(ReadHandle):
             return
         with self._cond:
             self._changes_without_progress += 1
-            if self._changes_without_progress > ENSEMBLE_CHANGES_MAX:
-                self._set_error(LedgerError(f"ledger {self.ledger_id}: {ENSEMBLE_CHANGES_MAX} ensemble changes without progress"))
-                return
+            stuck = self._changes_without_progress > ENSEMBLE_CHANGES_MAX
             first_unacked = self._lac + 1
+        if stuck:
+            self._set_error(LedgerError(f"ledger {self.ledger_id}: {ENSEMBLE_CHANGES_MAX} ensemble changes without progress"))
+            return
         exclude = set(current) | failed | self._dead_bookies
         new_ensemble = list(current)
         replaced: dict[str, str] = {}
@@ -462,26 +467,35 @@ class WriteHandle(ReadHandle):
                 return
             log.warning("ensemble changed ledger=%s from_entry=%d replaced=%s", self.ledger_id, first_unacked, replaced)
         unreplaced = [b for b in failed_in_ensemble if b not in replaced]
+        unreachable: LedgerError | None = None
         with self._cond:
             self._failed_bookies -= failed
             if unreplaced:
                 self._dead_bookies |= set(unreplaced)
                 if not self._quorum_reachable():
-                    self._set_error(NotEnoughBookiesError(
+                    unreachable = NotEnoughBookiesError(
                         f"ledger {self.ledger_id}: bookies {unreplaced} failed, no replacement is available and "
                         f"some write sets can no longer reach the ack quorum {self._metadata.ack_quorum_size}"
-                    ))
-                    return
-                log.warning("carrying on without failed bookies (no replacement available) ledger=%s bookies=%s",
-                            self.ledger_id, unreplaced)
-            # Every unacknowledged entry gets its (possibly new) write set and is re-sent where needed.
-            self._refresh_write_sets()
-            for p in self._pending:
-                self._assign_write_set(p)
-            self._outbox = list(self._pending)
-            self._collect_completed()
-            self._cond.notify_all()
+                    )
+                else:
+                    log.warning("carrying on without failed bookies (no replacement available) ledger=%s bookies=%s",
+                                self.ledger_id, unreplaced)
+            if unreachable is None:
+                self._requeue_pending()
+        if unreachable is not None:
+            self._set_error(unreachable)
+            return
         self._drain_completions()
+
+    def _requeue_pending(self) -> None:
+        """Under the lock, after an ensemble change: every unacknowledged entry gets its (possibly
+        new) write set and is re-sent where needed."""
+        self._refresh_write_sets()
+        for p in self._pending:
+            self._assign_write_set(p)
+        self._outbox = list(self._pending)
+        self._collect_completed()
+        self._cond.notify_all()
 
     def _quorum_reachable(self) -> bool:
         meta = self._metadata
@@ -545,8 +559,9 @@ class WriteHandle(ReadHandle):
         lac = self._lac
         self._last_lac_sent = lac
         for b in self._metadata.segments[-1].bookies:
-            if b in self._dead_bookies or self._client.pool.faults.drop("write_lac", b):
-                continue
+            if b in self._dead_bookies or b in self._failed_bookies or self._client.pool.is_quarantined(b) \
+                    or self._client.pool.faults.drop("write_lac", b):
+                continue  # a failed bookie gets no explicit LAC (it would only stall this thread)
             try:
                 self._client.pool.get(b).write_lac(self._key, self._master_key, lac, timeout_s=2.0)
             except LedgerError as exc:
