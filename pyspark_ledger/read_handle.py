@@ -15,14 +15,13 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Iterator
 
 from bookie.status import Status
-from metadata import LedgerId, LedgerMetadata, LedgerState, write_set
+from metadata import LedgerId, LedgerMetadata, write_set
 from pyspark_ledger.digest import Digest
 from pyspark_ledger.entry_format import Entry, decode_entry
 from pyspark_ledger.errors import (
     BadPasswordError,
     DigestMismatchError,
     EntryFormatError,
-    LedgerClosedError,
     LedgerError,
     ReadError,
 )
@@ -341,9 +340,3 @@ class ReadHandle:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-def state_name(meta: LedgerMetadata) -> str:
-    return meta.state.value if meta.state is not LedgerState.CLOSED else f"CLOSED at {meta.last_entry_id}"
-
-
-__all__ = ["Entry", "LedgerClosedError", "ReadHandle"]

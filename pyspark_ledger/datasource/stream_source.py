@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Iterator
 
 import pyarrow as pa
 from pyspark import TaskContext
@@ -167,6 +167,3 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def stop(self) -> None:
         return None
 
-
-def describe(_: Any) -> str:  # pragma: no cover - for debugging in the REPL
-    return "ledger streaming source/sink"

@@ -17,7 +17,7 @@ import pytest
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.local_cluster import LocalCluster
 
-pyspark = pytest.importorskip("pyspark")
+import pyspark  # a dependency: the test command installs it, so Spark tests always run
 
 
 @pytest.fixture(scope="session")
