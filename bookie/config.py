@@ -16,9 +16,6 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-# Per-stream bound on add batches accepted but not yet acknowledged: beyond it the server stops
-# reading the stream, so gRPC flow control pushes back on the client.
-ADD_STREAM_INFLIGHT_BATCHES_MAX = 4096
 # Every response is bounded; gRPC messages must fit these.
 GRPC_MESSAGE_BYTES_MAX = 64 * 2**20
 READ_RESPONSE_BYTES_DEFAULT = 4 * 2**20

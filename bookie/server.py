@@ -17,12 +17,17 @@ from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
 from typing import Any
 
-import grpc
+from bookie.grpc_runtime import apply_grpc_tuning
+
+apply_grpc_tuning()  # before gRPC is imported and initialised (see bookie/grpc_runtime.py)
+
+import grpc  # noqa: E402
 
 from bookie import config as limits
 from bookie.config import BookieConfig, ConfigError, build_parser, config_from_args
 from bookie.cookie import CookieMismatchError, delete_cookie, verify_or_create_cookie
 from bookie.disk_monitor import DiskMonitor
+from bookie.malloc_tuning import tune_malloc
 from bookie.metrics import Metrics, serve_metrics
 from bookie.proto import bookie_pb2_grpc as pb_grpc
 from bookie.service import BookieService
@@ -174,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = config_from_args(args)
     except ConfigError as exc:
         parser.error(str(exc))  # exits 2
+    tune_malloc()  # read responses are MiB-sized buffers (bookie/malloc_tuning.py)
     if args.delete_cookie:
         if not cfg.bookie_id:
             parser.error("--delete-cookie needs --bookie-id")

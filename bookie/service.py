@@ -8,10 +8,9 @@ problems surface as gRPC errors. Nothing here logs master keys.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
-from typing import Any, Iterator
+from typing import Iterator
 
 import grpc
 
@@ -26,13 +25,9 @@ log = logging.getLogger(__name__)
 
 U64_MAX = 2**64 - 1
 MASTER_KEY_BYTES_MAX = 1024
-# How long the add stream's response generator waits for a completion before checking that the
-# client is still there; and how long, once the client finished sending, it waits for the last
-# in-flight batches to become durable before giving up on them.
-_ADD_POLL_S = 0.5
-_ADD_DRAIN_TIMEOUT_S = 30.0
-_RESULTS_PER_RESPONSE_MAX = 4096
-_END = object()
+# How long an add request waits for its batches to become durable before they are answered
+# TIMEOUT (a stalled disk; the writer then replaces this bookie).
+_ADD_DURABLE_TIMEOUT_S = 30.0
 
 
 def _ledger_key(ref: pb.LedgerRef) -> tuple[int, int]:
@@ -50,98 +45,73 @@ class BookieService(pb_grpc.BookieServicer):
     # ---- add ----------------------------------------------------------------------------------
 
     def Add(self, request_iterator: Iterator[pb.AddRequest], context: grpc.ServicerContext) -> Iterator[pb.AddResponse]:  # noqa: N802
-        results: queue.Queue[Any] = queue.Queue()
-        inflight = threading.Semaphore(limits.ADD_STREAM_INFLIGHT_BATCHES_MAX)
-        outstanding = [0]
-        lock = threading.Lock()
+        """One response per request, in order, once every batch of the request is durable (or
+        refused). The handler thread reads, submits and answers: at low load the journal write
+        runs inline in this thread (no hand-off at all), under load the journal thread commits
+        the batches of all streams in shared groups while this one waits. Clients keep one
+        request in flight per stream and coalesce whatever accumulates meanwhile into the next,
+        so batches grow with load (see pyspark_ledger.bookie_client)."""
+        try:
+            for request in request_iterator:
+                yield pb.AddResponse(results=self._add_request(request))
+        except grpc.RpcError:
+            return  # the client went away; what it sent still completes durably
 
-        def complete(request_id: int, started: float, nbytes: int, count: int, status: Status, message: str = "") -> None:
-            with lock:
-                outstanding[0] -= 1
-            inflight.release()
+    def _add_request(self, request: pb.AddRequest) -> list[pb.AddResult]:
+        batches = request.batches
+        results: list[pb.AddResult | None] = [None] * len(batches)
+        queued = [False] * len(batches)  # submitted without an answer yet: completed by the journal thread
+        waiting = [0]
+        done = threading.Condition()
+
+        def complete(i: int, started: float, nbytes: int, count: int, status: Status, message: str = "") -> None:
             if status == Status.OK:
                 self.metrics.inc("bookie_adds_total", "entries durably added", count)
                 self.metrics.inc("bookie_add_bytes_total", "entry bytes durably added", nbytes)
                 self.metrics.add_latency.observe(time.monotonic() - started)
             else:
                 self.metrics.inc("bookie_add_errors_total", "add batches refused or failed")
-            results.put(pb.AddResult(request_id=request_id, status=int(status), message=message))
+            result = pb.AddResult(request_id=batches[i].request_id, status=int(status), message=message)
+            with done:  # storage answers in this thread (inline write, refusal) or the journal's
+                results[i] = result
+                if queued[i]:
+                    waiting[0] -= 1
+                    if waiting[0] == 0:
+                        done.notify()
 
-        def submit(batch: pb.AddBatch) -> None:
+        # A lone batch may be journaled inline (lowest latency); several share one group commit.
+        allow_inline = len(batches) == 1
+        for i, batch in enumerate(batches):
             started = time.monotonic()
-            rid = batch.request_id
             n = len(batch.entry_ids)
-            problem = None
             if n == 0 or len(batch.lacs) != n or len(batch.entries) != n:
-                problem = "an add batch needs equally many entry ids, lacs and entries (at least one)"
-            elif len(batch.master_key) > MASTER_KEY_BYTES_MAX:
-                problem = "master key too long"
-            if problem is not None:
-                results.put(pb.AddResult(request_id=rid, status=int(Status.INVALID_REQUEST), message=problem))
-                return
-            # Bounded: a stream that outruns the disk waits here, so gRPC flow control slows the client.
-            if not inflight.acquire(timeout=limits.LONG_POLL_TIMEOUT_MS_MAX / 1000):
-                results.put(pb.AddResult(request_id=rid, status=int(Status.BUSY), message="too many adds in flight"))
-                return
-            with lock:
-                outstanding[0] += 1
-            entries = list(zip(batch.entry_ids, batch.lacs, batch.entries))
+                complete(i, started, 0, 0, Status.INVALID_REQUEST,
+                         "an add batch needs equally many entry ids, lacs and entries (at least one)")
+                continue
+            if len(batch.master_key) > MASTER_KEY_BYTES_MAX:
+                complete(i, started, 0, 0, Status.INVALID_REQUEST, "master key too long")
+                continue
             nbytes = sum(len(e) for e in batch.entries)
             try:
                 self.storage.add_batch(
-                    _ledger_key(batch.ledger), batch.master_key, entries, batch.recovery,
-                    lambda status: complete(rid, started, nbytes, n, Status(status)),
+                    _ledger_key(batch.ledger), batch.master_key, list(zip(batch.entry_ids, batch.lacs, batch.entries)),
+                    batch.recovery,
+                    lambda status, i=i, started=started, nbytes=nbytes, n=n: complete(i, started, nbytes, n, Status(status)),
+                    allow_inline=allow_inline,
                 )
             except Exception as exc:  # noqa: BLE001 - the stream must survive one bad batch
                 log.exception("add batch failed ledger=%s", _ledger_key(batch.ledger))
-                complete(rid, started, nbytes, n, Status.INTERNAL_ERROR, str(exc))
-
-        def reader() -> None:
-            try:
-                for request in request_iterator:
-                    for batch in request.batches:
-                        submit(batch)
-            except grpc.RpcError:
-                pass  # the client went away; its in-flight adds still complete durably
-            except Exception:  # noqa: BLE001
-                log.exception("add stream reader failed")
-            finally:
-                results.put(_END)
-
-        threading.Thread(target=reader, name="add-stream-reader", daemon=True).start()
-        ended = False
-        drain_deadline = None
-        while True:
-            try:
-                item = results.get(timeout=_ADD_POLL_S)
-            except queue.Empty:
-                if not context.is_active():
-                    return
-                if ended and drain_deadline is not None and time.monotonic() > drain_deadline:
-                    log.warning("add stream closed with batches still pending outstanding=%d", outstanding[0])
-                    return
-                if ended and outstanding[0] == 0:
-                    return
-                continue
-            batch_results = []
-            while True:
-                if item is _END:
-                    ended = True
-                    drain_deadline = time.monotonic() + _ADD_DRAIN_TIMEOUT_S
-                else:
-                    batch_results.append(item)
-                if len(batch_results) >= _RESULTS_PER_RESPONSE_MAX:
-                    break
-                try:
-                    item = results.get_nowait()
-                except queue.Empty:
-                    break
-            if batch_results:
-                yield pb.AddResponse(results=batch_results)
-            with lock:
-                done = ended and outstanding[0] == 0 and results.empty()
-            if done:
-                return
+                complete(i, started, nbytes, n, Status.INTERNAL_ERROR, str(exc))
+            with done:
+                if results[i] is None:
+                    queued[i] = True
+                    waiting[0] += 1
+        with done:
+            if not done.wait_for(lambda: waiting[0] == 0, timeout=_ADD_DURABLE_TIMEOUT_S):
+                log.warning("add request not durable in time batches=%d pending=%d", len(batches), waiting[0])
+            return [r if r is not None else pb.AddResult(request_id=b.request_id, status=int(Status.TIMEOUT),
+                                                         message=f"not durable within {_ADD_DURABLE_TIMEOUT_S:g} s")
+                    for r, b in zip(results, batches)]
 
     # ---- reads --------------------------------------------------------------------------------
 
@@ -162,6 +132,17 @@ class BookieService(pb_grpc.BookieServicer):
                 return pb.ReadResponse(status=int(status), lac=-1)
         max_entries = min(request.max_entries or limits.READ_RESPONSE_ENTRIES_DEFAULT, limits.READ_RESPONSE_ENTRIES_MAX)
         max_bytes = min(request.max_bytes or limits.READ_RESPONSE_BYTES_DEFAULT, limits.READ_RESPONSE_BYTES_MAX)
+        if request.entry_runs:
+            resp, served = self._read_runs(key, first, last, max_entries, max_bytes)
+        else:
+            resp, served = self._read_entries(key, first, last, max_entries, max_bytes)
+        self.metrics.inc("bookie_read_entries_total", "entries served by reads", served)
+        self.metrics.read_latency.observe(time.monotonic() - started)
+        return resp
+
+    def _read_entries(self, key: tuple[int, int], first: int, last: int, max_entries: int,
+                      max_bytes: int) -> tuple[pb.ReadResponse, int]:
+        """The per-entry answer: one (id, status, bytes) triple per entry."""
         status, results = self.storage.read_range(key, first, last, max_entries, max_bytes)
         _, lac = self.storage.read_lac(key)
         resp = pb.ReadResponse(status=int(status), lac=lac)
@@ -169,9 +150,22 @@ class BookieService(pb_grpc.BookieServicer):
             resp.entry_ids.extend([r.entry_id for r in results])
             resp.entry_status.extend([int(r.status) for r in results])
             resp.entries.extend([r.data for r in results])
-        self.metrics.inc("bookie_read_entries_total", "entries served by reads", len(results))
-        self.metrics.read_latency.observe(time.monotonic() - started)
-        return resp
+        return resp, len(results)
+
+    def _read_runs(self, key: tuple[int, int], first: int, last: int, max_entries: int,
+                   max_bytes: int) -> tuple[pb.ReadResponse, int]:
+        """The run answer (ReadRequest.entry_runs): OK entries as runs, the others by id."""
+        status, answer = self.storage.read_runs(key, first, last, max_entries, max_bytes)
+        _, lac = self.storage.read_lac(key)
+        resp = pb.ReadResponse(status=int(status), lac=lac)
+        if answer is None:
+            return resp, 0
+        for r in answer.runs:  # add(): the data is copied into the message once (extend copies twice)
+            resp.runs.add(first_entry_id=r.first_entry_id, lengths=r.lengths, data=r.data)
+        if answer.others:
+            resp.entry_ids.extend([eid for eid, _ in answer.others])
+            resp.entry_status.extend([int(st) for _, st in answer.others])
+        return resp, answer.count
 
     def ReadLac(self, request: pb.ReadLacRequest, context: grpc.ServicerContext) -> pb.ReadLacResponse:  # noqa: N802
         key = _ledger_key(request.ledger)

@@ -28,10 +28,11 @@ from concurrent.futures._base import CANCELLED as _CANCELLED  # noqa: PLC2701
 from concurrent.futures._base import CANCELLED_AND_NOTIFIED as _CANCELLED_AND_NOTIFIED  # noqa: PLC2701
 
 _DONE_STATES = (_FINISHED, _CANCELLED, _CANCELLED_AND_NOTIFIED)
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from bookie.status import Status
 from metadata import BadVersionError, CloseContext, LedgerId, LedgerMetadata, LedgerState, MetadataError, write_set
+from pyspark_ledger.bookie_client import EncodedAddBatch
 from pyspark_ledger.digest import Digest, master_key
 from pyspark_ledger.entry_format import encode_entry
 from pyspark_ledger.errors import (
@@ -135,7 +136,11 @@ class WriteHandle(ReadHandle):
         self._master_key = master_key(password)
         self._digest = Digest.for_ledger(metadata.digest_type, password)
         self._key = (metadata.ledger_id.scope_id, metadata.ledger_id.id)
-        self._cond = threading.Condition()
+        lock = threading.RLock()
+        # Two conditions on one lock: acks wake only add callers waiting for room (or close), not
+        # the sender thread, which would otherwise wake for nothing on every ack of every bookie.
+        self._cond = threading.Condition(lock)
+        self._sender_wake = threading.Condition(lock)
         self._submit_lock = threading.Lock()
         self._sender_idle = False  # serialises callers: ids, encoding, order of `_pending`
         self._future_cond = threading.Condition()  # shared by this handle's add futures
@@ -225,7 +230,7 @@ class WriteHandle(ReadHandle):
                 if lac > self._last_lac_sent:
                     self._last_lac_sent = lac
                 if not direct:
-                    self._cond.notify_all()
+                    self._notify_all()
             if direct:
                 self._send([p])
         return fut
@@ -254,7 +259,7 @@ class WriteHandle(ReadHandle):
         finally:
             with self._cond:
                 self._closed = True
-                self._cond.notify_all()
+                self._notify_all()
             self._sender.join(timeout=5)
         super().close()
 
@@ -262,7 +267,7 @@ class WriteHandle(ReadHandle):
         """Client shutdown: stop the sender without sealing (an open ledger is recovered by its next reader)."""
         with self._cond:
             self._closed = True
-            self._cond.notify_all()
+            self._notify_all()
         self._sender.join(timeout=5)
         ReadHandle.close(self)
 
@@ -320,7 +325,7 @@ class WriteHandle(ReadHandle):
                     if self._lac_due():
                         break
                     self._sender_idle = True
-                    self._cond.wait(self._explicit_lac_interval_s or 0.5)
+                    self._sender_wake.wait(self._explicit_lac_interval_s or 0.5)
                     self._sender_idle = False
                 failed = set(self._failed_bookies)
                 outbox, self._outbox = self._outbox, []
@@ -349,25 +354,29 @@ class WriteHandle(ReadHandle):
                         continue
                     p.sent.append(b)
                     per_bookie.setdefault(b, []).append(p)
+        # Bookies that get the same entries (usually all of them, with E == W) share one encoding.
+        encoded: dict[tuple[int, ...], EncodedAddBatch] = {}
         for bookie_id, entries in per_bookie.items():
             for i in range(0, len(entries), BATCH_ENTRIES_MAX):
-                self._send_batch(bookie_id, entries[i : i + BATCH_ENTRIES_MAX])
+                chunk = entries[i : i + BATCH_ENTRIES_MAX]
+                ids = tuple(p.entry_id for p in chunk)
+                batch = encoded.get(ids)
+                if batch is None:
+                    batch = encoded[ids] = EncodedAddBatch(
+                        self._key, self._master_key, [(p.entry_id, p.lac, p.data) for p in chunk])
+                self._send_batch(bookie_id, ids, batch)
 
-    def _send_batch(self, bookie_id: str, entries: list[_Pending]) -> None:
-        ids = [p.entry_id for p in entries]
+    def _send_batch(self, bookie_id: str, ids: tuple[int, ...], batch: EncodedAddBatch) -> None:
         if self._client.pool.faults.drop("add", bookie_id):
             return  # lost on the way; the add timeout will notice
         try:
             client = self._client.pool.get(bookie_id)
-            client.add_batch(
-                self._key, self._master_key, [(p.entry_id, p.lac, p.data) for p in entries],
-                lambda status, message: self._on_batch(bookie_id, ids, status, message),
-                timeout_s=self._add_timeout_s,
-            )
+            client.add_encoded(batch, lambda status, message: self._on_batch(bookie_id, ids, status, message),
+                               timeout_s=self._add_timeout_s)
         except LedgerError as exc:
             self._on_batch(bookie_id, ids, Status.INTERNAL_ERROR, f"transport: {exc}")
 
-    def _on_batch(self, bookie_id: str, entry_ids: list[int], status: Status, message: str) -> None:
+    def _on_batch(self, bookie_id: str, entry_ids: Sequence[int], status: Status, message: str) -> None:
         """Runs on a transport thread: record acks, complete what became complete, flag failures.
         Lock order: never take _completion_lock while holding _cond (so errors are raised after
         the lock is released)."""
@@ -381,7 +390,9 @@ class WriteHandle(ReadHandle):
                     p = by_id.get(eid)
                     if p is not None and bookie_id in p.bookies and bookie_id not in p.acked:
                         p.acked.append(bookie_id)
-                self._collect_completed()
+                if not self._collect_completed():
+                    return  # no entry completed: nobody to wake, nothing to resolve
+                self._cond.notify_all()  # room freed: wake add callers and close, not the sender
             elif status in (Status.FENCED, Status.UNAUTHORIZED):
                 fenced = LedgerFencedError(
                     f"ledger {self.ledger_id} was fenced (bookie {bookie_id} answered {status.name}): "
@@ -397,14 +408,17 @@ class WriteHandle(ReadHandle):
                     if p is not None and bookie_id in p.sent:
                         p.sent.remove(bookie_id)
                 self._failed_bookies.add(bookie_id)
-            self._cond.notify_all()
+            if status != Status.OK:
+                self._notify_all()
         if fenced is not None:
             self._set_error(fenced)
         self._drain_completions()
 
-    def _collect_completed(self) -> None:
-        """Under the lock: pop entries whose quorum is complete, in order, advancing the LAC."""
+    def _collect_completed(self) -> bool:
+        """Under the lock: pop entries whose quorum is complete, in order, advancing the LAC.
+        True if any completed."""
         ack_quorum = self._metadata.ack_quorum_size
+        completed = bool(self._pending) and len(self._pending[0].acked) >= ack_quorum
         while self._pending and len(self._pending[0].acked) >= ack_quorum:
             p = self._pending.popleft()
             del self._by_id[p.entry_id]
@@ -413,6 +427,7 @@ class WriteHandle(ReadHandle):
             self._pending_bytes -= p.size
             self._changes_without_progress = 0
             self._completing.append(p)
+        return completed
 
     def _drain_completions(self) -> None:
         # One thread at a time resolves futures, FIFO, so callbacks fire in entry-id order.
@@ -495,7 +510,7 @@ class WriteHandle(ReadHandle):
             self._assign_write_set(p)
         self._outbox = list(self._pending)
         self._collect_completed()
-        self._cond.notify_all()
+        self._notify_all()
 
     def _quorum_reachable(self) -> bool:
         meta = self._metadata
@@ -524,12 +539,17 @@ class WriteHandle(ReadHandle):
                 raise LedgerError(f"ledger {self.ledger_id}: ensemble change failed: {exc}") from exc
         raise LedgerError(f"ledger {self.ledger_id}: ensemble change kept conflicting")
 
+    def _notify_all(self) -> None:
+        """Under the lock: wake everyone, the sender included (work queued, failures, closing)."""
+        self._cond.notify_all()
+        self._sender_wake.notify_all()
+
     def _set_error(self, err: LedgerError) -> None:
         with self._cond:
             if self._error is None:
                 self._error = err
                 log.warning("ledger writer stopped ledger=%s error=%s", self.ledger_id, err)
-            self._cond.notify_all()
+            self._notify_all()
         self._fail_all(err)
 
     def _fail_all(self, err: BaseException) -> None:
@@ -539,7 +559,7 @@ class WriteHandle(ReadHandle):
             self._by_id.clear()
             self._outbox = []
             self._pending_bytes = 0
-            self._cond.notify_all()
+            self._notify_all()
         self._drain_completions()  # whatever completed before the failure keeps its order
         for p in victims:
             if not p.future.done():

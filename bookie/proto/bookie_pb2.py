@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x62ookie/proto/bookie.proto\x12\x15pyspark_ledger.bookie\"0\n\tLedgerRef\x12\x10\n\x08scope_id\x18\x01 \x01(\x04\x12\x11\n\tledger_id\x18\x02 \x01(\x04\"\xa8\x01\n\x08\x41\x64\x64\x42\x61tch\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x30\n\x06ledger\x18\x02 \x01(\x0b\x32 .pyspark_ledger.bookie.LedgerRef\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c\x12\x10\n\x08recovery\x18\x04 \x01(\x08\x12\x11\n\tentry_ids\x18\x05 \x03(\x03\x12\x0c\n\x04lacs\x18\x06 \x03(\x03\x12\x0f\n\x07\x65ntries\x18\x07 \x03(\x0c\">\n\nAddRequest\x12\x30\n\x07\x62\x61tches\x18\x01 \x03(\x0b\x32\x1f.pyspark_ledger.bookie.AddBatch\"c\n\tAddResult\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x31\n\x06status\x18\x02 \x01(\x0e\x32!.pyspark_ledger.bookie.StatusCode\x12\x0f\n\x07message\x18\x03 \x01(\t\"@\n\x0b\x41\x64\x64Response\x12\x31\n\x07results\x18\x01 \x03(\x0b\x32 .pyspark_ledger.bookie.AddResult\"\x8d\x02\n\x0bReadRequest\x12\x30\n\x06ledger\x18\x01 \x01(\x0b\x32 .pyspark_ledger.bookie.LedgerRef\x12\x16\n\x0e\x66irst_entry_id\x18\x02 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x03 \x01(\x03\x12\x13\n\x0bmax_entries\x18\x04 \x01(\r\x12\x11\n\tmax_bytes\x18\x05 \x01(\x04\x12\r\n\x05\x66\x65nce\x18\x06 \x01(\x08\x12\x12\n\nmaster_key\x18\x07 \x01(\x0c\x12\x1e\n\x11long_poll_min_lac\x18\x08 \x01(\x03H\x00\x88\x01\x01\x12\x1c\n\x14long_poll_timeout_ms\x18\t \x01(\rB\x14\n\x12_long_poll_min_lac\"\xbc\x01\n\x0cReadResponse\x12\x31\n\x06status\x18\x01 \x01(\x0e\x32!.pyspark_ledger.bookie.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0b\n\x03lac\x18\x03 \x01(\x03\x12\x11\n\tentry_ids\x18\x04 \x03(\x03\x12\x37\n\x0c\x65ntry_status\x18\x05 \x03(\x0e\x32!.pyspark_ledger.bookie.StatusCode\x12\x0f\n\x07\x65ntries\x18\x06 \x03(\x0c\"\x96\x01\n\x0eReadLacRequest\x12\x30\n\x06ledger\x18\x01 \x01(\x0b\x32 .pyspark_ledger.bookie.LedgerRef\x12\x1e\n\x11long_poll_min_lac\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x1c\n\x14long_poll_timeout_ms\x18\x03 \x01(\rB\x14\n\x12_long_poll_min_lac\"b\n\x0fReadLacResponse\x12\x31\n\x06status\x18\x01 \x01(\x0e\x32!.pyspark_ledger.bookie.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0b\n\x03lac\x18\x03 \x01(\x03\"d\n\x0fWriteLacRequest\x12\x30\n\x06ledger\x18\x01 \x01(\x0b\x32 .pyspark_ledger.bookie.LedgerRef\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\x12\x0b\n\x03lac\x18\x03 \x01(\x03\"V\n\x10WriteLacResponse\x12\x31\n\x06status\x18\x01 \x01(\x0e\x32!.pyspark_ledger.bookie.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\"T\n\x0c\x46\x65nceRequest\x12\x30\n\x06ledger\x18\x01 \x01(\x0b\x32 .pyspark_ledger.bookie.LedgerRef\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\"`\n\rFenceResponse\x12\x31\n\x06status\x18\x01 \x01(\x0e\x32!.pyspark_ledger.bookie.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0b\n\x03lac\x18\x03 \x01(\x03\"G\n\x13\x44\x65leteLedgerRequest\x12\x30\n\x06ledger\x18\x01 \x01(\x0b\x32 .pyspark_ledger.bookie.LedgerRef\"Z\n\x14\x44\x65leteLedgerResponse\x12\x31\n\x06status\x18\x01 \x01(\x0e\x32!.pyspark_ledger.bookie.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\"\r\n\x0bInfoRequest\"\xac\x01\n\x0cInfoResponse\x12\x11\n\tbookie_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x11\n\tread_only\x18\x03 \x01(\x08\x12\x12\n\nfree_bytes\x18\x04 \x01(\x04\x12\x13\n\x0btotal_bytes\x18\x05 \x01(\x04\x12\x11\n\tuncertain\x18\x06 \x01(\x08\x12\x14\n\x0cledger_count\x18\x07 \x01(\x04\x12\x13\n\x0binstance_id\x18\x08 \x01(\t*\xd0\x01\n\nStatusCode\x12\x06\n\x02OK\x10\x00\x12\x12\n\x0eNO_SUCH_LEDGER\x10\x01\x12\x11\n\rNO_SUCH_ENTRY\x10\x02\x12\n\n\x06\x46\x45NCED\x10\x03\x12\x10\n\x0cUNAUTHORIZED\x10\x04\x12\r\n\tREAD_ONLY\x10\x05\x12\r\n\tTOO_LARGE\x10\x06\x12\x17\n\x13UNKNOWN_ENTRY_STATE\x10\x07\x12\x13\n\x0fINVALID_REQUEST\x10\x08\x12\x08\n\x04\x42USY\x10\t\x12\x0b\n\x07TIMEOUT\x10\n\x12\x12\n\x0eINTERNAL_ERROR\x10\x0b\x32\xf0\x04\n\x06\x42ookie\x12P\n\x03\x41\x64\x64\x12!.pyspark_ledger.bookie.AddRequest\x1a\".pyspark_ledger.bookie.AddResponse(\x01\x30\x01\x12O\n\x04Read\x12\".pyspark_ledger.bookie.ReadRequest\x1a#.pyspark_ledger.bookie.ReadResponse\x12X\n\x07ReadLac\x12%.pyspark_ledger.bookie.ReadLacRequest\x1a&.pyspark_ledger.bookie.ReadLacResponse\x12[\n\x08WriteLac\x12&.pyspark_ledger.bookie.WriteLacRequest\x1a\'.pyspark_ledger.bookie.WriteLacResponse\x12R\n\x05\x46\x65nce\x12#.pyspark_ledger.bookie.FenceRequest\x1a$.pyspark_ledger.bookie.FenceResponse\x12g\n\x0c\x44\x65leteLedger\x12*.pyspark_ledger.bookie.DeleteLedgerRequest\x1a+.pyspark_ledger.bookie.DeleteLedgerResponse\x12O\n\x04Info\x12\".pyspark_ledger.bookie.InfoRequest\x1a#.pyspark_ledger.bookie.InfoResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x62ookie/proto/bookie.proto\x12\x15pyspark_ledger.bookie\"0\n\tLedgerRef\x12\x10\n\x08scope_id\x18\x01 \x01(\x04\x12\x11\n\tledger_id\x18\x02 \x01(\x04\"\xa8\x01\n\x08\x41\x64\x64\x42\x61tch\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x30\n\x06ledger\x18\x02 \x01(\x0b\x32 .pyspark_ledger.bookie.LedgerRef\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c\x12\x10\n\x08recovery\x18\x04 \x01(\x08\x12\x11\n\tentry_ids\x18\x05 \x03(\x03\x12\x0c\n\x04lacs\x18\x06 \x03(\x03\x12\x0f\n\x07\x65ntries\x18\x07 \x03(\x0c\">\n\nAddRequest\x12\x30\n\x07\x62\x61tches\x18\x01 \x03(\x0b\x32\x1f.pyspark_ledger.bookie.AddBatch\"c\n\tAddResult\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x31\n\x06status\x18\x02 \x01(\x0e\x32!.pyspark_ledger.bookie.StatusCode\x12\x0f\n\x07message\x18\x03 \x01(\t\"@\n\x0b\x41\x64\x64Response\x12\x31\n\x07results\x18\x01 \x03(\x0b\x32 .pyspark_ledger.bookie.AddResult\"\xa1\x02\n\x0bReadRequest\x12\x30\n\x06ledger\x18\x01 \x01(\x0b\x32 .pyspark_ledger.bookie.LedgerRef\x12\x16\n\x0e\x66irst_entry_id\x18\x02 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x03 \x01(\x03\x12\x13\n\x0bmax_entries\x18\x04 \x01(\r\x12\x11\n\tmax_bytes\x18\x05 \x01(\x04\x12\r\n\x05\x66\x65nce\x18\x06 \x01(\x08\x12\x12\n\nmaster_key\x18\x07 \x01(\x0c\x12\x1e\n\x11long_poll_min_lac\x18\x08 \x01(\x03H\x00\x88\x01\x01\x12\x1c\n\x14long_poll_timeout_ms\x18\t \x01(\r\x12\x12\n\nentry_runs\x18\n \x01(\x08\x42\x14\n\x12_long_poll_min_lac\"A\n\x08\x45ntryRun\x12\x16\n\x0e\x66irst_entry_id\x18\x01 \x01(\x03\x12\x0f\n\x07lengths\x18\x02 \x03(\r\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\xeb\x01\n\x0cReadResponse\x12\x31\n\x06status\x18\x01 \x01(\x0e\x32!.pyspark_ledger.bookie.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0b\n\x03lac\x18\x03 \x01(\x03\x12\x11\n\tentry_ids\x18\x04 \x03(\x03\x12\x37\n\x0c\x65ntry_status\x18\x05 \x03(\x0e\x32!.pyspark_ledger.bookie.StatusCode\x12\x0f\n\x07\x65ntries\x18\x06 \x03(\x0c\x12-\n\x04runs\x18\x07 \x03(\x0b\x32\x1f.pyspark_ledger.bookie.EntryRun\"\x96\x01\n\x0eReadLacRequest\x12\x30\n\x06ledger\x18\x01 \x01(\x0b\x32 .pyspark_ledger.bookie.LedgerRef\x12\x1e\n\x11long_poll_min_lac\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x1c\n\x14long_poll_timeout_ms\x18\x03 \x01(\rB\x14\n\x12_long_poll_min_lac\"b\n\x0fReadLacResponse\x12\x31\n\x06status\x18\x01 \x01(\x0e\x32!.pyspark_ledger.bookie.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0b\n\x03lac\x18\x03 \x01(\x03\"d\n\x0fWriteLacRequest\x12\x30\n\x06ledger\x18\x01 \x01(\x0b\x32 .pyspark_ledger.bookie.LedgerRef\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\x12\x0b\n\x03lac\x18\x03 \x01(\x03\"V\n\x10WriteLacResponse\x12\x31\n\x06status\x18\x01 \x01(\x0e\x32!.pyspark_ledger.bookie.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\"T\n\x0c\x46\x65nceRequest\x12\x30\n\x06ledger\x18\x01 \x01(\x0b\x32 .pyspark_ledger.bookie.LedgerRef\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\"`\n\rFenceResponse\x12\x31\n\x06status\x18\x01 \x01(\x0e\x32!.pyspark_ledger.bookie.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0b\n\x03lac\x18\x03 \x01(\x03\"G\n\x13\x44\x65leteLedgerRequest\x12\x30\n\x06ledger\x18\x01 \x01(\x0b\x32 .pyspark_ledger.bookie.LedgerRef\"Z\n\x14\x44\x65leteLedgerResponse\x12\x31\n\x06status\x18\x01 \x01(\x0e\x32!.pyspark_ledger.bookie.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\"\r\n\x0bInfoRequest\"\xac\x01\n\x0cInfoResponse\x12\x11\n\tbookie_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x11\n\tread_only\x18\x03 \x01(\x08\x12\x12\n\nfree_bytes\x18\x04 \x01(\x04\x12\x13\n\x0btotal_bytes\x18\x05 \x01(\x04\x12\x11\n\tuncertain\x18\x06 \x01(\x08\x12\x14\n\x0cledger_count\x18\x07 \x01(\x04\x12\x13\n\x0binstance_id\x18\x08 \x01(\t*\xd0\x01\n\nStatusCode\x12\x06\n\x02OK\x10\x00\x12\x12\n\x0eNO_SUCH_LEDGER\x10\x01\x12\x11\n\rNO_SUCH_ENTRY\x10\x02\x12\n\n\x06\x46\x45NCED\x10\x03\x12\x10\n\x0cUNAUTHORIZED\x10\x04\x12\r\n\tREAD_ONLY\x10\x05\x12\r\n\tTOO_LARGE\x10\x06\x12\x17\n\x13UNKNOWN_ENTRY_STATE\x10\x07\x12\x13\n\x0fINVALID_REQUEST\x10\x08\x12\x08\n\x04\x42USY\x10\t\x12\x0b\n\x07TIMEOUT\x10\n\x12\x12\n\x0eINTERNAL_ERROR\x10\x0b\x32\xf0\x04\n\x06\x42ookie\x12P\n\x03\x41\x64\x64\x12!.pyspark_ledger.bookie.AddRequest\x1a\".pyspark_ledger.bookie.AddResponse(\x01\x30\x01\x12O\n\x04Read\x12\".pyspark_ledger.bookie.ReadRequest\x1a#.pyspark_ledger.bookie.ReadResponse\x12X\n\x07ReadLac\x12%.pyspark_ledger.bookie.ReadLacRequest\x1a&.pyspark_ledger.bookie.ReadLacResponse\x12[\n\x08WriteLac\x12&.pyspark_ledger.bookie.WriteLacRequest\x1a\'.pyspark_ledger.bookie.WriteLacResponse\x12R\n\x05\x46\x65nce\x12#.pyspark_ledger.bookie.FenceRequest\x1a$.pyspark_ledger.bookie.FenceResponse\x12g\n\x0c\x44\x65leteLedger\x12*.pyspark_ledger.bookie.DeleteLedgerRequest\x1a+.pyspark_ledger.bookie.DeleteLedgerResponse\x12O\n\x04Info\x12\".pyspark_ledger.bookie.InfoRequest\x1a#.pyspark_ledger.bookie.InfoResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'bookie.proto.bookie_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STATUSCODE']._serialized_start=1950
-  _globals['_STATUSCODE']._serialized_end=2158
+  _globals['_STATUSCODE']._serialized_start=2084
+  _globals['_STATUSCODE']._serialized_end=2292
   _globals['_LEDGERREF']._serialized_start=52
   _globals['_LEDGERREF']._serialized_end=100
   _globals['_ADDBATCH']._serialized_start=103
@@ -44,29 +44,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ADDRESPONSE']._serialized_start=438
   _globals['_ADDRESPONSE']._serialized_end=502
   _globals['_READREQUEST']._serialized_start=505
-  _globals['_READREQUEST']._serialized_end=774
-  _globals['_READRESPONSE']._serialized_start=777
-  _globals['_READRESPONSE']._serialized_end=965
-  _globals['_READLACREQUEST']._serialized_start=968
-  _globals['_READLACREQUEST']._serialized_end=1118
-  _globals['_READLACRESPONSE']._serialized_start=1120
-  _globals['_READLACRESPONSE']._serialized_end=1218
-  _globals['_WRITELACREQUEST']._serialized_start=1220
-  _globals['_WRITELACREQUEST']._serialized_end=1320
-  _globals['_WRITELACRESPONSE']._serialized_start=1322
-  _globals['_WRITELACRESPONSE']._serialized_end=1408
-  _globals['_FENCEREQUEST']._serialized_start=1410
-  _globals['_FENCEREQUEST']._serialized_end=1494
-  _globals['_FENCERESPONSE']._serialized_start=1496
-  _globals['_FENCERESPONSE']._serialized_end=1592
-  _globals['_DELETELEDGERREQUEST']._serialized_start=1594
-  _globals['_DELETELEDGERREQUEST']._serialized_end=1665
-  _globals['_DELETELEDGERRESPONSE']._serialized_start=1667
-  _globals['_DELETELEDGERRESPONSE']._serialized_end=1757
-  _globals['_INFOREQUEST']._serialized_start=1759
-  _globals['_INFOREQUEST']._serialized_end=1772
-  _globals['_INFORESPONSE']._serialized_start=1775
-  _globals['_INFORESPONSE']._serialized_end=1947
-  _globals['_BOOKIE']._serialized_start=2161
-  _globals['_BOOKIE']._serialized_end=2785
+  _globals['_READREQUEST']._serialized_end=794
+  _globals['_ENTRYRUN']._serialized_start=796
+  _globals['_ENTRYRUN']._serialized_end=861
+  _globals['_READRESPONSE']._serialized_start=864
+  _globals['_READRESPONSE']._serialized_end=1099
+  _globals['_READLACREQUEST']._serialized_start=1102
+  _globals['_READLACREQUEST']._serialized_end=1252
+  _globals['_READLACRESPONSE']._serialized_start=1254
+  _globals['_READLACRESPONSE']._serialized_end=1352
+  _globals['_WRITELACREQUEST']._serialized_start=1354
+  _globals['_WRITELACREQUEST']._serialized_end=1454
+  _globals['_WRITELACRESPONSE']._serialized_start=1456
+  _globals['_WRITELACRESPONSE']._serialized_end=1542
+  _globals['_FENCEREQUEST']._serialized_start=1544
+  _globals['_FENCEREQUEST']._serialized_end=1628
+  _globals['_FENCERESPONSE']._serialized_start=1630
+  _globals['_FENCERESPONSE']._serialized_end=1726
+  _globals['_DELETELEDGERREQUEST']._serialized_start=1728
+  _globals['_DELETELEDGERREQUEST']._serialized_end=1799
+  _globals['_DELETELEDGERRESPONSE']._serialized_start=1801
+  _globals['_DELETELEDGERRESPONSE']._serialized_end=1891
+  _globals['_INFOREQUEST']._serialized_start=1893
+  _globals['_INFOREQUEST']._serialized_end=1906
+  _globals['_INFORESPONSE']._serialized_start=1909
+  _globals['_INFORESPONSE']._serialized_end=2081
+  _globals['_BOOKIE']._serialized_start=2295
+  _globals['_BOOKIE']._serialized_end=2919
 # @@protoc_insertion_point(module_scope)

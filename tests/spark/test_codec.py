@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import random
 
+import crc32c
+import numpy as np
 import pyarrow as pa
 import pytest
 
 from pyspark_ledger.datasource import codec
 from pyspark_ledger.digest import Digest
-from pyspark_ledger.entry_format import decode_entry, encode_entry
+from pyspark_ledger.entry_format import HEADER_BYTES, decode_entry, encode_entry
 
 SEED = 20261121
 
@@ -105,3 +107,81 @@ def test_packer_caps_entry_bytes() -> None:
     batch = pa.record_batch([pa.array([b"x" * 1000] * 1000, pa.binary())], schema=schema)
     out = list(packer.add(batch)) + list(packer.flush())
     assert len(out) >= 15 and all(buf.size < 80 * 1024 for buf in out)
+
+
+# ---- runs as a bookie sends them: one buffer plus lengths ---------------------------------------------
+
+
+def blob_of(stored: list[bytes]) -> tuple[bytes, np.ndarray]:
+    return b"".join(stored), np.array([len(x) for x in stored], dtype=np.int64)
+
+
+@pytest.mark.parametrize("digest_type", ["crc32c", "mac", "none"])
+@pytest.mark.parametrize("sizes", ["equal", "mixed"])
+def test_decode_blob_matches_decode_entry(digest_type: str, sizes: str) -> None:
+    rnd = random.Random(SEED)
+    d = Digest.for_ledger(digest_type, b"pw")
+    payloads = [rnd.randbytes(100 if sizes == "equal" else rnd.randrange(0, 300)) for _ in range(700)]
+    stored = entries(d, 2**40, payloads, scope=2**64 - 1, lid=2**63)
+    run = codec.decode_blob(d, 2**64 - 1, 2**63, 2**40, *blob_of(stored))
+    assert run.error is None and run.count == 700
+    assert run.payloads.to_pylist() == [
+        decode_entry(d, x, 2**64 - 1, 2**63, 2**40 + i).payload for i, x in enumerate(stored)]
+
+
+@pytest.mark.parametrize("sizes", ["equal", "mixed"])
+@pytest.mark.parametrize("damage, why", [
+    ("payload bit", "digest mismatch"),
+    ("digest byte", "digest mismatch"),
+    ("lac byte", "digest mismatch"),  # a header byte outside the fixed prefix: only the crc sees it
+    ("length byte", "digest mismatch"),
+    ("entry id", "bytes belong to entry 1038 of ledger 00000000000000000000000000000009"),
+    ("ledger id", "bytes belong to entry 1037 of ledger 00000000000000000000000000000019"),
+    ("flags", "unsupported entry format or digest"),
+])
+def test_a_bad_entry_in_the_middle_of_a_run_is_named(sizes: str, damage: str, why: str) -> None:
+    d = Digest.for_ledger("crc32c")
+    payloads = [bytes([i]) * (50 if sizes == "equal" else 20 + i) for i in range(100)]
+    stored = entries(d, 1000, payloads)
+    bad = bytearray(stored[37])
+    at = {"payload bit": len(bad) - 1, "digest byte": HEADER_BYTES + 1, "lac byte": 30, "length byte": 40,
+          "ledger id": 16, "flags": 0}.get(damage)
+    if damage == "entry id":
+        bad = bytearray(encode_entry(d, 0, 9, 1038, 0, 0, payloads[37]))
+    else:
+        bad[at] ^= 0x10
+    stored[37] = bytes(bad)
+    run = codec.decode_blob(d, 0, 9, 1000, *blob_of(stored))
+    assert run.count == 37 and run.error is not None
+    assert run.error.startswith(f"entry 1037: {why}"), run.error
+    assert run.payloads.to_pylist() == payloads[:37]
+
+
+@pytest.mark.parametrize("lengths, why", [
+    ([], "a run with no entries"),
+    ([10, -10], "a run with a negative entry length"),
+    ([45, 45], "a run's lengths add up to 90 bytes but it carries 91"),
+])
+def test_a_malformed_run_verifies_nothing_and_says_why(lengths: list[int], why: str) -> None:
+    run = codec.decode_blob(Digest.for_ledger("crc32c"), 0, 9, 0, bytes(91) if lengths else b"",
+                            np.array(lengths, dtype=np.int64))
+    assert run.count == 0 and run.error == why
+
+
+def test_an_entry_shorter_than_a_header_ends_the_run() -> None:
+    d = Digest.for_ledger("crc32c")
+    stored = entries(d, 0, [b"x" * 10] * 5)
+    stored[3] = stored[3][:30]
+    run = codec.decode_blob(d, 0, 9, 0, *blob_of(stored))
+    assert run.count == 3 and run.error == "entry 3: 30 bytes is shorter than a header and digest"
+
+
+@pytest.mark.parametrize("size", [1, 4, 41, 64])
+def test_crc32c_rows_matches_crc32c(size: int) -> None:
+    rnd = random.Random(SEED + size)
+    rows = np.frombuffer(rnd.randbytes(300 * size), dtype=np.uint8).reshape(300, size)
+    assert codec.crc32c_rows(rows).tolist() == [crc32c.crc32c(r.tobytes()) for r in rows]
+    prefix = rnd.randbytes(size // 2)
+    rows = rows.copy()
+    rows[:, : len(prefix)] = np.frombuffer(prefix, dtype=np.uint8)
+    assert codec.crc32c_rows(rows, prefix).tolist() == [crc32c.crc32c(r.tobytes()) for r in rows]

@@ -10,6 +10,7 @@ from typing import Any, Iterator
 import pyarrow as pa
 import pytest
 
+from bookie.status import Status
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.datasource import codec
 from pyspark_ledger.datasource.options import parse_options
@@ -91,16 +92,86 @@ def test_a_corrupt_copy_fails_over(client: LedgerClient, log_name: str, monkeypa
         def read(self, ledger: Any, first: int, last: int, **kw: Any) -> Any:
             resp = self.inner.read(ledger, first, last, **kw)
             for i, eid in enumerate(resp.entry_ids):
-                if eid == 500 and not corrupted:
+                if eid == 500 and not corrupted and resp.entries:
                     data = bytearray(resp.entries[i])
                     data[-1] ^= 0x01
                     resp.entries[i] = bytes(data)
+                    corrupted.append(self.inner.bookie_id)
+            for run in resp.runs:  # the run answer: entry 500's last byte inside its run's buffer
+                k = 500 - run.first_entry_id
+                if 0 <= k < len(run.lengths) and not corrupted:
+                    data = bytearray(run.data)
+                    data[sum(run.lengths[: k + 1]) - 1] ^= 0x01
+                    run.data = bytes(data)
                     corrupted.append(self.inner.bookie_id)
             return resp
 
     monkeypatch.setattr(client.pool, "get", lambda bookie: Corrupting(real_get(bookie)))
     assert read_all(client, ranges) == EXPECTED
     assert corrupted
+
+
+def _drop_entry_500(run: Any, resp: Any) -> None:
+    """Entry 500 leaves its run and is listed as missing: the run splits around it."""
+    k = 500 - run.first_entry_id
+    lengths, data = list(run.lengths), run.data
+    cut = sum(lengths[:k])
+    tail_first, tail_lengths, tail_data = 501, lengths[k + 1:], data[cut + lengths[k]:]
+    run.data, run.lengths[:] = data[:cut], lengths[:k]
+    if tail_lengths:
+        resp.runs.add(first_entry_id=tail_first, lengths=tail_lengths, data=tail_data)
+    resp.entry_ids.append(500)
+    resp.entry_status.append(Status.NO_SUCH_ENTRY)
+
+
+MALFORMATIONS = {
+    "lengths do not add up": lambda run, resp: setattr(run, "data", run.data + b"!"),
+    "the answer skips an entry": lambda run, resp: setattr(run, "first_entry_id", run.first_entry_id + 1),
+    "a run longer than asked": lambda run, resp: (run.lengths.append(run.lengths[-1]),
+                                                  setattr(run, "data", run.data + run.data[-run.lengths[-1]:])),
+    "an entry missing mid-run": _drop_entry_500,
+}
+
+# What the reader's failover log line says for each.
+MALFORMATION_PROBLEMS = {
+    "lengths do not add up": "lengths add up to",
+    "the answer skips an entry": "malformed answer: entry",
+    "a run longer than asked": "malformed answer: a run of",
+    "an entry missing mid-run": "entry 500: status NO_SUCH_ENTRY",
+}
+
+
+@pytest.mark.parametrize("malformation", sorted(MALFORMATIONS))
+def test_a_bad_run_answer_fails_over_to_another_replica(
+        client: LedgerClient, log_name: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        malformation: str) -> None:
+    """A replica's run answer is malformed or lacks an entry: the reader notices, reads the rest
+    of that window from the write sets, and the output is still every entry exactly once."""
+    write_log(client, log_name)
+    ranges = plan(client, log_name)
+    real_get = client.pool.get
+    spoiled: list[str] = []
+
+    class Spoiling:
+        def __init__(self, inner: Any):
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+        def read(self, ledger: Any, first: int, last: int, **kw: Any) -> Any:
+            resp = self.inner.read(ledger, first, last, **kw)
+            for run in list(resp.runs):
+                if not spoiled and run.first_entry_id < 500 < run.first_entry_id + len(run.lengths) - 1:
+                    MALFORMATIONS[malformation](run, resp)
+                    spoiled.append(self.inner.bookie_id)
+            return resp
+
+    monkeypatch.setattr(client.pool, "get", lambda bookie: Spoiling(real_get(bookie)))
+    assert read_all(client, ranges) == EXPECTED
+    assert spoiled
+    failovers = [r.getMessage() for r in caplog.records if "fast read failed over" in r.getMessage()]
+    assert len(failovers) == 1 and MALFORMATION_PROBLEMS[malformation] in failovers[0], failovers
 
 
 def test_an_unreachable_bookie_fails_over(cluster: LocalCluster) -> None:

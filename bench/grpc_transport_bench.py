@@ -1,0 +1,188 @@
+"""The floor under the client's add latency: bare gRPC streams shaped like an E3/W3/A2 add.
+
+Three echo servers (separate processes, like three bookies), each answering a 1 KiB stream
+message after one write + fdatasync of it to a file, the way a bookie's journal does; one client
+sends every message to all three and waits for two answers, one message at a time (the
+client benchmark's latency workload with none of the ledger logic). Run with gRPC's default
+EventEngine and with the iomgr poller that `bookie.grpc_runtime` selects, alternating, and
+print median latency and CPU per add, so the transport's share of bench/client_bench.py's
+latency, and what the tuning buys, can be read off one table.
+
+    python bench/grpc_transport_bench.py [--adds 2000] [--rounds 3] [--size 1024]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent import futures
+from typing import Iterator
+
+SERVICE = "bench.Echo"
+METHOD = f"/{SERVICE}/Stream"
+SETTINGS = {
+    "servers default (EventEngine)": {"PYSPARK_LEDGER_GRPC_TUNING": "0", "GRPC_EXPERIMENTS": ""},
+    "servers tuned (iomgr)": {"PYSPARK_LEDGER_GRPC_TUNING": "1", "GRPC_EXPERIMENTS": ""},
+}
+
+
+def _identity(b: bytes) -> bytes:
+    return b
+
+
+def serve(port: int, journal: str) -> None:
+    import grpc
+
+    fd = os.open(journal, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+
+    def stream(requests: Iterator[bytes], context: object) -> Iterator[bytes]:
+        for message in requests:
+            os.write(fd, message)
+            os.fdatasync(fd)
+            yield message[:16]
+
+    handler = grpc.method_handlers_generic_handler(
+        SERVICE, {"Stream": grpc.stream_stream_rpc_method_handler(stream, _identity, _identity)})
+    server = grpc.server(futures.ThreadPoolExecutor(4))
+    server.add_generic_rpc_handlers((handler,))
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    server.wait_for_termination()
+
+
+def _cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(ports: list[int], server_pids: list[int], adds: int, size: int) -> tuple[float, float, float]:
+    """Median and p99 latency (ms) of `adds` sequential 2-of-3 round trips, and CPU us per add
+    (client + servers)."""
+    import grpc
+
+    acked = threading.Condition()
+    count = [0]
+    outs: list[queue.Queue[bytes | None]] = []
+    channels = []
+    for port in ports:
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        channels.append(channel)
+        out: queue.Queue[bytes | None] = queue.Queue()
+        outs.append(out)
+
+        def requests(out: queue.Queue[bytes | None] = out) -> Iterator[bytes]:
+            while (item := out.get()) is not None:
+                yield item
+
+        call = channel.stream_stream(METHOD, request_serializer=None, response_deserializer=None)(requests())
+
+        def receive(call: object = call) -> None:
+            try:
+                for _ in call:  # type: ignore[attr-defined]
+                    with acked:
+                        count[0] += 1
+                        acked.notify_all()
+            except grpc.RpcError:
+                pass
+
+        threading.Thread(target=receive, daemon=True).start()
+    payload = b"p" * size
+
+    def one() -> float:
+        started = time.perf_counter()
+        with acked:
+            count[0] = 0
+        for out in outs:
+            out.put(payload)
+        with acked:
+            if not acked.wait_for(lambda: count[0] >= 2, timeout=10):
+                raise TimeoutError("echo servers stopped answering")
+            elapsed = time.perf_counter() - started
+            acked.wait_for(lambda: count[0] >= 3, timeout=10)  # start the next one from quiet
+        return elapsed
+
+    for _ in range(min(200, adds)):
+        one()
+    cpu0 = time.process_time() + sum(_cpu_s(p) for p in server_pids)
+    samples = sorted(one() for _ in range(adds))
+    cpu = time.process_time() + sum(_cpu_s(p) for p in server_pids) - cpu0
+    for out in outs:
+        out.put(None)
+    for channel in channels:
+        channel.close()
+    return statistics.median(samples) * 1e3, samples[int(len(samples) * 0.99) - 1] * 1e3, cpu / adds * 1e6
+
+
+def run_setting(env_overrides: dict[str, str], adds: int, size: int) -> tuple[float, float, float]:
+    """One measurement in a fresh client process (gRPC reads its settings once per process)."""
+    env = {**os.environ, **env_overrides}
+    out = subprocess.run([sys.executable, __file__, "--_child", str(adds), str(size)], env=env,
+                         capture_output=True, text=True, timeout=600, check=True)
+    p50, p99, cpu = out.stdout.split()[-3:]
+    return float(p50), float(p99), float(cpu)
+
+
+def child(adds: int, size: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        ports = [_free_port() for _ in range(3)]
+        servers = [subprocess.Popen([sys.executable, __file__, "--_serve", str(p), os.path.join(tmp, f"j{p}")])
+                   for p in ports]
+        try:
+            time.sleep(1.5)
+            p50, p99, cpu = measure(ports, [s.pid for s in servers], adds, size)
+        finally:
+            for s in servers:
+                s.kill()
+                s.wait(timeout=10)
+    print(f"{p50:.4f} {p99:.4f} {cpu:.1f}")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--_serve":
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        import bookie.grpc_runtime as tuning
+
+        tuning.apply_grpc_tuning()  # as the bookie does, unless PYSPARK_LEDGER_GRPC_TUNING=0
+        serve(int(sys.argv[2]), sys.argv[3])
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--_child":
+        child(int(sys.argv[2]), int(sys.argv[3]))
+        return
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--adds", type=int, default=2_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--size", type=int, default=1024)
+    args = ap.parse_args()
+    results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in SETTINGS}
+    for _ in range(args.rounds):  # alternate, so drift on a shared machine hits both alike
+        for name, env in SETTINGS.items():
+            results[name].append(run_setting(env, args.adds, args.size))
+    print(f"\ngRPC echo, 3 servers (write + fdatasync each), wait for 2 of 3, {args.size} B, "
+          f"{args.adds} sequential adds x {args.rounds} rounds (medians of rounds)")
+    print(f"{'gRPC setting':<30} | {'p50 ms':>7} | {'p99 ms':>7} | {'CPU us/add (client + 3 servers)':>32}")
+    print("-" * 86)
+    for name, rows in results.items():
+        p50 = statistics.median(r[0] for r in rows)
+        p99 = statistics.median(r[1] for r in rows)
+        cpu = statistics.median(r[2] for r in rows)
+        print(f"{name:<30} | {p50:7.3f} | {p99:7.3f} | {cpu:32.0f}")
+
+
+if __name__ == "__main__":
+    main()
