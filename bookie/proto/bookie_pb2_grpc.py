@@ -75,7 +75,10 @@ class BookieServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Add(self, request_iterator, context):
-        """Missing associated documentation comment in .proto file."""
+        """One AddResponse per AddRequest, in request order, sent once every batch of the request is
+        durable (or refused): one result per batch, in the request's order. Clients keep one request
+        in flight per stream and send whatever they queued meanwhile as the next request.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
