@@ -295,6 +295,27 @@ def test_engine_restarts_cleanly_over_a_preallocated_tail_and_keeps_appending(
         engine.close()
 
 
+def test_replay_cuts_the_zero_tail_so_a_later_file_does_not_make_it_damage(tmp_path: Path) -> None:
+    """A crash leaves the current file with unused zeros; replay cuts them. Records then written
+    to the next file (had no checkpoint deleted the old one yet) must not make those zeros read
+    as damage in the middle on the replay after that."""
+    from bookie.storage import records
+    from bookie.storage.journal import JournalPosition, JournalWriter, replay_journal
+
+    data_dir = crashed_with_batches(tmp_path, 3)
+    journal_dir = data_dir / "journal"
+    [old] = journal_files(data_dir)
+    used = sum(length for _, length in record_offsets(old))
+    start = JournalPosition(int(old.stem, 16), 0)
+    first = replay_journal(journal_dir, start, repair=False, fsync=False, handle=lambda body: None)
+    assert old.stat().st_size == used and first.truncated == []
+    writer = JournalWriter(journal_dir, first.last_seq + 1, 64 * 2**20, fsync=False)
+    writer.append(b"".join(records.encode_master_key(LG[0], LG[1], b"k" * 20)))
+    writer.close()
+    second = replay_journal(journal_dir, start, repair=False, fsync=False, handle=lambda body: None)
+    assert second.records == first.records + 1 and second.skipped == []
+
+
 def test_zeros_ending_a_file_that_is_not_the_last_are_damage(tmp_path: Path) -> None:
     """Files are cut to length before the next one is created, so zeros after the records of an
     earlier file mean lost data there (a lost page reads as zeros), never unused space."""
