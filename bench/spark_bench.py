@@ -33,12 +33,11 @@ from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pyspark.sql import DataFrame, SparkSession  # noqa: E402
+from pyspark.sql import DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from pyspark_ledger.client import LedgerClient  # noqa: E402
-from pyspark_ledger.datasource.source import LedgerDataSource  # noqa: E402
-from pyspark_ledger.local_cluster import LocalCluster  # noqa: E402
+from pyspark_ledger.local_cluster import LocalCluster, local_spark_session  # noqa: E402
 
 TARGETS = {"arrow write": "75 MB/s", "arrow read": "2.9M rows/s", "raw read": "1.5M rows/s"}
 
@@ -76,14 +75,9 @@ def main() -> None:
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only
     work = Path(tempfile.mkdtemp(prefix="spark-bench-"))
     cluster = LocalCluster(3, work_dir=work / "cluster").start()
-    spark = (SparkSession.builder.master("local[2]").appName("spark-bench")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("WARN")
-    spark.dataSource.register(LedgerDataSource)  # whatever the install (see README "Spark")
+    spark = local_spark_session("spark-bench")
     uri = cluster.metadata_uri
     opts = {"metadataServiceUri": uri, "ensembleSize": "3", "writeQuorumSize": "3", "ackQuorumSize": "2"}
     rows: list[tuple[str, str, str, str]] = []

@@ -19,34 +19,23 @@ start from nothing).
 from __future__ import annotations
 
 import logging
-import os
 import time
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from pyspark_ledger.datasource.source import LedgerDataSource
-from pyspark_ledger.local_cluster import LocalCluster
+from pyspark_ledger.local_cluster import LocalCluster, local_spark_session
 
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # everything runs on loopback
     started = time.monotonic()
     with LocalCluster.embedded(3) as cluster:
         print(f"embedded cluster: {cluster.metadata_uri} and {len(cluster.bookies)} bookies "
               f"({', '.join(b.address for b in cluster.bookies)})")
-        spark = (
-            SparkSession.builder.master("local[2]").appName("ledger-quickstart")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("WARN")
-        # Spark also finds the source by itself when pyspark_ledger is a top-level module on the
-        # workers' sys.path; registering it by hand works for every kind of install.
-        spark.dataSource.register(LedgerDataSource)
+        # Registers the `ledger` source by hand: Spark also finds it by itself when pyspark_ledger
+        # is a top-level module on the workers' sys.path, but this works for every kind of install.
+        spark = local_spark_session("ledger-quickstart", conf={"spark.ui.showConsoleProgress": "false"})
         try:
             run(spark)
         finally:

@@ -18,12 +18,11 @@ import threading
 import time
 from pathlib import Path
 
-from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StructField, StructType
 
 from pyspark_ledger.client import LedgerClient
-from pyspark_ledger.local_cluster import LocalCluster
+from pyspark_ledger.local_cluster import LocalCluster, local_spark_session
 
 EVENT = StructType([StructField("id", LongType()), StructField("ts", DoubleType())])
 
@@ -50,13 +49,7 @@ def produce(client: LedgerClient, log: str, events: int, rate: float, started: t
 
 def run(uri: str, events: int, rate: float, work: Path) -> None:
     source, sink = "events", "events_enriched"
-    spark = (
-        SparkSession.builder.master("local[2]").appName("ledger-streaming-pipeline")
-        .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("WARN")
+    spark = local_spark_session("ledger-streaming-pipeline")
     with LedgerClient(uri) as client:
         client.open_log_writer(source).close()  # the source log must exist before the query starts
         raw = spark.readStream.format("ledger").option("metadataServiceUri", uri).option("log", source).load()
@@ -94,7 +87,7 @@ def run(uri: str, events: int, rate: float, work: Path) -> None:
         spark.stop()
     latencies.sort()
     print(f"\nevents produced: {events}, delivered to {sink!r}: {len(seen)} (each exactly once)")
-    print(f"end-to-end latency (append -> visible in the output log), default trigger:")
+    print("end-to-end latency (append -> visible in the output log), default trigger:")
     print(f"  p50 {statistics.median(latencies):.2f} s   p95 {latencies[int(len(latencies) * 0.95) - 1]:.2f} s   "
           f"max {latencies[-1]:.2f} s")
 

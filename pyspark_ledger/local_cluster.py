@@ -20,8 +20,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pyspark_ledger.zookeeper_server import free_port
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -226,3 +230,27 @@ class LocalCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def local_spark_session(app_name: str, *, master: str = "local[2]", log_level: str = "WARN",
+                        conf: dict[str, str] | None = None) -> "SparkSession":
+    """A local SparkSession on loopback only (by default Spark binds to the host's first
+    non-loopback address), without the web UI, with small shuffles, plus `conf`, and with the
+    `ledger` source registered by hand (works for every kind of install; see README "Spark").
+    Imports pyspark here, so the rest of this module stays usable without it."""
+    from pyspark.sql import SparkSession
+
+    from pyspark_ledger.datasource.source import LedgerDataSource
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = (
+        SparkSession.builder.master(master).appName(app_name)
+        .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+    )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(log_level)
+    spark.dataSource.register(LedgerDataSource)
+    return spark

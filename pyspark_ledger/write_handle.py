@@ -418,7 +418,7 @@ class WriteHandle(ReadHandle):
         """Under the lock: pop entries whose quorum is complete, in order, advancing the LAC.
         True if any completed."""
         ack_quorum = self._metadata.ack_quorum_size
-        completed = bool(self._pending) and len(self._pending[0].acked) >= ack_quorum
+        queued_before = len(self._completing)
         while self._pending and len(self._pending[0].acked) >= ack_quorum:
             p = self._pending.popleft()
             del self._by_id[p.entry_id]
@@ -427,7 +427,7 @@ class WriteHandle(ReadHandle):
             self._pending_bytes -= p.size
             self._changes_without_progress = 0
             self._completing.append(p)
-        return completed
+        return len(self._completing) > queued_before
 
     def _drain_completions(self) -> None:
         # One thread at a time resolves futures, FIFO, so callbacks fire in entry-id order.

@@ -244,15 +244,11 @@ class GroupCommitter:
                         # Low load (nothing queued behind this group, the applier idle): apply
                         # here and save a thread hop of add latency. Under load, hand off, so
                         # the next journal write overlaps this group's entry-log write.
-                        with self._handoff_lock:
-                            inline = not self._handoff and not self._applying and not self._queue.has_items()
-                            if inline:
-                                self._applying = True
-                        if inline:
-                            self._apply_one(group, end)
-                            with self._handoff_lock:
-                                self._applying = False
-                                self._handoff_space.notify()
+                        if not self._queue.has_items() and self._start_applying_if_idle():
+                            try:
+                                self._apply_one(group, end)
+                            finally:
+                                self._done_applying()
                         else:
                             self._hand_off(group, end)
                     finally:
@@ -271,11 +267,9 @@ class GroupCommitter:
         pushed meanwhile is written after this one."""
         if self._failed or not self._queue.claim_idle():
             return False
-        with self._handoff_lock:
-            if self._handoff or self._applying:
-                self._queue.end_write()
-                return False
-            self._applying = True
+        if not self._start_applying_if_idle():
+            self._queue.end_write()
+            return False
         return True
 
     def commit_claimed(self, item: JournalItem) -> None:
@@ -284,10 +278,22 @@ class GroupCommitter:
         try:
             self._apply_one([item], self._write([item]))
         finally:
-            with self._handoff_lock:
-                self._applying = False
-                self._handoff_space.notify()
+            self._done_applying()
             self._queue.end_write()
+
+    def _start_applying_if_idle(self) -> bool:
+        """Take the applier for a group applied in the calling thread, if no group is waiting
+        for it or being applied (apply order must stay journal order)."""
+        with self._handoff_lock:
+            if self._handoff or self._applying:
+                return False
+            self._applying = True
+            return True
+
+    def _done_applying(self) -> None:
+        with self._handoff_lock:
+            self._applying = False
+            self._handoff_space.notify()
 
     def _write(self, group: list[JournalItem]) -> JournalPosition | None:
         """Write and fdatasync one group; None if the journal failed."""
@@ -332,9 +338,7 @@ class GroupCommitter:
                 self._applying = True
                 self._handoff_space.notify()
             self._apply_one(group, end)
-            with self._handoff_lock:
-                self._applying = False
-                self._handoff_space.notify()
+            self._done_applying()
 
     def _apply_one(self, group: list[JournalItem], end: JournalPosition | None) -> None:
         if end is None or self._failed:

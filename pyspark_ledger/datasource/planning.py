@@ -84,7 +84,7 @@ def shape_of(client: "LedgerClient", opts: LedgerSourceOptions) -> SourceShape:
     return SourceShape(fmt, rec.schema if fmt == "arrow" else None)
 
 
-def _last_readable(client: "LedgerClient", meta: LedgerMetadata, version: int, opts: LedgerSourceOptions) -> int:
+def last_readable(client: "LedgerClient", meta: LedgerMetadata, version: int, opts: LedgerSourceOptions) -> int:
     if meta.is_closed:
         return meta.last_entry_id  # type: ignore[return-value]
     handle = ReadHandle(client, meta, version, opts.password)
@@ -134,23 +134,32 @@ def plan_ranges(client: "LedgerClient", opts: LedgerSourceOptions) -> list[Ledge
         if not meta.check_password(opts.password):
             raise OptionError("password", f"wrong password for ledger {lid} of {opts.target}")
         first = start.entry_id if start is not None and seq == start.seq else 0
-        last = _last_readable(client, meta, version, opts)
+        last = last_readable(client, meta, version, opts)
         if end is not None and seq == end.seq:
             last = min(last, end.entry_id)
         if last < first:
             continue
-        for seg_index, seg in enumerate(meta.segments):
-            seg_last = meta.segment_last_entry_id(seg_index)
-            lo = max(first, seg.first_entry_id)
-            hi = last if seg_last is None else min(last, seg_last)
-            while lo <= hi:
-                top = min(hi, lo + opts.max_entries_per_partition - 1)
-                ranges.append(LedgerRange(len(ranges), seq, lid, lo, top, seg.bookies, meta, version))
-                if len(ranges) > PARTITIONS_MAX:
-                    raise OptionError("maxEntriesPerPartition", f"the read would need more than {PARTITIONS_MAX} partitions; raise it")
-                lo = top + 1
+        add_fragment_ranges(ranges, seq, lid, meta, version, first, last, opts.max_entries_per_partition,
+                            limit=PARTITIONS_MAX)
     log.info("read planned target=%s ranges=%d entries=%d", opts.target, len(ranges), sum(r.entries for r in ranges))
     return ranges
+
+
+def add_fragment_ranges(ranges: list[LedgerRange], seq: int, lid: LedgerId, meta: LedgerMetadata, version: int,
+                        first: int, last: int, max_entries: int, *, limit: int | None = None) -> None:
+    """Append the ranges covering entries first..last of one ledger: one per fragment (its own
+    ensemble), each split to at most `max_entries` entries. More than `limit` ranges in all is
+    an OptionError naming maxEntriesPerPartition."""
+    for seg_index, seg in enumerate(meta.segments):
+        seg_last = meta.segment_last_entry_id(seg_index)
+        lo = max(first, seg.first_entry_id)
+        hi = last if seg_last is None else min(last, seg_last)
+        while lo <= hi:
+            top = min(hi, lo + max_entries - 1)
+            ranges.append(LedgerRange(len(ranges), seq, lid, lo, top, seg.bookies, meta, version))
+            if limit is not None and len(ranges) > limit:
+                raise OptionError("maxEntriesPerPartition", f"the read would need more than {limit} partitions; raise it")
+            lo = top + 1
 
 
 def open_client(opts: LedgerSourceOptions, *, add_timeout_s: float = 10.0) -> "LedgerClient":

@@ -27,17 +27,18 @@ from typing import TYPE_CHECKING, Iterator
 import numpy as np
 import pyarrow as pa
 
+from bookie.malloc_tuning import tune_malloc
 from bookie.proto import bookie_pb2 as pb
 from bookie.status import Status
 from pyspark_ledger.datasource import codec
-from pyspark_ledger.datasource.planning import LedgerRange
+from pyspark_ledger.datasource.planning import LedgerRange, open_client
 from pyspark_ledger.digest import Digest
 from pyspark_ledger.errors import LedgerError
-from bookie.malloc_tuning import tune_malloc
 from pyspark_ledger.read_handle import ReadHandle
 
 if TYPE_CHECKING:
     from pyspark_ledger.client import LedgerClient
+    from pyspark_ledger.datasource.options import LedgerSourceOptions
 
 log = logging.getLogger(__name__)
 
@@ -233,6 +234,16 @@ class RangeReader:
 def read_range(client: "LedgerClient", rng: LedgerRange, spec: ReadSpec) -> Iterator[pa.RecordBatch]:
     _tune_malloc_once()
     yield from RangeReader(client, rng, spec).batches()
+
+
+def read_partition(opts: "LedgerSourceOptions", rng: LedgerRange, spec: ReadSpec) -> Iterator[pa.RecordBatch]:
+    """An executor task's read of one range (batch or streaming), with a client of its own that
+    is closed when the iterator ends."""
+    client = open_client(opts)
+    try:
+        yield from read_range(client, rng, spec)
+    finally:
+        client.close()
 
 
 @functools.cache

@@ -37,7 +37,7 @@ from pyspark_ledger.datasource.planning import (
     plan_ranges,
     shape_of,
 )
-from pyspark_ledger.datasource.reader import ReadSpec, read_range
+from pyspark_ledger.datasource.reader import ReadSpec, read_partition
 from pyspark_ledger.datasource.writer import (
     TaskResult,
     WriteJob,
@@ -173,12 +173,8 @@ class LedgerReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, LedgerPartition):
             return  # Spark's placeholder partition for an empty plan
-        spec = ReadSpec(self.payload_format, self.arrow_schema, self.opts.password)
-        client = open_client(self.opts)
-        try:
-            yield from read_range(client, partition.range, spec)
-        finally:
-            client.close()
+        yield from read_partition(self.opts, partition.range,
+                                  ReadSpec(self.payload_format, self.arrow_schema, self.opts.password))
 
 
 # ---- writing -----------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from metadata.log_record import LogRecord
 from metadata.logs import LogExistsError
 from pyspark_ledger.datasource.options import LedgerSourceOptions
 from pyspark_ledger.datasource.planning import LedgerRange, LedgerSourceError, open_client, shape_of
-from pyspark_ledger.datasource.reader import ReadSpec, read_range
+from pyspark_ledger.datasource.reader import ReadSpec, read_partition
 from pyspark_ledger.datasource.streaming import (
     Offset,
     StreamSettings,
@@ -153,12 +153,8 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, StreamPartition)
-        spec = ReadSpec(self.payload_format, self.arrow_schema, self.opts.password)
-        client = open_client(self.opts)
-        try:
-            yield from read_range(client, partition.range, spec)
-        finally:
-            client.close()
+        yield from read_partition(self.opts, partition.range,
+                                  ReadSpec(self.payload_format, self.arrow_schema, self.opts.password))
 
     def commit(self, end: dict) -> None:
         # Offsets live in Spark's checkpoint; the log keeps its data until retention trims it.

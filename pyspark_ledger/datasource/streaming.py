@@ -28,7 +28,14 @@ from metadata.log_record import LogRecord
 from metadata.logs import NoSuchLogError
 from metadata.store import join
 from pyspark_ledger.datasource.options import LedgerSourceOptions, OptionError, parse_options
-from pyspark_ledger.datasource.planning import LedgerRange, LedgerSourceError, _last_readable, open_client, read_log
+from pyspark_ledger.datasource.planning import (
+    LedgerRange,
+    LedgerSourceError,
+    add_fragment_ranges,
+    last_readable,
+    open_client,
+    read_log,
+)
 from pyspark_ledger.datasource.writer import (
     JOB_COMMITTED,
     JOB_OPEN,
@@ -145,7 +152,7 @@ def _readable_ends(client: "LedgerClient", rec: LogRecord, opts: LedgerSourceOpt
             meta, version = client.ledgers.read(lg.ledger_id)
         except NoSuchLedgerError:
             continue
-        last = _last_readable(client, meta, version, opts)
+        last = last_readable(client, meta, version, opts)
         avg = (meta.length_bytes or 0) // (last + 1) if meta.is_closed and last >= 0 else None
         out.append((lg.seq, lg.ledger_id, last, avg, meta.is_closed))
         if not meta.is_closed:
@@ -238,15 +245,8 @@ def plan_stream_ranges(client: "LedgerClient", opts: LedgerSourceOptions, settin
         else:
             # A ledger before the end ledger is finished for this stream: it was sealed (or
             # recovered) before the later ledger appeared; read it to its end.
-            last = _last_readable(client, meta, version, opts)
-        for seg_index, seg in enumerate(meta.segments):
-            seg_last = meta.segment_last_entry_id(seg_index)
-            lo = max(first, seg.first_entry_id)
-            hi = last if seg_last is None else min(last, seg_last)
-            while lo <= hi:
-                top = min(hi, lo + opts.max_entries_per_partition - 1)
-                ranges.append(LedgerRange(len(ranges), lg.seq, lg.ledger_id, lo, top, seg.bookies, meta, version))
-                lo = top + 1
+            last = last_readable(client, meta, version, opts)
+        add_fragment_ranges(ranges, lg.seq, lg.ledger_id, meta, version, first, last, opts.max_entries_per_partition)
     return ranges
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Sequence
 
 from bookie.status import Status
@@ -63,3 +64,18 @@ def read_all(client: BookieClient, ledger: tuple[int, int], first: int, last: in
             out[eid] = (Status(st), data)
         nxt = resp.entry_ids[-1] + 1
     return out
+
+
+def flip_stored_copies(data_dir: Path, marker: bytes) -> int:
+    """Flip one bit inside `marker` in every entry-log file (not the journal) that holds it, as
+    bit rot at rest would; returns how many files were changed. Run on a stopped bookie."""
+    flipped = 0
+    for f in data_dir.rglob("*"):
+        if f.is_file() and "journal" not in f.parts:
+            data = bytearray(f.read_bytes())
+            i = data.find(marker)
+            if i >= 0:
+                data[i + 5] ^= 0x40
+                f.write_bytes(bytes(data))
+                flipped += 1
+    return flipped

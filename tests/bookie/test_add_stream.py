@@ -10,7 +10,6 @@ import sys
 import threading
 from collections.abc import Iterator
 from concurrent import futures
-from pathlib import Path
 
 import grpc
 import pytest
@@ -102,13 +101,6 @@ def test_encoded_batch_is_a_valid_add_request_and_frames_concatenate() -> None:
     assert list(request.batches[0].entries) == [b"x", b"yy"] and request.batches[1].recovery
     assert [x.request_id for x in request.batches] == [a.request_id, b.request_id] and a.request_id != b.request_id
     assert a.payload_bytes == 3 and b.payload_bytes == 300
-
-
-@pytest.fixture
-def bookie(tmp_path: Path) -> Iterator[LocalBookie]:
-    b = LocalBookie(f"sqlite://{tmp_path / 'meta.db'}", tmp_path / "data").start()
-    yield b
-    b.stop()
 
 
 def test_bookie_answers_each_request_once_with_every_batch_in_order(bookie: LocalBookie) -> None:

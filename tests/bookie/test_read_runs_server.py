@@ -5,15 +5,12 @@ between the runs."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator
-
-import pytest
 
 from bookie.proto import bookie_pb2 as pb
 from bookie.status import Status
 from pyspark_ledger.bookie_client import BookieClient
 from pyspark_ledger.local_cluster import LocalBookie
-from tests.bookie.server_helpers import add_sync
+from tests.bookie.server_helpers import add_sync, flip_stored_copies
 
 LEDGER = (0, 9)
 
@@ -31,13 +28,6 @@ def split(resp: pb.ReadResponse) -> dict[int, bytes]:
 
 def runs(resp: pb.ReadResponse) -> list[tuple[int, int]]:
     return [(r.first_entry_id, r.first_entry_id + len(r.lengths) - 1) for r in resp.runs]
-
-
-@pytest.fixture
-def bookie(tmp_path: Path) -> Iterator[LocalBookie]:
-    b = LocalBookie(f"sqlite://{tmp_path / 'meta.db'}", tmp_path / "data").start()
-    yield b
-    b.stop()
 
 
 def test_runs_carry_the_same_entries_as_the_per_entry_answer(bookie: LocalBookie) -> None:
@@ -78,15 +68,7 @@ def test_a_damaged_entry_splits_the_runs_and_is_named_unknown(tmp_path: Path) ->
     with BookieClient(b.bookie_id, b.address) as c:
         assert add_sync(c, LEDGER, entries) == (Status.OK, "")
     b.stop()  # clean stop: checkpointed, so reads come from the entry log
-    flipped = 0
-    for f in (tmp_path / "data" / "entries").glob("*.log"):
-        data = bytearray(f.read_bytes())
-        i = data.find(marker)
-        if i >= 0:
-            data[i + 5] ^= 0x40
-            f.write_bytes(bytes(data))
-            flipped += 1
-    assert flipped == 1
+    assert flip_stored_copies(tmp_path / "data", marker) == 1
     b.start()
     try:
         with BookieClient(b.bookie_id, b.address) as c:

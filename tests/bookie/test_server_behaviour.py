@@ -17,7 +17,7 @@ from metadata import BookieRegistry, open_store
 from pyspark_ledger.bookie_client import BookieClient
 from pyspark_ledger.local_cluster import LocalBookie
 from pyspark_ledger.zookeeper_server import free_port
-from tests.bookie.server_helpers import KEY, add_sync, read_all
+from tests.bookie.server_helpers import KEY, add_sync, flip_stored_copies, read_all
 
 LEDGER = (0, 5)
 
@@ -122,16 +122,7 @@ def test_flipped_byte_in_stored_entry_answers_unknown(meta_uri: str, tmp_path: P
     with BookieClient(b.bookie_id, b.address) as c:
         assert add_sync(c, LEDGER, [(0, -1, b"good entry"), (1, 0, marker), (2, 1, b"another")]) == (Status.OK, "")
     b.stop()  # clean stop: checkpointed, so reads come from the entry log
-    flipped = 0
-    for f in (tmp_path / "data").rglob("*"):
-        if f.is_file() and "journal" not in f.parts:
-            data = bytearray(f.read_bytes())
-            i = data.find(marker)
-            if i >= 0:
-                data[i + 5] ^= 0x40
-                f.write_bytes(bytes(data))
-                flipped += 1
-    assert flipped >= 1
+    assert flip_stored_copies(tmp_path / "data", marker) >= 1
     b.start()
     with BookieClient(b.bookie_id, b.address) as c:
         got = read_all(c, LEDGER, 0, 2)

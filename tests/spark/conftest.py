@@ -8,14 +8,13 @@ its own session or cluster.
 from __future__ import annotations
 
 import logging
-import os
 import uuid
 from typing import Iterator
 
 import pytest
 
 from pyspark_ledger.client import LedgerClient
-from pyspark_ledger.local_cluster import LocalCluster
+from pyspark_ledger.local_cluster import LocalCluster, local_spark_session
 
 import pyspark  # a dependency: the test command installs it, so Spark tests always run
 
@@ -37,20 +36,11 @@ def uri(ledger_cluster: LocalCluster) -> str:
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator["pyspark.sql.SparkSession"]:
-    from pyspark.sql import SparkSession
-
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only
-    session = (
-        SparkSession.builder.master("local[2,4]")  # [cores, max failures per task]: retries happen
-        .appName("pyspark-ledger-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.warehouse.dir", str(warehouse))
-        .getOrCreate()
+    session = local_spark_session(
+        "pyspark-ledger-tests", master="local[2,4]",  # [cores, max failures per task]: retries happen
+        log_level="ERROR", conf={"spark.default.parallelism": "2", "spark.sql.warehouse.dir": str(warehouse)},
     )
-    session.sparkContext.setLogLevel("ERROR")
     logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
         yield session

@@ -7,20 +7,14 @@ from __future__ import annotations
 
 import sys
 
-from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+
+from pyspark_ledger.local_cluster import local_spark_session
 
 
 def main() -> None:
     uri, source, sink, checkpoint, run_s = sys.argv[1:6]
-    spark = (
-        SparkSession.builder.master("local[2]").appName("stream-driver")
-        .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-        # Loopback only: by default Spark binds to the host's first non-loopback address.
-        .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_spark_session("stream-driver", log_level="ERROR")
     src = (spark.readStream.format("ledger").option("metadataServiceUri", uri).option("log", source)
            .option("maxEntriesPerTrigger", "150").load())
     out = src.select(F.concat(F.col("payload"), F.lit(bytearray(b"!"))).alias("payload"))

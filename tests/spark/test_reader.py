@@ -5,7 +5,7 @@ cluster (the session cluster is shared with the Spark tests)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 import pytest
@@ -74,15 +74,12 @@ def test_dropped_reads_fail_over_to_another_replica(client: LedgerClient, log_na
         client.pool.faults.rules.clear()
 
 
-def test_a_corrupt_copy_fails_over(client: LedgerClient, log_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A replica returns entry 1500 with a flipped payload bit: the digest check catches it and
-    that entry is read from another replica of its write set."""
-    write_log(client, log_name)
-    ranges = plan(client, log_name)
+def tamper_reads(client: LedgerClient, monkeypatch: pytest.MonkeyPatch, tamper: Callable[[str, Any], None]) -> None:
+    """Route every bookie read of `client` through `tamper(bookie_id, response)`, which may spoil
+    the answer in place (a replica returning bad data)."""
     real_get = client.pool.get
-    corrupted: list[Any] = []
 
-    class Corrupting:
+    class Tampering:
         def __init__(self, inner: Any):
             self.inner = inner
 
@@ -91,22 +88,35 @@ def test_a_corrupt_copy_fails_over(client: LedgerClient, log_name: str, monkeypa
 
         def read(self, ledger: Any, first: int, last: int, **kw: Any) -> Any:
             resp = self.inner.read(ledger, first, last, **kw)
-            for i, eid in enumerate(resp.entry_ids):
-                if eid == 500 and not corrupted and resp.entries:
-                    data = bytearray(resp.entries[i])
-                    data[-1] ^= 0x01
-                    resp.entries[i] = bytes(data)
-                    corrupted.append(self.inner.bookie_id)
-            for run in resp.runs:  # the run answer: entry 500's last byte inside its run's buffer
-                k = 500 - run.first_entry_id
-                if 0 <= k < len(run.lengths) and not corrupted:
-                    data = bytearray(run.data)
-                    data[sum(run.lengths[: k + 1]) - 1] ^= 0x01
-                    run.data = bytes(data)
-                    corrupted.append(self.inner.bookie_id)
+            tamper(self.inner.bookie_id, resp)
             return resp
 
-    monkeypatch.setattr(client.pool, "get", lambda bookie: Corrupting(real_get(bookie)))
+    monkeypatch.setattr(client.pool, "get", lambda bookie: Tampering(real_get(bookie)))
+
+
+def test_a_corrupt_copy_fails_over(client: LedgerClient, log_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replica returns entry 1500 with a flipped payload bit: the digest check catches it and
+    that entry is read from another replica of its write set."""
+    write_log(client, log_name)
+    ranges = plan(client, log_name)
+    corrupted: list[Any] = []
+
+    def corrupt(bookie_id: str, resp: Any) -> None:
+        for i, eid in enumerate(resp.entry_ids):
+            if eid == 500 and not corrupted and resp.entries:
+                data = bytearray(resp.entries[i])
+                data[-1] ^= 0x01
+                resp.entries[i] = bytes(data)
+                corrupted.append(bookie_id)
+        for run in resp.runs:  # the run answer: entry 500's last byte inside its run's buffer
+            k = 500 - run.first_entry_id
+            if 0 <= k < len(run.lengths) and not corrupted:
+                data = bytearray(run.data)
+                data[sum(run.lengths[: k + 1]) - 1] ^= 0x01
+                run.data = bytes(data)
+                corrupted.append(bookie_id)
+
+    tamper_reads(client, monkeypatch, corrupt)
     assert read_all(client, ranges) == EXPECTED
     assert corrupted
 
@@ -149,25 +159,15 @@ def test_a_bad_run_answer_fails_over_to_another_replica(
     of that window from the write sets, and the output is still every entry exactly once."""
     write_log(client, log_name)
     ranges = plan(client, log_name)
-    real_get = client.pool.get
     spoiled: list[str] = []
 
-    class Spoiling:
-        def __init__(self, inner: Any):
-            self.inner = inner
+    def spoil(bookie_id: str, resp: Any) -> None:
+        for run in list(resp.runs):
+            if not spoiled and run.first_entry_id < 500 < run.first_entry_id + len(run.lengths) - 1:
+                MALFORMATIONS[malformation](run, resp)
+                spoiled.append(bookie_id)
 
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self.inner, name)
-
-        def read(self, ledger: Any, first: int, last: int, **kw: Any) -> Any:
-            resp = self.inner.read(ledger, first, last, **kw)
-            for run in list(resp.runs):
-                if not spoiled and run.first_entry_id < 500 < run.first_entry_id + len(run.lengths) - 1:
-                    MALFORMATIONS[malformation](run, resp)
-                    spoiled.append(self.inner.bookie_id)
-            return resp
-
-    monkeypatch.setattr(client.pool, "get", lambda bookie: Spoiling(real_get(bookie)))
+    tamper_reads(client, monkeypatch, spoil)
     assert read_all(client, ranges) == EXPECTED
     assert spoiled
     failovers = [r.getMessage() for r in caplog.records if "fast read failed over" in r.getMessage()]

@@ -1,0 +1,18 @@
+"""Fixtures shared by the bookie tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pyspark_ledger.local_cluster import LocalBookie
+
+
+@pytest.fixture
+def bookie(tmp_path: Path) -> Iterator[LocalBookie]:
+    """One real `bookie` process on loopback with embedded (SQLite) metadata."""
+    b = LocalBookie(f"sqlite://{tmp_path / 'meta.db'}", tmp_path / "data").start()
+    yield b
+    b.stop()
