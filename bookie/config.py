@@ -35,6 +35,7 @@ class BookieConfig:
     data_dir: Path
     host: str = "127.0.0.1"
     port: int = 3181
+    add_port: int = 0  # the plain-TCP add listener: 0 = a free port (advertised), -1 = none
     bookie_id: str | None = None  # default: host:port
     metrics_port: int | None = None
     grpc_workers: int = 32
@@ -54,6 +55,8 @@ class BookieConfig:
     def validate(self) -> None:
         if not 0 <= self.port < 65536:
             raise ConfigError(f"--port must be in 0..65535, got {self.port}")
+        if not -1 <= self.add_port < 65536:
+            raise ConfigError(f"--add-port must be in 0..65535, or -1 for no add listener, got {self.add_port}")
         if not 0 < self.disk_usage_lwm_threshold <= self.disk_usage_threshold <= 1.0:
             raise ConfigError(
                 "disk thresholds must satisfy 0 < --disk-usage-lwm-threshold <= --disk-usage-threshold <= 1, got "
@@ -70,6 +73,8 @@ _FLAG_HELP = {
     "data_dir": "directory for the journal, entry logs, index and cookie",
     "host": "address to listen on (default 127.0.0.1)",
     "port": "gRPC port (default 3181; 0 picks a free one)",
+    "add_port": "port of the plain-TCP add listener, the fast path for adds (default 0: a free port, advertised "
+                "in the bookie's registration; -1: none, clients then add over gRPC)",
     "bookie_id": "identity in metadata (default host:port)",
     "metrics_port": "serve Prometheus metrics on this port (off by default)",
     "disk_usage_threshold": "turn read-only at this disk usage fraction (default 0.95)",

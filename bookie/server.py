@@ -24,6 +24,7 @@ apply_grpc_tuning()  # before gRPC is imported and initialised (see bookie/grpc_
 import grpc  # noqa: E402
 
 from bookie import config as limits
+from bookie.add_listener import AddListener
 from bookie.config import BookieConfig, ConfigError, build_parser, config_from_args
 from bookie.cookie import CookieMismatchError, delete_cookie, verify_or_create_cookie
 from bookie.disk_monitor import DiskMonitor
@@ -53,6 +54,7 @@ class BookieServer:
         self.metrics = Metrics()
         self.storage: BookieStorage | None = None
         self.grpc_server: grpc.Server | None = None
+        self.add_listener: AddListener | None = None
         self.registration: Any = None
         self.disk_monitor: DiskMonitor | None = None
         self.metrics_server: Any = None
@@ -95,6 +97,9 @@ class BookieServer:
             pb_grpc.add_BookieServicer_to_server(service, server)
             server.start()
             self.grpc_server = server
+            if cfg.add_port >= 0:
+                self.add_listener = AddListener(service.adds, cfg.host, cfg.add_port,
+                                                connections_max=cfg.grpc_max_concurrent_rpcs).start()
             self._install_gauges()
             if cfg.metrics_port is not None:
                 self.metrics_server = serve_metrics(self.metrics, cfg.host, cfg.metrics_port)
@@ -103,6 +108,7 @@ class BookieServer:
                 BookieInfo(
                     bookie_id=self.bookie_id,
                     address=f"{cfg.host}:{self.port}",
+                    add_address=f"{cfg.host}:{self.add_listener.port}" if self.add_listener else "",
                     read_only=False,
                     version=_version(),
                     metrics_address=f"{cfg.host}:{cfg.metrics_port}" if cfg.metrics_port else "",
@@ -119,7 +125,8 @@ class BookieServer:
         except BaseException:
             self.stop()
             raise
-        log.info("bookie serving bookie=%s address=%s:%d data_dir=%s", self.bookie_id, cfg.host, self.port, cfg.data_dir)
+        log.info("bookie serving bookie=%s address=%s:%d add_port=%s data_dir=%s", self.bookie_id, cfg.host, self.port,
+                 self.add_listener.port if self.add_listener else "none", cfg.data_dir)
         return self
 
     def _install_gauges(self) -> None:
@@ -161,6 +168,8 @@ class BookieServer:
                 log.warning("deregistration failed error=%s", exc)
         if self.grpc_server is not None:
             self.grpc_server.stop(grace=self.cfg.shutdown_grace_s).wait(self.cfg.shutdown_grace_s + 1)
+        if self.add_listener is not None:
+            self.add_listener.close(timeout_s=self.cfg.shutdown_grace_s)
         if self.metrics_server is not None:
             self.metrics_server.shutdown()
         if self.storage is not None:

@@ -8,13 +8,14 @@ problems surface as gRPC errors. Nothing here logs master keys.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import Iterator
 
 import grpc
 
 from bookie import config as limits
+from bookie.add_handler import MASTER_KEY_BYTES_MAX, AddHandler
+from bookie.add_handler import ledger_key as _ledger_key
 from bookie.metrics import Metrics
 from bookie.proto import bookie_pb2 as pb
 from bookie.proto import bookie_pb2_grpc as pb_grpc
@@ -22,16 +23,6 @@ from bookie.status import Status
 from bookie.storage import BookieStorage
 
 log = logging.getLogger(__name__)
-
-U64_MAX = 2**64 - 1
-MASTER_KEY_BYTES_MAX = 1024
-# How long an add request waits for its batches to become durable before they are answered
-# TIMEOUT (a stalled disk; the writer then replaces this bookie).
-_ADD_DURABLE_TIMEOUT_S = 30.0
-
-
-def _ledger_key(ref: pb.LedgerRef) -> tuple[int, int]:
-    return (ref.scope_id, ref.ledger_id)
 
 
 class BookieService(pb_grpc.BookieServicer):
@@ -41,77 +32,18 @@ class BookieService(pb_grpc.BookieServicer):
         self.version = version
         self.instance_id = instance_id
         self.metrics = metrics
+        self.adds = AddHandler(storage, metrics)
 
     # ---- add ----------------------------------------------------------------------------------
 
     def Add(self, request_iterator: Iterator[pb.AddRequest], context: grpc.ServicerContext) -> Iterator[pb.AddResponse]:  # noqa: N802
         """One response per request, in order, once every batch of the request is durable (or
-        refused). The handler thread reads, submits and answers: at low load the journal write
-        runs inline in this thread (no hand-off at all), under load the journal thread commits
-        the batches of all streams in shared groups while this one waits. Clients keep one
-        request in flight per stream and coalesce whatever accumulates meanwhile into the next,
-        so batches grow with load (see pyspark_ledger.bookie_client)."""
+        refused): bookie.add_handler, shared with the plain-TCP add listener."""
         try:
             for request in request_iterator:
-                yield pb.AddResponse(results=self._add_request(request))
+                yield pb.AddResponse(results=self.adds.handle(request))
         except grpc.RpcError:
             return  # the client went away; what it sent still completes durably
-
-    def _add_request(self, request: pb.AddRequest) -> list[pb.AddResult]:
-        batches = request.batches
-        results: list[pb.AddResult | None] = [None] * len(batches)
-        queued = [False] * len(batches)  # submitted without an answer yet: completed by the journal thread
-        waiting = [0]
-        done = threading.Condition()
-
-        def complete(i: int, started: float, nbytes: int, count: int, status: Status, message: str = "") -> None:
-            if status == Status.OK:
-                self.metrics.inc("bookie_adds_total", "entries durably added", count)
-                self.metrics.inc("bookie_add_bytes_total", "entry bytes durably added", nbytes)
-                self.metrics.add_latency.observe(time.monotonic() - started)
-            else:
-                self.metrics.inc("bookie_add_errors_total", "add batches refused or failed")
-            result = pb.AddResult(request_id=batches[i].request_id, status=int(status), message=message)
-            with done:  # storage answers in this thread (inline write, refusal) or the journal's
-                results[i] = result
-                if queued[i]:
-                    waiting[0] -= 1
-                    if waiting[0] == 0:
-                        done.notify()
-
-        # A lone batch may be journaled inline (lowest latency); several share one group commit.
-        allow_inline = len(batches) == 1
-        for i, batch in enumerate(batches):
-            started = time.monotonic()
-            n = len(batch.entry_ids)
-            if n == 0 or len(batch.lacs) != n or len(batch.entries) != n:
-                complete(i, started, 0, 0, Status.INVALID_REQUEST,
-                         "an add batch needs equally many entry ids, lacs and entries (at least one)")
-                continue
-            if len(batch.master_key) > MASTER_KEY_BYTES_MAX:
-                complete(i, started, 0, 0, Status.INVALID_REQUEST, "master key too long")
-                continue
-            nbytes = sum(len(e) for e in batch.entries)
-            try:
-                self.storage.add_batch(
-                    _ledger_key(batch.ledger), batch.master_key, list(zip(batch.entry_ids, batch.lacs, batch.entries)),
-                    batch.recovery,
-                    lambda status, i=i, started=started, nbytes=nbytes, n=n: complete(i, started, nbytes, n, Status(status)),
-                    allow_inline=allow_inline,
-                )
-            except Exception as exc:  # noqa: BLE001 - the stream must survive one bad batch
-                log.exception("add batch failed ledger=%s", _ledger_key(batch.ledger))
-                complete(i, started, nbytes, n, Status.INTERNAL_ERROR, str(exc))
-            with done:
-                if results[i] is None:
-                    queued[i] = True
-                    waiting[0] += 1
-        with done:
-            if not done.wait_for(lambda: waiting[0] == 0, timeout=_ADD_DURABLE_TIMEOUT_S):
-                log.warning("add request not durable in time batches=%d pending=%d", len(batches), waiting[0])
-            return [r if r is not None else pb.AddResult(request_id=b.request_id, status=int(Status.TIMEOUT),
-                                                         message=f"not durable within {_ADD_DURABLE_TIMEOUT_S:g} s")
-                    for r, b in zip(results, batches)]
 
     # ---- reads --------------------------------------------------------------------------------
 

@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 class BookieInfo:
     bookie_id: str
     address: str  # host:port of its gRPC service
+    # host:port of its plain-TCP add listener (bookie.add_listener); "" = none, add over gRPC
+    add_address: str = ""
     read_only: bool = False
     version: str = ""
     metrics_address: str = ""

@@ -2,7 +2,8 @@
 
 A bookie id is resolved to its address through its registration; a bookie that is not registered
 (dead, or being recovered) is still reachable by the last address seen, or by its id when the id
-is itself host:port (the default). Bookies that failed recently are quarantined for a while so
+is itself host:port (the default). The address of its add listener is looked up again whenever
+an add stream opens, since a restarted bookie may listen on a new port. Bookies that failed recently are quarantined for a while so
 placement does not pick them again at once.
 """
 
@@ -14,7 +15,7 @@ import threading
 import time
 from typing import Callable
 
-from metadata import BookieInfo, BookieRegistry
+from metadata import BookieInfo, BookieRegistry, MetadataError
 from pyspark_ledger.bookie_client import BookieClient
 from pyspark_ledger.errors import BookieUnavailableError
 
@@ -45,13 +46,18 @@ class BookiePool:
         self.faults = Faults()
         self._clients: dict[str, BookieClient] = {}
         self._addresses: dict[str, str] = {}
+        self._add_addresses: dict[str, str] = {}
         self._quarantine: dict[str, float] = {}
         self._lock = threading.Lock()
+
+    def _remember(self, info: BookieInfo) -> None:
+        self._addresses[info.bookie_id] = info.address
+        self._add_addresses[info.bookie_id] = info.add_address
 
     def _address(self, bookie_id: str) -> str:
         info = self.registry.get(bookie_id)
         if info is not None:
-            self._addresses[bookie_id] = info.address
+            self._remember(info)
             return info.address
         if bookie_id in self._addresses:
             return self._addresses[bookie_id]
@@ -68,15 +74,28 @@ class BookiePool:
         with self._lock:
             client = self._clients.get(bookie_id)
             if client is None:
-                client = BookieClient(bookie_id, address, add_timeout_s=self.add_timeout_s, rpc_timeout_s=self.rpc_timeout_s)
+                client = BookieClient(bookie_id, address, add_address=lambda: self._add_address(bookie_id),
+                                      add_timeout_s=self.add_timeout_s, rpc_timeout_s=self.rpc_timeout_s)
                 self._clients[bookie_id] = client
             return client
+
+    def _add_address(self, bookie_id: str) -> str:
+        """The bookie's add listener as registered now ("" = none: gRPC adds), or as last seen
+        when the registration cannot be read (the bookie is down: the connect then fails fast)."""
+        try:
+            info = self.registry.get(bookie_id)
+        except MetadataError as exc:
+            log.info("bookie registration unreadable, using the last add address bookie=%s error=%s", bookie_id, exc)
+            info = None
+        if info is not None:
+            self._remember(info)
+        return self._add_addresses.get(bookie_id, "")
 
     def writable(self, exclude: set[str] | frozenset[str] = frozenset()) -> list[str]:
         now = time.monotonic()
         infos: list[BookieInfo] = self.registry.list(read_only=False)
         for info in infos:
-            self._addresses[info.bookie_id] = info.address
+            self._remember(info)
         return [
             i.bookie_id for i in infos
             if i.bookie_id not in exclude and self._quarantine.get(i.bookie_id, 0) <= now

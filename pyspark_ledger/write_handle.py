@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from operator import attrgetter
 from collections import deque
 from concurrent.futures import Future
 from concurrent.futures._base import FINISHED as _FINISHED  # noqa: PLC2701 - see _AddFuture
@@ -28,11 +29,11 @@ from concurrent.futures._base import CANCELLED as _CANCELLED  # noqa: PLC2701
 from concurrent.futures._base import CANCELLED_AND_NOTIFIED as _CANCELLED_AND_NOTIFIED  # noqa: PLC2701
 
 _DONE_STATES = (_FINISHED, _CANCELLED, _CANCELLED_AND_NOTIFIED)
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from bookie.status import Status
 from metadata import BadVersionError, CloseContext, LedgerId, LedgerMetadata, LedgerState, MetadataError, write_set
-from pyspark_ledger.bookie_client import EncodedAddBatch
+from pyspark_ledger.add_streams import EncodedAddBatch
 from pyspark_ledger.digest import Digest, master_key
 from pyspark_ledger.entry_format import encode_entry
 from pyspark_ledger.errors import (
@@ -102,6 +103,11 @@ class _AddFuture(Future):  # type: ignore[type-arg]
                     raise TimeoutError()
                 self._condition.wait(remaining)
 
+    def cancel(self) -> bool:
+        """An add cannot be taken back once queued (as in BookKeeper): skipping it would leave a
+        hole in the entry ids that every later add waits behind. Always False."""
+        return False
+
     def result(self, timeout: float | None = None) -> int:
         self._wait_done(timeout)
         return super().result(0)  # type: ignore[no-any-return]
@@ -127,6 +133,29 @@ def _complete_run(condition: threading.Condition, run: list["_Pending"]) -> None
         p.future._invoke_callbacks()
 
 
+_data_of = attrgetter("data")
+
+
+def _batches(entries: list[_Pending]) -> Iterator[list[_Pending]]:
+    """Consecutive runs of at most BATCH_ENTRIES_MAX entries and (past the first entry)
+    BATCH_BYTES_MAX encoded bytes: one add batch each, well inside a transport message."""
+    if not entries:
+        return
+    if len(entries) <= BATCH_ENTRIES_MAX and sum(map(len, map(_data_of, entries))) <= BATCH_BYTES_MAX:
+        yield entries  # the common case, checked with C-level loops
+        return
+    chunk: list[_Pending] = []
+    size = 0
+    for p in entries:
+        if chunk and (len(chunk) >= BATCH_ENTRIES_MAX or size + len(p.data) > BATCH_BYTES_MAX):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(p)
+        size += len(p.data)
+    if chunk:
+        yield chunk
+
+
 class WriteHandle(ReadHandle):
     """A handle that can add entries (and, as in BookKeeper, read what it wrote)."""
 
@@ -141,8 +170,8 @@ class WriteHandle(ReadHandle):
         # the sender thread, which would otherwise wake for nothing on every ack of every bookie.
         self._cond = threading.Condition(lock)
         self._sender_wake = threading.Condition(lock)
-        self._submit_lock = threading.Lock()
-        self._sender_idle = False  # serialises callers: ids, encoding, order of `_pending`
+        self._submit_lock = threading.Lock()  # serialises callers: ids, encoding, order of `_pending`
+        self._sender_idle = False  # the sender waits for work (under the lock): adds must wake it
         self._future_cond = threading.Condition()  # shared by this handle's add futures
         self._write_sets: tuple[tuple[str, ...], ...] = ()
         self._refresh_write_sets()
@@ -229,8 +258,8 @@ class WriteHandle(ReadHandle):
                 self._last_add_time = time.monotonic()
                 if lac > self._last_lac_sent:
                     self._last_lac_sent = lac
-                if not direct:
-                    self._notify_all()
+                if not direct and self._sender_idle:
+                    self._sender_wake.notify()  # a busy sender finds the outbox on its next round
             if direct:
                 self._send([p])
         return fut
@@ -343,28 +372,28 @@ class WriteHandle(ReadHandle):
                 return
 
     def _send(self, outbox: list[_Pending]) -> None:
-        per_bookie: dict[str, list[_Pending]] = {}
+        # Entries are grouped by the bookies they still need to go to: with E == W (the common
+        # case) every entry needs the same ones, so the whole outbox is one group, encoded once
+        # per batch and sent to each of its bookies.
+        groups: dict[tuple[str, ...], list[_Pending]] = {}
         dead = self._dead_bookies
         with self._cond:
             for p in outbox:
-                if p.future.done():
-                    continue
-                for b in p.bookies:
-                    if b in p.sent or b in p.acked or b in dead:
-                        continue
-                    p.sent.append(b)
-                    per_bookie.setdefault(b, []).append(p)
-        # Bookies that get the same entries (usually all of them, with E == W) share one encoding.
-        encoded: dict[tuple[int, ...], EncodedAddBatch] = {}
-        for bookie_id, entries in per_bookie.items():
-            for i in range(0, len(entries), BATCH_ENTRIES_MAX):
-                chunk = entries[i : i + BATCH_ENTRIES_MAX]
+                # Sorted: entry e's write set is a rotation of the ensemble, the same bookies.
+                targets = tuple(sorted(b for b in p.bookies if b not in p.sent and b not in p.acked and b not in dead))
+                if targets:
+                    p.sent.extend(targets)
+                    group = groups.get(targets)
+                    if group is None:
+                        groups[targets] = [p]
+                    else:
+                        group.append(p)
+        for targets, entries in groups.items():
+            for chunk in _batches(entries):
                 ids = tuple(p.entry_id for p in chunk)
-                batch = encoded.get(ids)
-                if batch is None:
-                    batch = encoded[ids] = EncodedAddBatch(
-                        self._key, self._master_key, [(p.entry_id, p.lac, p.data) for p in chunk])
-                self._send_batch(bookie_id, ids, batch)
+                batch = EncodedAddBatch(self._key, self._master_key, [(p.entry_id, p.lac, p.data) for p in chunk])
+                for bookie_id in targets:
+                    self._send_batch(bookie_id, ids, batch)
 
     def _send_batch(self, bookie_id: str, ids: tuple[int, ...], batch: EncodedAddBatch) -> None:
         if self._client.pool.faults.drop("add", bookie_id):

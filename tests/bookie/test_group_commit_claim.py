@@ -112,11 +112,11 @@ def test_a_request_of_several_batches_shares_one_group_commit(tmp_path: Path) ->
                                entry_ids=[entry], lacs=[entry - 1], entries=[b"x" * 100])
 
         before = engine.stats()["fsyncs"]
-        results = service._add_request(pb.AddRequest(batches=[batch(1, 0)]))
+        results = service.adds.handle(pb.AddRequest(batches=[batch(1, 0)]))
         assert [Status(r.status) for r in results] == [Status.OK]
         assert engine.stats()["fsyncs"] == before + 1
         before = engine.stats()["fsyncs"]
-        results = service._add_request(pb.AddRequest(batches=[batch(lg, 0) for lg in range(2, 10)]))
+        results = service.adds.handle(pb.AddRequest(batches=[batch(lg, 0) for lg in range(2, 10)]))
         assert [Status(r.status) for r in results] == [Status.OK] * 8
         assert engine.stats()["fsyncs"] - before <= 2  # one group (two if the journal thread woke mid-way)
     finally:

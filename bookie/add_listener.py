@@ -1,0 +1,144 @@
+"""The add listener: the Add stream over plain TCP (docs/add-transport.md), for low add latency.
+
+The gRPC Add stream costs several thread hand-offs per message on each side in Python (gRPC's
+poller, the handler's request iterator, the response path), and on a small VM every wake-up of
+an idle CPU is expensive. Here one thread per connection reads a frame, hands the AddRequest to
+the same AddHandler the gRPC service uses (which journals a lone batch inline in this thread) and
+writes the AddResponse back: one wake-up per request. Clients find the listener through the
+bookie's registration (BookieInfo.add_address); bookies started with --add-port -1 have none,
+and clients then add over gRPC.
+
+Bounds: at most `connections_max` connections (more are refused at accept), a hello within
+HELLO_TIMEOUT_S, frames of at most FRAME_BYTES_MAX, and a response send that stalls for
+SEND_TIMEOUT_S (a client that stopped reading) closes the connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+
+from google.protobuf.message import DecodeError
+
+from bookie.add_handler import AddHandler
+from bookie.proto import bookie_pb2 as pb
+from bookie.proto.add_framing import (
+    HELLO,
+    HELLO_BYTES,
+    VERSION,
+    FramingError,
+    frame,
+    parse_hello,
+    read_frame,
+    set_send_timeout,
+)
+
+log = logging.getLogger(__name__)
+
+HELLO_TIMEOUT_S = 5.0
+SEND_TIMEOUT_S = 30.0
+CONNECTIONS_MAX_DEFAULT = 256
+_ACCEPT_ERROR_PAUSE_S = 0.1  # e.g. out of file descriptors: do not spin
+
+
+class AddListener:
+    def __init__(self, handler: AddHandler, host: str, port: int, *, connections_max: int = CONNECTIONS_MAX_DEFAULT):
+        self.handler = handler
+        self.connections_max = connections_max
+        self._sock = socket.create_server((host, port), backlog=128)
+        self.port: int = self._sock.getsockname()[1]
+        self._conns: dict[socket.socket, threading.Thread] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self._acceptor = threading.Thread(target=self._accept_loop, name=f"add-accept {port}", daemon=True)
+
+    def start(self) -> "AddListener":
+        self._acceptor.start()
+        return self
+
+    def connections(self) -> int:
+        with self._lock:
+            return len(self._conns)
+
+    def _accept_loop(self) -> None:
+        while True:
+            try:
+                conn, peer = self._sock.accept()
+            except OSError as exc:
+                if self._closed:
+                    return
+                log.warning("add listener accept failed error=%s", exc)
+                time.sleep(_ACCEPT_ERROR_PAUSE_S)
+                continue
+            with self._lock:
+                if self._closed:
+                    conn.close()
+                    return
+                if len(self._conns) >= self.connections_max:
+                    log.warning("add connection refused peer=%s reason=at the limit of %d connections",
+                                peer, self.connections_max)
+                    conn.close()
+                    continue
+                t = threading.Thread(target=self._serve, args=(conn, peer), name=f"add-conn {peer}", daemon=True)
+                self._conns[conn] = t
+            t.start()
+
+    def _serve(self, conn: socket.socket, peer: object) -> None:
+        stream = conn.makefile("rb")
+        try:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            conn.settimeout(HELLO_TIMEOUT_S)
+            version = parse_hello(stream.read(HELLO_BYTES))
+            conn.sendall(HELLO)  # our version: a client of another version closes and says so
+            if version != VERSION:
+                log.warning("add connection closed peer=%s reason=client speaks add protocol version %d, this bookie %d",
+                            peer, version, VERSION)
+                return
+            conn.settimeout(None)  # an idle client may stay connected (keepalive notices dead peers)
+            set_send_timeout(conn, SEND_TIMEOUT_S)
+            while (body := read_frame(stream)) is not None:
+                try:
+                    request = pb.AddRequest.FromString(body)
+                except DecodeError as exc:
+                    raise FramingError(f"a frame of {len(body)} bytes is not an AddRequest: {exc}") from None
+                response = pb.AddResponse(results=self.handler.handle(request))
+                conn.sendall(frame([response.SerializeToString()]))
+        except FramingError as exc:
+            log.warning("add connection closed peer=%s reason=%s", peer, exc)
+        except TimeoutError:
+            log.warning("add connection closed peer=%s reason=no hello within %g s", peer, HELLO_TIMEOUT_S)
+        except OSError as exc:
+            # The client went away (what it sent still completes durably), or we are stopping.
+            log.debug("add connection ended peer=%s error=%s", peer, exc)
+        finally:
+            stream.close()
+            conn.close()
+            with self._lock:
+                self._conns.pop(conn, None)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop accepting, end every connection (a request being journaled finishes first), and
+        wait (bounded) for the connection threads."""
+        with self._lock:
+            self._closed = True
+            conns = dict(self._conns)
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # not connected: fine for a listening socket on some kernels
+        self._sock.close()
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed by its thread
+        deadline = time.monotonic() + timeout_s
+        for t in conns.values():
+            t.join(max(0.0, deadline - time.monotonic()))
+        self._acceptor.join(max(0.0, deadline - time.monotonic()))
+        stuck = [t.name for t in conns.values() if t.is_alive()]
+        if stuck:
+            log.warning("add connections still finishing at close threads=%s", stuck)

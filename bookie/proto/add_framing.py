@@ -1,0 +1,68 @@
+"""Framing of the plain-TCP add transport (docs/add-transport.md), shared by bookie and client.
+
+A connection opens with an 8-byte hello each way (magic, then the protocol version as a
+big-endian u32); after it, each side sends frames: a big-endian u32 body length, then the body,
+a serialized bookie.proto AddRequest (client to bookie) or AddResponse (bookie to client). The
+bookie answers every request with exactly one response, in order. The messages are the gRPC Add
+stream's; only gRPC's framing, HTTP/2 and its threads are left out, which is most of an add's
+latency in Python (see bench/grpc_transport_bench.py).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import BinaryIO
+
+MAGIC = b"PLAD"
+VERSION = 1
+HELLO = MAGIC + struct.pack(">I", VERSION)
+HELLO_BYTES = len(HELLO)
+FRAME_HEADER = struct.Struct(">I")
+# A frame's body is at most this large (the gRPC message limit both sides already use).
+FRAME_BYTES_MAX = 64 * 2**20
+
+
+class FramingError(Exception):
+    """The peer broke the framing: the connection cannot be resynchronised and must close."""
+
+
+def parse_hello(data: bytes) -> int:
+    """The protocol version a peer's hello announces (FramingError if it is not a hello)."""
+    if len(data) != HELLO_BYTES or data[:4] != MAGIC:
+        raise FramingError(f"not an add-transport hello: {data[:HELLO_BYTES]!r}")
+    return int(struct.unpack_from(">I", data, 4)[0])
+
+
+def frame(body_parts: list[bytes]) -> bytes:
+    """One frame of the concatenation of body_parts (a serialized message, or the frames of
+    several AddRequest.batches elements, which concatenate into one AddRequest)."""
+    size = sum(map(len, body_parts))
+    if size > FRAME_BYTES_MAX:
+        raise FramingError(f"a frame of {size} bytes exceeds the limit of {FRAME_BYTES_MAX}")
+    return b"".join([FRAME_HEADER.pack(size), *body_parts])
+
+
+def read_frame(stream: BinaryIO) -> bytes | None:
+    """The next frame's body from a buffered stream; None at a clean end of stream (between
+    frames). FramingError for a frame over the limit or a stream that ends inside a frame."""
+    header = stream.read(FRAME_HEADER.size)
+    if not header:
+        return None
+    if len(header) < FRAME_HEADER.size:
+        raise FramingError("the connection ended inside a frame header")
+    (size,) = FRAME_HEADER.unpack(header)
+    if size > FRAME_BYTES_MAX:
+        raise FramingError(f"a frame of {size} bytes exceeds the limit of {FRAME_BYTES_MAX}")
+    body = stream.read(size)
+    if len(body) < size:
+        raise FramingError(f"the connection ended inside a frame ({len(body)} of {size} bytes)")
+    return body
+
+
+def set_send_timeout(sock: socket.socket, seconds: float) -> None:
+    """Bound blocking sends at the OS level (SO_SNDTIMEO), leaving receives blocking: a Python
+    socket timeout would bound both, and an idle connection waits for answers indefinitely
+    (keepalive and the add timeouts notice a dead peer)."""
+    whole = int(seconds)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", whole, int((seconds - whole) * 1e6)))

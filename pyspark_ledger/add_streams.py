@@ -1,0 +1,372 @@
+"""Add streams to one bookie: batches out, one result per batch back, every wait bounded.
+
+Two transports carry the same bookie.proto AddRequest / AddResponse messages with the same
+contract (the bookie answers each request once, in order, when all its batches are durable):
+
+- SocketAddStream, plain TCP to the bookie's add listener (docs/add-transport.md), the default
+  wherever a bookie advertises one. The thread that has work sends it: an add goes out from the
+  caller's own thread when nothing is in flight, and the receiver thread sends whatever queued
+  meanwhile as soon as the answer it was waiting for arrives. One wake-up (the receiver's) per
+  answer, which is what low add latency needs on a small machine.
+- GrpcAddStream, gRPC's bidirectional Add stream, for bookies without an add listener. gRPC
+  consumes a request iterator on a thread of its own.
+
+Both keep one request in flight and coalesce whatever queues meanwhile into the next, so batches
+(and the bookies' group commits) grow with load while a lone add goes out at once. A stream dies
+as a whole: when it breaks, every pending add fails (INTERNAL_ERROR, 'transport: ...') and the
+next add opens a new stream. An add unanswered past its timeout fails with TIMEOUT and resets
+the stream (with one request in flight, nothing behind it would move).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import socket
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from bookie.proto import bookie_pb2 as pb
+from bookie.proto.add_framing import (
+    HELLO,
+    HELLO_BYTES,
+    VERSION,
+    FramingError,
+    frame,
+    parse_hello,
+    read_frame,
+    set_send_timeout,
+)
+from bookie.status import Status
+from pyspark_ledger.errors import BookieUnavailableError
+
+if TYPE_CHECKING:
+    from pyspark_ledger.bookie_client import BookieClient
+
+log = logging.getLogger(__name__)
+
+# One stream message carries at most this many payload bytes (several batches).
+STREAM_MESSAGE_BYTES_MAX = 8 * 2**20
+# Bound on add batches queued or in flight on one stream: callers block (bounded) beyond it.
+OUTBOUND_BATCHES_MAX = 16_384
+ENQUEUE_TIMEOUT_S = 30.0
+# How often a gRPC sender waiting for its stream's in-flight request re-checks that the stream lives.
+_SLOT_POLL_S = 0.5
+CONNECT_TIMEOUT_S = 5.0  # TCP connect plus the hello exchange
+SEND_TIMEOUT_S = 30.0  # one request's send; a bookie that stops reading for that long is dropped
+
+AddCallback = Callable[[Status, str], None]
+LedgerKey = tuple[int, int]
+
+# Request ids are unique per process, not per stream, so one encoded batch can go to every bookie
+# of a write set: the same id is unique on each of their streams.
+_request_ids = itertools.count(1)
+
+
+class EncodedAddBatch:
+    """An AddBatch serialized once, already framed as one `batches` element of an AddRequest:
+    requests are the concatenation of such frames (protobuf's encoding of a repeated field), so
+    coalescing batches costs a join and sending one to three bookies costs one serialization."""
+
+    __slots__ = ("request_id", "frame", "payload_bytes")
+
+    def __init__(self, ledger: LedgerKey, master_key: bytes, entries: Sequence[tuple[int, int, bytes]],
+                 *, recovery: bool = False):
+        self.request_id = next(_request_ids)
+        body = pb.AddBatch(
+            request_id=self.request_id, ledger=ledger_ref(ledger), master_key=master_key, recovery=recovery,
+            entry_ids=[e[0] for e in entries], lacs=[e[1] for e in entries], entries=[e[2] for e in entries],
+        ).SerializeToString()
+        self.frame = _BATCHES_TAG + _varint(len(body)) + body
+        self.payload_bytes = sum(len(e[2]) for e in entries)
+
+
+_BATCHES_TAG = bytes([(pb.AddRequest.DESCRIPTOR.fields_by_name["batches"].number << 3) | 2])
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def ledger_ref(ledger: LedgerKey) -> pb.LedgerRef:
+    return pb.LedgerRef(scope_id=ledger[0], ledger_id=ledger[1])
+
+
+@dataclass
+class _PendingAdd:
+    callback: AddCallback
+    deadline: float
+
+
+class AddStream:
+    """What both transports share: the table of unanswered batches (bounded), their callbacks,
+    timeouts and failure."""
+
+    def __init__(self, client: "BookieClient"):
+        self.client = client
+        self.pending: dict[int, _PendingAdd] = {}  # every queued and in-flight batch
+        self.lock = threading.Lock()
+        self.room = threading.Condition(self.lock)
+        self.room_waiters = 0
+        self.dead = False
+
+    def _admit(self, batch: EncodedAddBatch, callback: AddCallback, timeout_s: float) -> None:
+        """Under the lock: record the batch as pending, waiting (bounded) for room."""
+        if len(self.pending) >= OUTBOUND_BATCHES_MAX:
+            self.room_waiters += 1
+            try:
+                has_room = self.room.wait_for(
+                    lambda: self.dead or len(self.pending) < OUTBOUND_BATCHES_MAX, ENQUEUE_TIMEOUT_S)
+            finally:
+                self.room_waiters -= 1
+            if not has_room:
+                raise BookieUnavailableError(self.client.bookie_id, "outbound add queue stayed full")
+        if self.dead:
+            raise BookieUnavailableError(self.client.bookie_id, "add stream is closed")
+        self.pending[batch.request_id] = _PendingAdd(callback, time.monotonic() + timeout_s)
+
+    def _complete(self, results: Iterator[pb.AddResult] | Sequence[pb.AddResult]) -> None:
+        for r in results:
+            with self.lock:
+                p = self.pending.pop(r.request_id, None)
+                if self.room_waiters:
+                    self.room.notify()
+            if p is not None:
+                p.callback(Status(r.status), r.message)
+
+    def submit(self, batch: EncodedAddBatch, callback: AddCallback, timeout_s: float) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Break the transport; the stream's threads wind down on their own."""
+        raise NotImplementedError
+
+    def expire(self, now: float) -> None:
+        with self.lock:
+            expired = [rid for rid, p in self.pending.items() if p.deadline <= now]
+            if not expired:
+                return
+            callbacks = [self.pending.pop(rid).callback for rid in expired]
+            # The bookie sat on a request: with one in flight, nothing behind it would move.
+            # The stream is dead from here on (before any callback runs, so an add made from
+            # one opens a fresh stream instead of joining this one).
+            self.dead = True
+            self.room.notify_all()
+        for cb in callbacks:
+            cb(Status.TIMEOUT, "add timed out")
+        self.fail("an add timed out; stream reset")
+        self.close()
+
+    def fail(self, reason: str) -> None:
+        with self.lock:
+            self.dead = True
+            pending, self.pending = self.pending, {}
+            self.room.notify_all()
+        if pending:
+            log.info("failing pending adds bookie=%s count=%d reason=%s", self.client.bookie_id, len(pending), reason)
+        for p in pending.values():
+            try:
+                p.callback(Status.INTERNAL_ERROR, f"transport: {reason}")
+            except Exception:  # noqa: BLE001
+                log.exception("add callback failed")
+
+
+class GrpcAddStream(AddStream):
+    """One live gRPC Add stream."""
+
+    def __init__(self, client: "BookieClient", add_method: Callable[[Iterator[bytes]], grpc.Call]):
+        super().__init__(client)
+        # A SimpleQueue (C, no Python-level locking) on the per-add path; its bound is enforced
+        # on `pending`, which holds every queued and in-flight batch.
+        self.outbound: queue.SimpleQueue[EncodedAddBatch | None] = queue.SimpleQueue()
+        self.slot = threading.Semaphore(1)  # one request in flight
+        # Fail fast: a stream into a channel that cannot connect fails at once (UNAVAILABLE), so a
+        # dead bookie is replaced without waiting for add timeouts.
+        self.call = add_method(self._requests())
+        self.receiver = threading.Thread(target=self._receive, name=f"add-recv {client.bookie_id}", daemon=True)
+        self.receiver.start()
+
+    def _requests(self) -> Iterator[bytes]:
+        """Serialized AddRequests: each the frames of whatever batches are queued, joined."""
+        while True:
+            item = self.outbound.get()
+            if item is None:
+                return
+            while not self.slot.acquire(timeout=_SLOT_POLL_S):
+                if self.dead:
+                    return  # the stream broke; its pending adds were failed
+            frames = [item.frame]
+            size = item.payload_bytes
+            # Greedily coalesce whatever else is queued into the same stream message.
+            while size < STREAM_MESSAGE_BYTES_MAX:
+                try:
+                    nxt = self.outbound.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    yield b"".join(frames)
+                    return
+                frames.append(nxt.frame)
+                size += nxt.payload_bytes
+            yield frames[0] if len(frames) == 1 else b"".join(frames)
+
+    def _receive(self) -> None:
+        try:
+            for response in self.call:
+                self.slot.release()  # one response per request
+                self._complete(response.results)
+            self.fail("add stream closed by the bookie")
+        except grpc.RpcError as exc:
+            self.fail(f"add stream failed: {exc.code().name} {exc.details() or ''}".strip())
+        except Exception as exc:  # noqa: BLE001 - never leave adds hanging
+            log.exception("add stream receiver crashed bookie=%s", self.client.bookie_id)
+            self.fail(f"add stream receiver crashed: {exc!r}")
+
+    def submit(self, batch: EncodedAddBatch, callback: AddCallback, timeout_s: float) -> None:
+        with self.lock:
+            self._admit(batch, callback, timeout_s)
+        self.outbound.put(batch)
+
+    def close(self) -> None:
+        self.outbound.put(None)
+        self.call.cancel()
+
+
+class SocketAddStream(AddStream):
+    """One TCP connection to a bookie's add listener.
+
+    Exactly one thread sends at a time: the one holding the in-flight token (`in_flight`),
+    taken by a caller that finds nothing in flight, or kept by the receiver when an answer
+    arrives and batches are queued. So at most one request is ever unanswered, the bookie is
+    always reading when a request is sent, and neither side can block the other.
+
+    The socket is shut down (which wakes the receiver) by whoever notices trouble, and closed
+    only once neither the receiver nor a sender can still be using it."""
+
+    def __init__(self, client: "BookieClient", address: str):
+        super().__init__(client)
+        self.address = address
+        self.sock = self._connect(address)
+        self.rfile = self.sock.makefile("rb")
+        self.in_flight = False
+        self.queued: deque[EncodedAddBatch] = deque()
+        self._sending = False
+        self._receiver_done = False
+        self._closed = False
+        self._broken_reason: str | None = None
+        self.receiver = threading.Thread(target=self._receive, name=f"add-recv {client.bookie_id}", daemon=True)
+        self.receiver.start()
+
+    def _connect(self, address: str) -> socket.socket:
+        host, _, port = address.rpartition(":")
+        try:
+            sock = socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S)
+        except (OSError, ValueError) as exc:
+            raise BookieUnavailableError(self.client.bookie_id, f"add listener {address}: {exc}") from None
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            sock.sendall(HELLO)
+            with sock.makefile("rb") as f:
+                reply = f.read(HELLO_BYTES)
+            version = parse_hello(reply)
+            if version != VERSION:
+                raise FramingError(f"the bookie speaks add protocol version {version}, this client {VERSION}")
+            sock.settimeout(None)  # blocking receives (shutdown wakes them); sends bounded below
+            set_send_timeout(sock, SEND_TIMEOUT_S)
+            return sock
+        except (OSError, FramingError) as exc:
+            sock.close()
+            raise BookieUnavailableError(self.client.bookie_id, f"add listener {address}: {exc}") from None
+
+    def submit(self, batch: EncodedAddBatch, callback: AddCallback, timeout_s: float) -> None:
+        with self.lock:
+            self._admit(batch, callback, timeout_s)
+            if self.in_flight:
+                self.queued.append(batch)
+                return
+            self.in_flight = True
+            self._sending = True
+        self._send([batch])
+
+    def _take_queued(self) -> list[EncodedAddBatch]:
+        """Under the lock, by the token holder: the next request's batches (bounded), or none,
+        giving the token back."""
+        out: list[EncodedAddBatch] = []
+        size = 0
+        while self.queued and size < STREAM_MESSAGE_BYTES_MAX:
+            b = self.queued.popleft()
+            out.append(b)
+            size += b.payload_bytes
+        self.in_flight = bool(out)
+        self._sending = bool(out) and not self.dead
+        return out if self._sending else []
+
+    def _send(self, batches: list[EncodedAddBatch]) -> None:
+        """Send one request (the caller set _sending under the lock)."""
+        try:
+            self.sock.sendall(frame([b.frame for b in batches]))
+        except (OSError, FramingError) as exc:
+            self._break(f"add connection to {self.address} failed: {exc}")
+        finally:
+            with self.lock:
+                self._sending = False
+                close_now = self._receiver_done
+            if close_now:
+                self._close_socket()
+
+    def _receive(self) -> None:
+        reason = "add connection closed by the bookie"
+        try:
+            while (body := read_frame(self.rfile)) is not None:
+                results = pb.AddResponse.FromString(body).results
+                with self.lock:
+                    nxt = self._take_queued()
+                if nxt:
+                    self._send(nxt)  # keep the bookie busy while these callbacks run
+                self._complete(results)
+        except (OSError, FramingError, DecodeError) as exc:
+            reason = f"add connection to {self.address} failed: {exc}"
+        except Exception as exc:  # noqa: BLE001 - never leave adds hanging
+            log.exception("add receiver crashed bookie=%s", self.client.bookie_id)
+            reason = f"add receiver crashed: {exc!r}"
+        self.fail(self._broken_reason or reason)
+        with self.lock:
+            self._receiver_done = True
+            close_now = not self._sending
+        if close_now:
+            self._close_socket()
+
+    def _break(self, reason: str) -> None:
+        """Shut the connection down (safe from any thread: the fd stays open); the receiver then
+        fails whatever is pending with `reason`."""
+        with self.lock:
+            if self._broken_reason is None:
+                self._broken_reason = reason
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already shut down, or never fully connected
+
+    def _close_socket(self) -> None:
+        with self.lock:
+            if self._closed:
+                return
+            self._closed = True
+        self.rfile.close()
+        self.sock.close()
+
+    def close(self) -> None:
+        self._break("add stream closed")

@@ -1,0 +1,351 @@
+"""The client's plain-TCP add stream (pyspark_ledger.add_streams.SocketAddStream) against a fake
+add listener in this process: one request in flight with the rest coalesced, timeouts and broken
+connections fail the pending adds and the next add reconnects, an unreachable listener fails fast.
+Also the writer's split of a bookie's entries into bounded batches (write_handle._batches)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Callable
+
+import pytest
+
+from bookie.proto import bookie_pb2 as pb
+from bookie.proto.add_framing import HELLO, HELLO_BYTES, FramingError, frame, read_frame
+from bookie.status import Status
+from pyspark_ledger import write_handle
+from pyspark_ledger.add_streams import SocketAddStream
+from pyspark_ledger.bookie_client import BookieClient
+from pyspark_ledger.errors import BookieUnavailableError
+from pyspark_ledger.zookeeper_server import free_port
+from tests.bookie.server_helpers import KEY, Acks
+
+WAIT_S = 20.0
+NO_GRPC = "127.0.0.1:1"  # these clients never make a gRPC call; adds go to the fake listener
+
+# What the fake does with a request: answer every batch OK, never answer, or drop the connection.
+Policy = Callable[[int, int], str]  # (connection number, request number) -> "answer" | "silent" | "close"
+
+
+class FakeAddListener:
+    """Speaks the add transport's hello and framing; records every AddRequest with the number of
+    the connection it came on (1, 2, ...) and acts on it as `policy` says. A policy may call
+    hold() to sit on a request until the test calls release.set() (or the fake closes)."""
+
+    def __init__(self, policy: Policy):
+        self.policy = policy
+        self.holding = threading.Event()
+        self.release = threading.Event()
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self.requests: list[tuple[int, pb.AddRequest]] = []
+        self.connections = 0
+        self.ended: set[int] = set()  # connections that are over (either side closed)
+        self.changed = threading.Condition()
+        self._conns: list[socket.socket] = []
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return  # closed
+            with self.changed:
+                self.connections += 1
+                n = self.connections
+                self._conns.append(conn)
+                self.changed.notify_all()
+            t = threading.Thread(target=self._serve, args=(conn, n), daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def _serve(self, conn: socket.socket, n: int) -> None:
+        stream = conn.makefile("rb")
+        try:
+            if stream.read(HELLO_BYTES) != HELLO:
+                return
+            conn.sendall(HELLO)
+            while (body := read_frame(stream)) is not None:
+                request = pb.AddRequest.FromString(body)
+                with self.changed:
+                    self.requests.append((n, request))
+                    number = len(self.requests)
+                    self.changed.notify_all()
+                action = self.policy(n, number)
+                if action == "close":
+                    return
+                if action == "answer":
+                    response = pb.AddResponse(results=[pb.AddResult(request_id=b.request_id, status=int(Status.OK))
+                                                       for b in request.batches])
+                    conn.sendall(frame([response.SerializeToString()]))
+        except (OSError, FramingError):
+            pass
+        finally:
+            stream.close()
+            conn.close()
+            with self.changed:
+                self.ended.add(n)
+                self.changed.notify_all()
+
+    def hold(self) -> None:
+        self.holding.set()
+        self.release.wait(WAIT_S)
+
+    def wait(self, predicate: Callable[[], bool], what: str) -> None:
+        with self.changed:
+            assert self.changed.wait_for(predicate, WAIT_S), f"fake add listener: {what} not within {WAIT_S:g} s"
+
+    def batch_counts(self) -> list[tuple[int, int]]:
+        """(connection, number of batches) of every request, in arrival order."""
+        with self.changed:
+            return [(n, len(r.batches)) for n, r in self.requests]
+
+    def close(self) -> None:
+        self.release.set()
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes accept()
+        except OSError:
+            pass
+        self.sock.close()
+        with self.changed:
+            conns = list(self._conns)
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        for t in self._threads:
+            t.join(WAIT_S)
+
+
+MakeFake = Callable[[Policy], FakeAddListener]
+
+
+@pytest.fixture
+def fake_listener() -> Iterator[MakeFake]:
+    started: list[FakeAddListener] = []
+
+    def make(policy: Policy) -> FakeAddListener:
+        f = FakeAddListener(policy)
+        started.append(f)
+        return f
+
+    yield make
+    for f in started:
+        f.close()
+
+
+def entry(e: int) -> list[tuple[int, int, bytes]]:
+    return [(e, e - 1, f"entry-{e}".encode())]
+
+
+# ---- one request in flight ----------------------------------------------------------------------
+
+def test_client_keeps_one_request_in_flight_and_coalesces_the_rest(fake_listener: MakeFake) -> None:
+    def hold_the_first(conn: int, number: int) -> str:
+        if number == 1:
+            fake.hold()
+        return "answer"
+
+    fake = fake_listener(hold_the_first)
+    acks = Acks()
+    with BookieClient("holding", NO_GRPC, add_address=fake.address) as client:
+        client.add_batch((0, 1), KEY, entry(0), acks.callback(entry(0)))
+        assert fake.holding.wait(WAIT_S)
+        assert isinstance(client._stream, SocketAddStream)
+        # While the first request is unanswered, ten more batches (two ledgers) queue up.
+        for e in range(1, 11):
+            client.add_batch((0, 1 + e % 2), KEY, entry(e), acks.callback(entry(e)))
+        time.sleep(0.2)  # were anything to go out early, it would have by now
+        assert acks.count == 0 and fake.batch_counts() == [(1, 1)]
+        fake.release.set()
+        acks.wait(11)
+    assert not acks.failed
+    assert acks.ok == [entry(e) for e in range(11)]  # called back in the order sent
+    # Exactly two requests on one connection: the lone first add, then everything that queued
+    # behind it, in order.
+    assert fake.batch_counts() == [(1, 1), (1, 10)]
+    second = fake.requests[1][1]
+    assert [b.entry_ids[0] for b in second.batches] == list(range(1, 11))
+    assert [b.ledger.ledger_id for b in second.batches] == [1 + e % 2 for e in range(1, 11)]
+    assert fake.connections == 1
+
+
+def test_a_lone_add_goes_out_alone_each_time(fake_listener: MakeFake) -> None:
+    fake = fake_listener(lambda conn, number: "answer")
+    with BookieClient("fake", NO_GRPC, add_address=fake.address) as client:
+        for e in range(5):
+            acks = Acks()
+            client.add_batch((0, 1), KEY, entry(e), acks.callback(entry(e)))
+            acks.wait(1)
+            assert acks.ok == [entry(e)]
+    assert fake.batch_counts() == [(1, 1)] * 5
+
+
+# ---- failures -----------------------------------------------------------------------------------
+
+def test_a_request_the_bookie_sits_on_times_out_and_the_next_add_reconnects(fake_listener: MakeFake) -> None:
+    fake = fake_listener(lambda conn, number: "silent" if conn == 1 else "answer")
+    with BookieClient("fake", NO_GRPC, add_address=fake.address, add_timeout_s=0.5) as client:
+        acks = Acks()
+        started = time.monotonic()
+        client.add_batch((0, 1), KEY, entry(0), acks.callback(entry(0)))
+        acks.wait(1)
+        assert 0.4 <= time.monotonic() - started < 5.0
+        assert acks.failed == [(Status.TIMEOUT, "add timed out")]
+        # The client drops the stuck connection...
+        fake.wait(lambda: 1 in fake.ended, "the client closing connection 1")
+        # ...and the next add goes out on a new one instead of queueing behind the stuck request.
+        client.add_batch((0, 1), KEY, entry(1), acks.callback(entry(1)))
+        acks.wait(2)
+        assert acks.ok == [entry(1)]
+    assert fake.batch_counts() == [(1, 1), (2, 1)]
+
+
+def test_an_add_made_from_a_timeout_callback_goes_out_on_a_new_connection(fake_listener: MakeFake) -> None:
+    """The timed-out stream is dead before its callbacks run: a retry from one is sent (on a
+    fresh connection), not failed unsent with the rest of the old stream."""
+    fake = fake_listener(lambda conn, number: "silent" if conn == 1 else "answer")
+    with BookieClient("fake", NO_GRPC, add_address=fake.address, add_timeout_s=0.5) as client:
+        acks = Acks()
+        retry = acks.callback(entry(1))
+
+        def first(status: Status, message: str) -> None:
+            acks.callback(entry(0))(status, message)
+            if status == Status.TIMEOUT:
+                client.add_batch((0, 1), KEY, entry(1), retry)
+
+        client.add_batch((0, 1), KEY, entry(0), first)
+        acks.wait(2)
+        assert acks.failed == [(Status.TIMEOUT, "add timed out")]
+        assert acks.ok == [entry(1)]
+    assert fake.batch_counts() == [(1, 1), (2, 1)]
+
+
+def test_a_connection_the_bookie_drops_fails_every_pending_add_and_the_next_add_reconnects(
+        fake_listener: MakeFake) -> None:
+    def hang_up_on_the_first_connection(conn: int, number: int) -> str:
+        if conn == 1:
+            fake.hold()
+            return "close"
+        return "answer"
+
+    fake = fake_listener(hang_up_on_the_first_connection)
+    with BookieClient("fake", NO_GRPC, add_address=fake.address) as client:
+        acks = Acks()
+        client.add_batch((0, 1), KEY, entry(0), acks.callback(entry(0)))
+        assert fake.holding.wait(WAIT_S)
+        for e in range(1, 4):  # queued behind the one in flight
+            client.add_batch((0, 1), KEY, entry(e), acks.callback(entry(e)))
+        fake.release.set()  # the bookie hangs up without answering
+        acks.wait(4)
+        assert acks.ok == []
+        assert [s for s, _ in acks.failed] == [Status.INTERNAL_ERROR] * 4
+        assert all(m.startswith("transport:") for _, m in acks.failed), acks.failed
+        assert "closed by the bookie" in acks.failed[0][1]
+        client.add_batch((0, 1), KEY, entry(4), acks.callback(entry(4)))
+        acks.wait(5)
+        assert acks.ok == [entry(4)]
+    assert fake.batch_counts() == [(1, 1), (2, 1)]  # the queued three never went out
+
+
+def test_the_add_address_is_looked_up_again_for_each_new_stream(fake_listener: MakeFake) -> None:
+    old = fake_listener(lambda conn, number: "close")  # a bookie that goes away
+    new = fake_listener(lambda conn, number: "answer")  # the same bookie, restarted on another port
+    lookups: list[str] = []
+    current = [old.address]
+
+    def lookup() -> str:
+        lookups.append(current[0])
+        return current[0]
+
+    with BookieClient("moving", NO_GRPC, add_address=lookup) as client:
+        assert lookups == []  # nothing is looked up before the first add
+        acks = Acks()
+        client.add_batch((0, 1), KEY, entry(0), acks.callback(entry(0)))
+        acks.wait(1)
+        assert acks.failed and acks.failed[0][1].startswith("transport:")
+        current[0] = new.address
+        client.add_batch((0, 1), KEY, entry(1), acks.callback(entry(1)))
+        client.add_batch((0, 1), KEY, entry(2), acks.callback(entry(2)))
+        acks.wait(3)
+        assert acks.ok == [entry(1), entry(2)]  # answers come back in order
+    assert lookups == [old.address, new.address]  # once per stream, not per add
+    assert old.connections == 1 and new.connections == 1
+
+
+def test_an_add_listener_nobody_listens_on_fails_the_add_at_once() -> None:
+    address = f"127.0.0.1:{free_port()}"  # bound once and released: nothing listens there
+    acks = Acks()
+    with BookieClient("gone", NO_GRPC, add_address=address) as client:
+        started = time.monotonic()
+        with pytest.raises(BookieUnavailableError, match=f"bookie gone unavailable: add listener {address}"):
+            client.add_batch((0, 1), KEY, entry(0), acks.callback(entry(0)))
+        assert time.monotonic() - started < 2.0
+        # The next add tries again (and fails the same way): no half-open stream was kept.
+        with pytest.raises(BookieUnavailableError):
+            client.add_batch((0, 1), KEY, entry(1), acks.callback(entry(1)))
+        assert client._stream is None
+    assert acks.count == 0  # raised, never called back
+
+
+def test_a_listener_that_is_not_an_add_listener_fails_the_add() -> None:
+    """Something else on the port (it answers the hello with other bytes): the connect fails."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def answer_http() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(HELLO_BYTES)
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+
+    t = threading.Thread(target=answer_http, daemon=True)
+    t.start()
+    try:
+        with BookieClient("other", NO_GRPC, add_address=f"127.0.0.1:{port}") as client:
+            with pytest.raises(BookieUnavailableError, match="not an add-transport hello"):
+                client.add_batch((0, 1), KEY, entry(0), lambda status, message: None)
+    finally:
+        t.join(WAIT_S)
+        server.close()
+
+
+# ---- the writer's batches -----------------------------------------------------------------------
+
+def test_a_bookies_entries_are_split_into_batches_within_both_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(write_handle, "BATCH_ENTRIES_MAX", 4)
+    monkeypatch.setattr(write_handle, "BATCH_BYTES_MAX", 1000)
+    sizes = [400, 400, 400, 100, 100, 100, 100, 100, 1500, 10]
+    entries = [SimpleNamespace(entry_id=i, data=b"x" * n) for i, n in enumerate(sizes)]
+    batches = [[p.entry_id for p in chunk] for chunk in write_handle._batches(entries)]  # type: ignore[arg-type]
+    assert batches == [
+        [0, 1],  # 800 bytes: a third 400 would pass 1000
+        [2, 3, 4, 5],  # 700 bytes, but four entries
+        [6, 7],  # 200 bytes: the next is too big to join
+        [8],  # larger than the byte bound alone: still sent, on its own
+        [9],
+    ]
+    assert [e for chunk in batches for e in chunk] == list(range(len(sizes)))  # order kept, nothing lost
+
+
+def test_batches_of_entries_at_the_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(write_handle, "BATCH_ENTRIES_MAX", 3)
+    monkeypatch.setattr(write_handle, "BATCH_BYTES_MAX", 300)
+
+    def split(sizes: list[int]) -> list[list[int]]:
+        entries = [SimpleNamespace(entry_id=i, data=b"x" * n) for i, n in enumerate(sizes)]
+        return [[p.entry_id for p in chunk] for chunk in write_handle._batches(entries)]  # type: ignore[arg-type]
+
+    assert split([100, 100, 100]) == [[0, 1, 2]]  # exactly both bounds
+    assert split([100, 100]) == [[0, 1]]
+    assert split([100, 100, 101]) == [[0, 1], [2]]  # one byte over
+    assert split([1] * 7) == [[0, 1, 2], [3, 4, 5], [6]]
+    assert split([300, 1, 300]) == [[0], [1], [2]]
+    assert split([]) == []  # nothing to send: no empty batch
