@@ -28,13 +28,13 @@ import numpy as np
 import pyarrow as pa
 
 from bookie.malloc_tuning import tune_malloc
-from bookie.proto import bookie_pb2 as pb
 from bookie.status import Status
 from pyspark_ledger.datasource import codec
 from pyspark_ledger.datasource.planning import LedgerRange, open_client
 from pyspark_ledger.digest import Digest
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.read_handle import ReadHandle
+from pyspark_ledger.run_response import Run, RunResponse
 
 if TYPE_CHECKING:
     from pyspark_ledger.client import LedgerClient
@@ -145,9 +145,9 @@ class RangeReader:
         try:
             if self.client.pool.faults.drop("read", bookie):  # the client's test seam
                 raise LedgerError(f"read to {bookie} dropped")
-            resp = self.client.pool.get(bookie).read(
+            resp = self.client.pool.get(bookie).read_runs(
                 self.key, first, last, max_entries=last - first + 1, max_bytes=2 * WINDOW_BYTES_TARGET,
-                timeout_s=READ_RPC_TIMEOUT_S, entry_runs=True,
+                timeout_s=READ_RPC_TIMEOUT_S,
             )
         except LedgerError as exc:
             return [], str(exc)
@@ -155,7 +155,7 @@ class RangeReader:
             return [], f"status {_status_name(resp.status)}"
         return self._decode_answer(resp, first, last)
 
-    def _decode_answer(self, resp: pb.ReadResponse, first: int, last: int) -> tuple[list[codec.DecodedRun], str | None]:
+    def _decode_answer(self, resp: RunResponse, first: int, last: int) -> tuple[list[codec.DecodedRun], str | None]:
         """Verify a run answer's runs in id order from `first`; stop at the first entry that is
         not OK, fails verification, or that the answer skips (a malformed answer)."""
         others = dict(zip(resp.entry_ids, resp.entry_status))  # the entries that are not OK
@@ -177,12 +177,12 @@ class RangeReader:
             return out, f"malformed answer: entry {nxt} is missing from it"
         return out, None
 
-    def _decode(self, run: pb.EntryRun, room: int) -> codec.DecodedRun:
+    def _decode(self, run: Run, room: int) -> codec.DecodedRun:
         """Verify one EntryRun (at most `room` entries: what was asked for)."""
         lengths = np.array(run.lengths, dtype=np.int64)
         if len(lengths) > room:
             return codec.DecodedRun(run.first_entry_id, [], f"malformed answer: a run of {len(lengths)} entries, {room} asked for")
-        data = run.data  # one copy out of the message: keep it
+        data = run.data  # a view of the received message (no copy)
         if self.spec.payload_format == "raw":
             return codec.decode_blob(self.digest, self.key[0], self.key[1], run.first_entry_id, data, lengths)
         # Few large entries (Arrow): verify one by one, payloads stay zero-copy views of `data`.

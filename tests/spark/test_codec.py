@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import random
 
 import crc32c
@@ -99,6 +101,32 @@ def test_packer_bounds_rows_and_round_trips(compression: str) -> None:
             assert b.schema == target and set(b.column("entry_id").to_pylist()) == {entry_id}
             ids.extend(b.column("id").to_pylist())
     assert ids == list(range(1000))
+
+
+def test_compression_is_kept_only_where_it_pays_and_is_retried_later() -> None:
+    """Compressible entries are stored compressed; incompressible ones plain (readers then read
+    them zero-copy), and compression is tried again after COMPRESSION_RETRY_ENTRIES entries, so
+    data that turns compressible is compressed again. Every entry round-trips."""
+    schema = pa.schema([("blob", pa.binary())])
+    packer = codec.ArrowEntryPacker(schema, rows_max=100, compression="lz4")
+    retry = codec.COMPRESSION_RETRY_ENTRIES
+
+    def pack(rows: list[bytes]) -> list[pa.Buffer]:
+        return list(packer.add(pa.record_batch([pa.array(rows, pa.binary())], schema=schema)))
+
+    text = pack([b"abc" * 100] * 300)  # 3 entries, very compressible
+    assert (packer.entries_compressed, packer.entries_plain) == (3, 0)
+    assert all(buf.size < 100 * 300 / 10 for buf in text)
+    noise = pack([os.urandom(300) for _ in range(100 * (retry + 1))])  # incompressible
+    assert (packer.entries_compressed, packer.entries_plain) == (3, retry + 1)
+    assert all(buf.size >= 100 * 300 for buf in noise)  # stored as they are
+    text_again = pack([b"xyz" * 100] * 200)  # the next try at compression pays again
+    assert (packer.entries_compressed, packer.entries_plain) == (5, retry + 1)
+    target = codec.arrow_read_schema(schema)
+    got = [v for i, buf in enumerate(text + noise + text_again)
+           for b in codec.decode_arrow_entry(buf, 7, i, target) for v in b.column("blob").to_pylist()]
+    assert got[:300] == [b"abc" * 100] * 300 and got[-200:] == [b"xyz" * 100] * 200
+    assert len(got) == 300 + 100 * (retry + 1) + 200
 
 
 def test_packer_caps_entry_bytes() -> None:

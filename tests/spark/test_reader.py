@@ -17,6 +17,7 @@ from pyspark_ledger.datasource.options import parse_options
 from pyspark_ledger.datasource.planning import LedgerRange, plan_ranges
 from pyspark_ledger.datasource.reader import ReadSpec, read_range
 from pyspark_ledger.local_cluster import LocalCluster
+from pyspark_ledger.run_response import parse_run_response
 
 ENTRIES = 3000
 RAW = ReadSpec("raw", codec.RAW_ARROW_SCHEMA, b"")
@@ -75,8 +76,9 @@ def test_dropped_reads_fail_over_to_another_replica(client: LedgerClient, log_na
 
 
 def tamper_reads(client: LedgerClient, monkeypatch: pytest.MonkeyPatch, tamper: Callable[[str, Any], None]) -> None:
-    """Route every bookie read of `client` through `tamper(bookie_id, response)`, which may spoil
-    the answer in place (a replica returning bad data)."""
+    """Route every bookie read of `client` (per-entry and run answers) through
+    `tamper(bookie_id, response)`, which may spoil the answer in place (a replica returning bad
+    data)."""
     real_get = client.pool.get
 
     class Tampering:
@@ -90,6 +92,13 @@ def tamper_reads(client: LedgerClient, monkeypatch: pytest.MonkeyPatch, tamper: 
             resp = self.inner.read(ledger, first, last, **kw)
             tamper(self.inner.bookie_id, resp)
             return resp
+
+        def read_runs(self, ledger: Any, first: int, last: int, **kw: Any) -> Any:
+            # The bookie's real run answer, spoiled as a message, then parsed as the reader parses
+            # what it receives (zero-copy), so the spoiled bytes go through the real parser.
+            resp = self.inner.read(ledger, first, last, entry_runs=True, **kw)
+            tamper(self.inner.bookie_id, resp)
+            return parse_run_response(resp.SerializeToString())
 
     monkeypatch.setattr(client.pool, "get", lambda bookie: Tampering(real_get(bookie)))
 
