@@ -1,12 +1,13 @@
-"""The floor under the client's add latency: bare gRPC streams shaped like an E3/W3/A2 add.
+"""The floor under the client's add latency: bare transports shaped like an E3/W3/A2 add.
 
 Three echo servers (separate processes, like three bookies), each answering a 1 KiB stream
 message after one write + fdatasync of it to a file, the way a bookie's journal does; one client
 sends every message to all three and waits for two answers, one message at a time (the
 client benchmark's latency workload with none of the ledger logic). Run with gRPC's default
-EventEngine and with the iomgr poller that `bookie.grpc_runtime` selects, alternating, and
-print median latency and CPU per add, so the transport's share of bench/client_bench.py's
-latency, and what the tuning buys, can be read off one table.
+EventEngine, with the iomgr poller that `bookie.grpc_runtime` selects, and over plain TCP with a
+length prefix (the add transport of docs/add-transport.md), alternating, and print median
+latency and CPU per add, so the transport's share of bench/client_bench.py's latency, and what
+each choice buys, can be read off one table.
 
     python bench/grpc_transport_bench.py [--adds 2000] [--rounds 3] [--size 1024]
 """
@@ -30,6 +31,8 @@ METHOD = f"/{SERVICE}/Stream"
 SETTINGS = {
     "servers default (EventEngine)": {"PYSPARK_LEDGER_GRPC_TUNING": "0", "GRPC_EXPERIMENTS": ""},
     "servers tuned (iomgr)": {"PYSPARK_LEDGER_GRPC_TUNING": "1", "GRPC_EXPERIMENTS": ""},
+    # The add transport's shape (docs/add-transport.md): no gRPC at all.
+    "plain TCP, no gRPC": {"BENCH_TRANSPORT": "tcp"},
 }
 
 
@@ -55,6 +58,28 @@ def serve(port: int, journal: str) -> None:
     server.add_insecure_port(f"127.0.0.1:{port}")
     server.start()
     server.wait_for_termination()
+
+
+def serve_tcp(port: int, journal: str) -> None:
+    """The same echo over plain TCP with a 4-byte length prefix (the add transport's framing)."""
+    import socket
+    import struct
+
+    fd = os.open(journal, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    listener = socket.create_server(("127.0.0.1", port))
+
+    def handle(conn: socket.socket) -> None:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        stream = conn.makefile("rb")
+        while len(header := stream.read(4)) == 4:
+            message = stream.read(struct.unpack(">I", header)[0])
+            os.write(fd, message)
+            os.fdatasync(fd)
+            conn.sendall(struct.pack(">I", 16) + message[:16])
+
+    while True:
+        conn, _ = listener.accept()
+        threading.Thread(target=handle, args=(conn,), daemon=True).start()
 
 
 def _cpu_s(pid: int) -> float:
@@ -121,6 +146,52 @@ def measure(ports: list[int], server_pids: list[int], adds: int, size: int) -> t
     return statistics.median(samples) * 1e3, samples[int(len(samples) * 0.99) - 1] * 1e3, cpu / adds * 1e6
 
 
+def measure_tcp(ports: list[int], server_pids: list[int], adds: int, size: int) -> tuple[float, float, float]:
+    """measure() over plain TCP: the caller sends to all three, a receiver thread per server."""
+    import socket
+    import struct
+
+    acked = threading.Condition()
+    count = [0]
+    socks = [socket.create_connection(("127.0.0.1", p), timeout=10) for p in ports]
+
+    def receive(sock: socket.socket) -> None:
+        stream = sock.makefile("rb")
+        while len(header := stream.read(4)) == 4:
+            stream.read(struct.unpack(">I", header)[0])
+            with acked:
+                count[0] += 1
+                acked.notify_all()
+
+    for sock in socks:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(None)
+        threading.Thread(target=receive, args=(sock,), daemon=True).start()
+    message = struct.pack(">I", size) + b"p" * size
+
+    def one() -> float:
+        started = time.perf_counter()
+        with acked:
+            count[0] = 0
+        for sock in socks:
+            sock.sendall(message)
+        with acked:
+            if not acked.wait_for(lambda: count[0] >= 2, timeout=10):
+                raise TimeoutError("echo servers stopped answering")
+            elapsed = time.perf_counter() - started
+            acked.wait_for(lambda: count[0] >= 3, timeout=10)
+        return elapsed
+
+    for _ in range(min(200, adds)):
+        one()
+    cpu0 = time.process_time() + sum(_cpu_s(p) for p in server_pids)
+    samples = sorted(one() for _ in range(adds))
+    cpu = time.process_time() + sum(_cpu_s(p) for p in server_pids) - cpu0
+    for sock in socks:
+        sock.close()
+    return statistics.median(samples) * 1e3, samples[int(len(samples) * 0.99) - 1] * 1e3, cpu / adds * 1e6
+
+
 def run_setting(env_overrides: dict[str, str], adds: int, size: int) -> tuple[float, float, float]:
     """One measurement in a fresh client process (gRPC reads its settings once per process)."""
     env = {**os.environ, **env_overrides}
@@ -133,11 +204,12 @@ def run_setting(env_overrides: dict[str, str], adds: int, size: int) -> tuple[fl
 def child(adds: int, size: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         ports = [_free_port() for _ in range(3)]
-        servers = [subprocess.Popen([sys.executable, __file__, "--_serve", str(p), os.path.join(tmp, f"j{p}")])
-                   for p in ports]
+        tcp = os.environ.get("BENCH_TRANSPORT") == "tcp"
+        servers = [subprocess.Popen([sys.executable, __file__, "--_serve_tcp" if tcp else "--_serve", str(p),
+                                     os.path.join(tmp, f"j{p}")]) for p in ports]
         try:
             time.sleep(1.5)
-            p50, p99, cpu = measure(ports, [s.pid for s in servers], adds, size)
+            p50, p99, cpu = (measure_tcp if tcp else measure)(ports, [s.pid for s in servers], adds, size)
         finally:
             for s in servers:
                 s.kill()
@@ -161,6 +233,9 @@ def main() -> None:
         tuning.apply_grpc_tuning()  # as the bookie does, unless PYSPARK_LEDGER_GRPC_TUNING=0
         serve(int(sys.argv[2]), sys.argv[3])
         return
+    if len(sys.argv) > 1 and sys.argv[1] == "--_serve_tcp":
+        serve_tcp(int(sys.argv[2]), sys.argv[3])
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "--_child":
         child(int(sys.argv[2]), int(sys.argv[3]))
         return
@@ -173,9 +248,9 @@ def main() -> None:
     for _ in range(args.rounds):  # alternate, so drift on a shared machine hits both alike
         for name, env in SETTINGS.items():
             results[name].append(run_setting(env, args.adds, args.size))
-    print(f"\ngRPC echo, 3 servers (write + fdatasync each), wait for 2 of 3, {args.size} B, "
+    print(f"\nEcho, 3 servers (write + fdatasync each), wait for 2 of 3, {args.size} B, "
           f"{args.adds} sequential adds x {args.rounds} rounds (medians of rounds)")
-    print(f"{'gRPC setting':<30} | {'p50 ms':>7} | {'p99 ms':>7} | {'CPU us/add (client + 3 servers)':>32}")
+    print(f"{'transport':<30} | {'p50 ms':>7} | {'p99 ms':>7} | {'CPU us/add (client + 3 servers)':>32}")
     print("-" * 86)
     for name, rows in results.items():
         p50 = statistics.median(r[0] for r in rows)
