@@ -24,7 +24,7 @@ import tempfile
 import threading
 import time
 from concurrent import futures
-from typing import Iterator
+from typing import Callable, Iterator
 
 SERVICE = "bench.Echo"
 METHOD = f"/{SERVICE}/Stream"
@@ -88,6 +88,31 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _time_round_trips(send_to_all: Callable[[], None], acked: threading.Condition, count: list[int],
+                      server_pids: list[int], adds: int) -> tuple[float, float, float]:
+    """Median and p99 latency (ms) of `adds` sequential 2-of-3 round trips, and CPU us per add
+    (client + servers); `count[0]` is raised under `acked` by the receivers, one per answer."""
+
+    def one() -> float:
+        started = time.perf_counter()
+        with acked:
+            count[0] = 0
+        send_to_all()
+        with acked:
+            if not acked.wait_for(lambda: count[0] >= 2, timeout=10):
+                raise TimeoutError("echo servers stopped answering")
+            elapsed = time.perf_counter() - started
+            acked.wait_for(lambda: count[0] >= 3, timeout=10)  # start the next one from quiet
+        return elapsed
+
+    for _ in range(min(200, adds)):
+        one()
+    cpu0 = time.process_time() + sum(_cpu_s(p) for p in server_pids)
+    samples = sorted(one() for _ in range(adds))
+    cpu = time.process_time() + sum(_cpu_s(p) for p in server_pids) - cpu0
+    return statistics.median(samples) * 1e3, samples[int(len(samples) * 0.99) - 1] * 1e3, cpu / adds * 1e6
+
+
 def measure(ports: list[int], server_pids: list[int], adds: int, size: int) -> tuple[float, float, float]:
     """Median and p99 latency (ms) of `adds` sequential 2-of-3 round trips, and CPU us per add
     (client + servers)."""
@@ -121,29 +146,16 @@ def measure(ports: list[int], server_pids: list[int], adds: int, size: int) -> t
         threading.Thread(target=receive, daemon=True).start()
     payload = b"p" * size
 
-    def one() -> float:
-        started = time.perf_counter()
-        with acked:
-            count[0] = 0
+    def send_to_all() -> None:
         for out in outs:
             out.put(payload)
-        with acked:
-            if not acked.wait_for(lambda: count[0] >= 2, timeout=10):
-                raise TimeoutError("echo servers stopped answering")
-            elapsed = time.perf_counter() - started
-            acked.wait_for(lambda: count[0] >= 3, timeout=10)  # start the next one from quiet
-        return elapsed
 
-    for _ in range(min(200, adds)):
-        one()
-    cpu0 = time.process_time() + sum(_cpu_s(p) for p in server_pids)
-    samples = sorted(one() for _ in range(adds))
-    cpu = time.process_time() + sum(_cpu_s(p) for p in server_pids) - cpu0
+    result = _time_round_trips(send_to_all, acked, count, server_pids, adds)
     for out in outs:
         out.put(None)
     for channel in channels:
         channel.close()
-    return statistics.median(samples) * 1e3, samples[int(len(samples) * 0.99) - 1] * 1e3, cpu / adds * 1e6
+    return result
 
 
 def measure_tcp(ports: list[int], server_pids: list[int], adds: int, size: int) -> tuple[float, float, float]:
@@ -169,27 +181,14 @@ def measure_tcp(ports: list[int], server_pids: list[int], adds: int, size: int) 
         threading.Thread(target=receive, args=(sock,), daemon=True).start()
     message = struct.pack(">I", size) + b"p" * size
 
-    def one() -> float:
-        started = time.perf_counter()
-        with acked:
-            count[0] = 0
+    def send_to_all() -> None:
         for sock in socks:
             sock.sendall(message)
-        with acked:
-            if not acked.wait_for(lambda: count[0] >= 2, timeout=10):
-                raise TimeoutError("echo servers stopped answering")
-            elapsed = time.perf_counter() - started
-            acked.wait_for(lambda: count[0] >= 3, timeout=10)
-        return elapsed
 
-    for _ in range(min(200, adds)):
-        one()
-    cpu0 = time.process_time() + sum(_cpu_s(p) for p in server_pids)
-    samples = sorted(one() for _ in range(adds))
-    cpu = time.process_time() + sum(_cpu_s(p) for p in server_pids) - cpu0
+    result = _time_round_trips(send_to_all, acked, count, server_pids, adds)
     for sock in socks:
         sock.close()
-    return statistics.median(samples) * 1e3, samples[int(len(samples) * 0.99) - 1] * 1e3, cpu / adds * 1e6
+    return result
 
 
 def run_setting(env_overrides: dict[str, str], adds: int, size: int) -> tuple[float, float, float]:

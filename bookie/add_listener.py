@@ -47,7 +47,10 @@ class AddListener:
     def __init__(self, handler: AddHandler, host: str, port: int, *, connections_max: int = CONNECTIONS_MAX_DEFAULT):
         self.handler = handler
         self.connections_max = connections_max
-        self._sock = socket.create_server((host, port), backlog=128)
+        try:
+            self._sock = socket.create_server((host, port), backlog=128)
+        except OSError as exc:
+            raise OSError(exc.errno, f"add listener cannot listen on {host}:{port}: {exc.strerror}") from exc
         self.port: int = self._sock.getsockname()[1]
         self._conns: dict[socket.socket, threading.Thread] = {}
         self._lock = threading.Lock()

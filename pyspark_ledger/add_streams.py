@@ -65,6 +65,8 @@ SEND_TIMEOUT_S = 30.0  # one request's send; a bookie that stops reading for tha
 AddCallback = Callable[[Status, str], None]
 LedgerKey = tuple[int, int]
 
+_STATUS_BY_CODE = {int(s): s for s in Status}
+
 # Request ids are unique per process, not per stream, so one encoded batch can go to every bookie
 # of a write set: the same id is unique on each of their streams.
 _request_ids = itertools.count(1)
@@ -137,14 +139,18 @@ class AddStream:
             raise BookieUnavailableError(self.client.bookie_id, "add stream is closed")
         self.pending[batch.request_id] = _PendingAdd(callback, time.monotonic() + timeout_s)
 
-    def _complete(self, results: Iterator[pb.AddResult] | Sequence[pb.AddResult]) -> None:
-        for r in results:
-            with self.lock:
-                p = self.pending.pop(r.request_id, None)
-                if self.room_waiters:
-                    self.room.notify()
+    def _complete(self, results: Sequence[pb.AddResult]) -> None:
+        with self.lock:  # one acquisition for a whole response
+            done = [self.pending.pop(r.request_id, None) for r in results]
+            if self.room_waiters:
+                self.room.notify_all()
+        for r, p in zip(results, done):
             if p is not None:
-                p.callback(Status(r.status), r.message)
+                status = _STATUS_BY_CODE.get(r.status)
+                if status is None:  # a newer bookie's code: this batch failed, the stream is fine
+                    p.callback(Status.INTERNAL_ERROR, f"unknown add status {r.status}: {r.message}")
+                else:
+                    p.callback(status, r.message)
 
     def submit(self, batch: EncodedAddBatch, callback: AddCallback, timeout_s: float) -> None:
         raise NotImplementedError

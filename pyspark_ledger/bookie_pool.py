@@ -3,8 +3,8 @@
 A bookie id is resolved to its address through its registration; a bookie that is not registered
 (dead, or being recovered) is still reachable by the last address seen, or by its id when the id
 is itself host:port (the default). The address of its add listener is looked up again whenever
-an add stream opens, since a restarted bookie may listen on a new port. Bookies that failed recently are quarantined for a while so
-placement does not pick them again at once.
+an add stream opens, since a restarted bookie may listen on a new port. Bookies that failed
+recently are quarantined for a while so placement does not pick them again at once.
 """
 
 from __future__ import annotations

@@ -108,7 +108,12 @@ class _AddFuture(Future):  # type: ignore[type-arg]
         hole in the entry ids that every later add waits behind. Always False."""
         return False
 
+    def done(self) -> bool:
+        return self._state in _DONE_STATES  # a finished future never changes again: no lock
+
     def result(self, timeout: float | None = None) -> int:
+        if self._state == _FINISHED and self._exception is None:  # acknowledged: no lock needed
+            return self._result  # type: ignore[no-any-return]
         self._wait_done(timeout)
         return super().result(0)  # type: ignore[no-any-return]
 
@@ -335,6 +340,8 @@ class WriteHandle(ReadHandle):
             tuple(ensemble[i] for i in write_set(start, meta.ensemble_size, meta.write_quorum_size))
             for start in range(meta.ensemble_size)
         )
+        # Sorted, as _send groups entries: entry e's write set is a rotation of the same bookies.
+        self._sorted_write_sets = {ws: tuple(sorted(ws)) for ws in self._write_sets}
 
     def _assign_write_set(self, p: _Pending) -> None:
         p.bookies = self._write_sets[p.entry_id % len(self._write_sets)]
@@ -378,9 +385,12 @@ class WriteHandle(ReadHandle):
         groups: dict[tuple[str, ...], list[_Pending]] = {}
         dead = self._dead_bookies
         with self._cond:
+            whole_sets = self._sorted_write_sets
             for p in outbox:
-                # Sorted: entry e's write set is a rotation of the ensemble, the same bookies.
-                targets = tuple(sorted(b for b in p.bookies if b not in p.sent and b not in p.acked and b not in dead))
+                # The common case, the whole write set, from the cache; anything else computed.
+                targets = whole_sets.get(p.bookies) if not p.sent and not p.acked and not dead else None
+                if targets is None:
+                    targets = tuple(sorted(b for b in p.bookies if b not in p.sent and b not in p.acked and b not in dead))
                 if targets:
                     p.sent.extend(targets)
                     group = groups.get(targets)

@@ -27,8 +27,10 @@ from tests.bookie.server_helpers import KEY, Acks
 WAIT_S = 20.0
 NO_GRPC = "127.0.0.1:1"  # these clients never make a gRPC call; adds go to the fake listener
 
-# What the fake does with a request: answer every batch OK, never answer, or drop the connection.
-Policy = Callable[[int, int], str]  # (connection number, request number) -> "answer" | "silent" | "close"
+# What the fake does with a request: answer every batch OK (or with a status code this client does
+# not know), never answer, or drop the connection.
+# (connection number, request number) -> "answer" | "unknown status" | "silent" | "close"
+Policy = Callable[[int, int], str]
 
 
 class FakeAddListener:
@@ -80,8 +82,9 @@ class FakeAddListener:
                 action = self.policy(n, number)
                 if action == "close":
                     return
-                if action == "answer":
-                    response = pb.AddResponse(results=[pb.AddResult(request_id=b.request_id, status=int(Status.OK))
+                if action in ("answer", "unknown status"):
+                    code = int(Status.OK) if action == "answer" else 99  # 99: a code from a newer bookie
+                    response = pb.AddResponse(results=[pb.AddResult(request_id=b.request_id, status=code)
                                                        for b in request.batches])
                     conn.sendall(frame([response.SerializeToString()]))
         except (OSError, FramingError):
@@ -226,6 +229,19 @@ def test_an_add_made_from_a_timeout_callback_goes_out_on_a_new_connection(fake_l
         assert acks.failed == [(Status.TIMEOUT, "add timed out")]
         assert acks.ok == [entry(1)]
     assert fake.batch_counts() == [(1, 1), (2, 1)]
+
+
+def test_a_status_code_this_client_does_not_know_fails_that_batch_only(fake_listener: MakeFake) -> None:
+    fake = fake_listener(lambda conn, number: "unknown status" if number == 1 else "answer")
+    with BookieClient("fake", NO_GRPC, add_address=fake.address) as client:
+        acks = Acks()
+        client.add_batch((0, 1), KEY, entry(0), acks.callback(entry(0)))
+        acks.wait(1)
+        assert acks.failed == [(Status.INTERNAL_ERROR, "unknown add status 99: ")]
+        client.add_batch((0, 1), KEY, entry(1), acks.callback(entry(1)))  # the stream carries on
+        acks.wait(2)
+        assert acks.ok == [entry(1)]
+    assert fake.batch_counts() == [(1, 1), (1, 1)]
 
 
 def test_a_connection_the_bookie_drops_fails_every_pending_add_and_the_next_add_reconnects(
