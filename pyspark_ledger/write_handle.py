@@ -35,7 +35,7 @@ from bookie.status import Status
 from metadata import BadVersionError, CloseContext, LedgerId, LedgerMetadata, LedgerState, MetadataError, write_set
 from pyspark_ledger.add_streams import EncodedAddBatch
 from pyspark_ledger.digest import Digest, master_key
-from pyspark_ledger.entry_format import encode_entry
+from pyspark_ledger.entry_format import entry_encoder
 from pyspark_ledger.errors import (
     AddTimeoutError,
     LedgerClosedError,
@@ -170,6 +170,7 @@ class WriteHandle(ReadHandle):
         self._master_key = master_key(password)
         self._digest = Digest.for_ledger(metadata.digest_type, password)
         self._key = (metadata.ledger_id.scope_id, metadata.ledger_id.id)
+        self._encode = entry_encoder(self._digest, *self._key)
         lock = threading.RLock()
         # Two conditions on one lock: acks wake only add callers waiting for room (or close), not
         # the sender thread, which would otherwise wake for nothing on every ack of every bookie.
@@ -235,15 +236,17 @@ class WriteHandle(ReadHandle):
             # LAC is valid to piggyback. `length` is the ledger's length through this entry.
             lac = self._lac
             length = self._length_sent + size
-            data = encode_entry(self._digest, self._key[0], self._key[1], eid, lac, length, payload)
+            data = self._encode(eid, lac, length, payload)
+            now = time.monotonic()
             with self._cond:
-                deadline = time.monotonic() + BACKPRESSURE_TIMEOUT_S
+                deadline = now + BACKPRESSURE_TIMEOUT_S
                 while (len(self._pending) >= PENDING_ENTRIES_MAX or self._pending_bytes + size > PENDING_BYTES_MAX) \
                         and self._error is None and not self._closing:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         raise AddTimeoutError(f"ledger {self.ledger_id}: too many adds in flight for {BACKPRESSURE_TIMEOUT_S:g} s")
                     self._cond.wait(left)
+                    now = time.monotonic()
                 if self._error is not None:
                     raise self._error
                 if self._closing or self._closed:
@@ -260,7 +263,7 @@ class WriteHandle(ReadHandle):
                 if not direct:
                     self._outbox.append(p)
                 self._pending_bytes += size
-                self._last_add_time = time.monotonic()
+                self._last_add_time = now
                 if lac > self._last_lac_sent:
                     self._last_lac_sent = lac
                 if not direct and self._sender_idle:

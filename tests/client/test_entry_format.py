@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pyspark_ledger.digest import Digest, mac_key, master_key
-from pyspark_ledger.entry_format import HEADER_BYTES, decode_entry, encode_entry
+from pyspark_ledger.entry_format import HEADER_BYTES, decode_entry, encode_entry, entry_encoder
 from pyspark_ledger.errors import DigestMismatchError, EntryFormatError
 
 VECTORS = json.loads((Path(__file__).resolve().parents[1] / "vectors" / "entry_format_v2.json").read_text())["cases"]
@@ -20,6 +20,9 @@ def test_vectors(case: dict) -> None:  # type: ignore[type-arg]
     payload = bytes.fromhex(case["payload_hex"])
     encoded = encode_entry(d, case["scope_id"], case["ledger_id"], case["entry_id"], case["lac"], case["length"], payload)
     assert encoded.hex() == case["encoded_hex"]
+    # The writer's per-ledger encoder makes the very same bytes.
+    encode = entry_encoder(d, case["scope_id"], case["ledger_id"])
+    assert encode(case["entry_id"], case["lac"], case["length"], payload) == encoded
     e = decode_entry(d, encoded, case["scope_id"], case["ledger_id"], case["entry_id"])
     assert (e.payload, e.last_add_confirmed, e.length) == (payload, case["lac"], case["length"])
     assert len(encoded) == HEADER_BYTES + d.size + len(payload)
