@@ -182,11 +182,12 @@ def recover(client: "LedgerClient", args: argparse.Namespace) -> int:
 def listbookies(client: "LedgerClient", args: argparse.Namespace) -> int:
     infos = client.bookies(writable=not args.ro, read_only=not args.rw)
     if args.json:
-        print_json([{"bookieId": b.bookie_id, "address": b.address, "readOnly": b.read_only, "version": b.version,
-                     "instanceId": b.instance_id} for b in infos])
+        print_json([{"bookieId": b.bookie_id, "address": b.address, "addAddress": b.add_address,
+                     "readOnly": b.read_only, "version": b.version, "instanceId": b.instance_id} for b in infos])
     else:
-        print_table(["bookie", "address", "state", "version"],
-                    [(b.bookie_id, b.address, "read-only" if b.read_only else "writable", b.version) for b in infos])
+        print_table(["bookie", "address", "add address", "state", "version"],
+                    [(b.bookie_id, b.address, b.add_address or "(gRPC)", "read-only" if b.read_only else "writable",
+                      b.version) for b in infos])
     return 0
 
 

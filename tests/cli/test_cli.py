@@ -130,6 +130,11 @@ def test_deleteledger_listbookies_simpletest_bookiesanity(capsys: pytest.Capture
     assert code == 0 and lid not in set(client.list_ledgers())
     code, out, _ = run(capsys, uri, "listbookies", "--json")
     assert sorted(b["bookieId"] for b in json.loads(out)) == sorted(b.bookie_id for b in cluster.bookies)
+    registered = {i.bookie_id: i.add_address for i in client.bookies()}
+    assert {b["bookieId"]: b["addAddress"] for b in json.loads(out)} == registered
+    assert all(a.startswith("127.0.0.1:") for a in registered.values())  # every bookie has an add listener
+    code, out, _ = run(capsys, uri, "listbookies")
+    assert code == 0 and "add address" in out and all(a in out for a in registered.values())
     code, out, _ = run(capsys, uri, "listbookies", "--ro")
     assert code == 0 and cluster.bookies[0].bookie_id not in out
     code, out, _ = run(capsys, uri, "simpletest", "-e", "3", "-w", "2", "-a", "2", "-n", "50")
