@@ -32,6 +32,7 @@ from bookie.proto.add_framing import (
     frame,
     parse_hello,
     read_frame,
+    set_keepalive,
     set_send_timeout,
 )
 
@@ -92,7 +93,7 @@ class AddListener:
         stream = conn.makefile("rb")
         try:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            set_keepalive(conn)
             conn.settimeout(HELLO_TIMEOUT_S)
             version = parse_hello(stream.read(HELLO_BYTES))
             conn.sendall(HELLO)  # our version: a client of another version closes and says so
@@ -100,7 +101,7 @@ class AddListener:
                 log.warning("add connection closed peer=%s reason=client speaks add protocol version %d, this bookie %d",
                             peer, version, VERSION)
                 return
-            conn.settimeout(None)  # an idle client may stay connected (keepalive notices dead peers)
+            conn.settimeout(None)  # an idle client may stay connected (keepalive notices a dead one)
             set_send_timeout(conn, SEND_TIMEOUT_S)
             while (body := read_frame(stream)) is not None:
                 try:

@@ -42,6 +42,7 @@ from bookie.proto.add_framing import (
     frame,
     parse_hello,
     read_frame,
+    set_keepalive,
     set_send_timeout,
 )
 from bookie.status import Status
@@ -283,7 +284,7 @@ class SocketAddStream(AddStream):
             raise BookieUnavailableError(self.client.bookie_id, f"add listener {address}: {exc}") from None
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            set_keepalive(sock)
             sock.sendall(HELLO)
             with sock.makefile("rb") as f:
                 reply = f.read(HELLO_BYTES)

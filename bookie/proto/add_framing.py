@@ -66,3 +66,21 @@ def set_send_timeout(sock: socket.socket, seconds: float) -> None:
     (keepalive and the add timeouts notice a dead peer)."""
     whole = int(seconds)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", whole, int((seconds - whole) * 1e6)))
+
+
+# A peer that vanished without closing (a crashed host, a cut network) is noticed after about
+# KEEPALIVE_IDLE_S + KEEPALIVE_PROBES * KEEPALIVE_INTERVAL_S of silence, like the gRPC channels'
+# 10 s keepalive, instead of the kernel's default of two hours: a bookie's connection threads,
+# and a client's receivers, never wait on a dead peer for long.
+KEEPALIVE_IDLE_S = 10
+KEEPALIVE_INTERVAL_S = 5
+KEEPALIVE_PROBES = 3
+
+
+def set_keepalive(sock: socket.socket) -> None:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", KEEPALIVE_IDLE_S), ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_S),
+                        ("TCP_KEEPCNT", KEEPALIVE_PROBES)):
+        option = getattr(socket, name, None)  # Linux; elsewhere the system's defaults apply
+        if option is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)

@@ -20,6 +20,7 @@ from bookie.proto.add_framing import (
     frame,
     parse_hello,
     read_frame,
+    set_keepalive,
     set_send_timeout,
 )
 
@@ -108,3 +109,13 @@ def test_set_send_timeout_bounds_sends_and_leaves_receives_blocking() -> None:
         assert struct.unpack("ll", s.getsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, 16)) == (1, 500_000)
         assert struct.unpack("ll", s.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, 16)) == (0, 0)
         assert s.gettimeout() is None  # Python-level blocking mode untouched
+
+
+def test_set_keepalive_notices_a_silent_peer_in_seconds_not_hours() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        set_keepalive(s)
+        assert s.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        assert s.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == add_framing.KEEPALIVE_IDLE_S
+        assert s.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == add_framing.KEEPALIVE_INTERVAL_S
+        assert s.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == add_framing.KEEPALIVE_PROBES
+    assert add_framing.KEEPALIVE_IDLE_S + add_framing.KEEPALIVE_PROBES * add_framing.KEEPALIVE_INTERVAL_S <= 30
