@@ -52,6 +52,20 @@ class Metrics:
             _, v = self.counters.get(name, (help_text, 0))
             self.counters[name] = (help_text, v + amount)
 
+    def record_add(self, status_ok: bool, entries: int, nbytes: int, latency_s: float) -> None:
+        """One answered add batch: the add counters under one lock, and the latency if durable."""
+        with self._lock:
+            if status_ok:
+                for name, help_text, amount in (("bookie_adds_total", "entries durably added", entries),
+                                                 ("bookie_add_bytes_total", "entry bytes durably added", nbytes)):
+                    _, v = self.counters.get(name, (help_text, 0))
+                    self.counters[name] = (help_text, v + amount)
+            else:
+                _, v = self.counters.get("bookie_add_errors_total", ("add batches refused or failed", 0))
+                self.counters["bookie_add_errors_total"] = ("add batches refused or failed", v + 1)
+        if status_ok:
+            self.add_latency.observe(latency_s)
+
     def gauge(self, name: str, help_text: str, fn: Callable[[], float]) -> None:
         self.gauges[name] = (help_text, fn)
 
