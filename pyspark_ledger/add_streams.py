@@ -78,7 +78,7 @@ class EncodedAddBatch:
     requests are the concatenation of such frames (protobuf's encoding of a repeated field), so
     coalescing batches costs a join and sending one to three bookies costs one serialization."""
 
-    __slots__ = ("request_id", "frame", "payload_bytes")
+    __slots__ = ("request_id", "frame", "payload_bytes", "_request")
 
     def __init__(self, ledger: LedgerKey, master_key: bytes, entries: Sequence[tuple[int, int, bytes]],
                  *, recovery: bool = False):
@@ -89,6 +89,13 @@ class EncodedAddBatch:
         ).SerializeToString()
         self.frame = _BATCHES_TAG + _varint(len(body)) + body
         self.payload_bytes = sum(len(e[2]) for e in entries)
+        self._request: bytes | None = None
+
+    def request(self) -> bytes:
+        """This batch alone as one framed request (add transport), built once for all bookies."""
+        if self._request is None:
+            self._request = frame([self.frame])
+        return self._request
 
 
 _BATCHES_TAG = bytes([(pb.AddRequest.DESCRIPTOR.fields_by_name["batches"].number << 3) | 2])
@@ -153,7 +160,10 @@ class AddStream:
                 else:
                     p.callback(status, r.message)
 
-    def submit(self, batch: EncodedAddBatch, callback: AddCallback, timeout_s: float) -> None:
+    def submit(self, batch: EncodedAddBatch, callback: AddCallback, timeout_s: float) -> Callable[[], None] | None:
+        """Queue `batch`; if the caller must send it itself, the send is returned to be run as soon
+        as possible (a writer claims every bookie of a write set first, then sends to all of them
+        back to back), otherwise None."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -241,10 +251,11 @@ class GrpcAddStream(AddStream):
             log.exception("add stream receiver crashed bookie=%s", self.client.bookie_id)
             self.fail(f"add stream receiver crashed: {exc!r}")
 
-    def submit(self, batch: EncodedAddBatch, callback: AddCallback, timeout_s: float) -> None:
+    def submit(self, batch: EncodedAddBatch, callback: AddCallback, timeout_s: float) -> Callable[[], None] | None:
         with self.lock:
             self._admit(batch, callback, timeout_s)
-        self.outbound.put(batch)
+        self.outbound.put(batch)  # gRPC's own thread sends it
+        return None
 
     def close(self) -> None:
         self.outbound.put(None)
@@ -298,15 +309,15 @@ class SocketAddStream(AddStream):
             sock.close()
             raise BookieUnavailableError(self.client.bookie_id, f"add listener {address}: {exc}") from None
 
-    def submit(self, batch: EncodedAddBatch, callback: AddCallback, timeout_s: float) -> None:
+    def submit(self, batch: EncodedAddBatch, callback: AddCallback, timeout_s: float) -> Callable[[], None] | None:
         with self.lock:
             self._admit(batch, callback, timeout_s)
             if self.in_flight:
                 self.queued.append(batch)
-                return
-            self.in_flight = True
+                return None
+            self.in_flight = True  # the token: this caller sends, and must (the returned call)
             self._sending = True
-        self._send([batch])
+        return lambda: self._send([batch])
 
     def _take_queued(self) -> list[EncodedAddBatch]:
         """Under the lock, by the token holder: the next request's batches (bounded), or none,
@@ -324,7 +335,7 @@ class SocketAddStream(AddStream):
     def _send(self, batches: list[EncodedAddBatch]) -> None:
         """Send one request (the caller set _sending under the lock)."""
         try:
-            self.sock.sendall(frame([b.frame for b in batches]))
+            self.sock.sendall(batches[0].request() if len(batches) == 1 else frame([b.frame for b in batches]))
         except (OSError, FramingError) as exc:
             self._break(f"add connection to {self.address} failed: {exc}")
         finally:

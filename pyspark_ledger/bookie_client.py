@@ -100,8 +100,16 @@ class BookieClient:
 
     def add_encoded(self, batch: EncodedAddBatch, callback: AddCallback, *, timeout_s: float | None = None) -> None:
         """`add_batch` for a batch already encoded (possibly shared with other bookies)."""
+        send = self.submit_encoded(batch, callback, timeout_s=timeout_s)
+        if send is not None:
+            send()
+
+    def submit_encoded(self, batch: EncodedAddBatch, callback: AddCallback, *,
+                       timeout_s: float | None = None) -> Callable[[], None] | None:
+        """add_encoded in two steps: queue the batch, and return the send the caller must run (soon:
+        the stream waits for it) when the caller is the one to send it (AddStream.submit)."""
         stream = self._add_stream()
-        stream.submit(batch, callback, self.add_timeout_s if timeout_s is None else timeout_s)
+        return stream.submit(batch, callback, self.add_timeout_s if timeout_s is None else timeout_s)
 
     def _add_stream(self) -> AddStream:
         with self._stream_lock:
