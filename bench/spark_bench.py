@@ -32,9 +32,12 @@ from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from pyspark.sql import DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
+
+from machine_speed import machine_speed_line  # noqa: E402
 
 from pyspark_ledger.client import LedgerClient  # noqa: E402
 from pyspark_ledger.local_cluster import LocalCluster, local_spark_session  # noqa: E402
@@ -127,7 +130,8 @@ def main() -> None:
         cluster.close()
         shutil.rmtree(work, ignore_errors=True)
 
-    print(f"\nlocal[2], 3 bookies (fsync on), E=3 W=3 A=2, {os.cpu_count()} cores; arrow: {args.rows:,} rows of "
+    print("\n" + machine_speed_line())
+    print(f"local[2], 3 bookies (fsync on), E=3 W=3 A=2, {os.cpu_count()} cores; arrow: {args.rows:,} rows of "
           f"id + 100 B {args.data} payload, arrowCompression={args.compression}; raw: {args.raw_rows:,} entries of "
           f"100 B; median of {args.rounds} runs after a warm-up")
     print(f"| {'workload':<27} | {'ledger':>18} | {'Parquet':>18} | {'target (ledger)':>15} |")
