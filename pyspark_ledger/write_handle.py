@@ -20,13 +20,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from operator import attrgetter
 from collections import deque
 from concurrent.futures import Future
 from concurrent.futures._base import FINISHED as _FINISHED  # noqa: PLC2701 - see _AddFuture
 from concurrent.futures._base import PENDING as _PENDING  # noqa: PLC2701
 from concurrent.futures._base import CANCELLED as _CANCELLED  # noqa: PLC2701
 from concurrent.futures._base import CANCELLED_AND_NOTIFIED as _CANCELLED_AND_NOTIFIED  # noqa: PLC2701
+from operator import attrgetter
 
 _DONE_STATES = (_FINISHED, _CANCELLED, _CANCELLED_AND_NOTIFIED)
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
