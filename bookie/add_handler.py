@@ -31,6 +31,37 @@ def ledger_key(ref: pb.LedgerRef) -> tuple[int, int]:
     return (ref.scope_id, ref.ledger_id)
 
 
+class _Submitted:
+    """One batch handed to storage: its answer arrives through `on_done`, in the handler's own
+    thread (an inline write or a refusal) or the journal thread's; `result` waits for it."""
+
+    __slots__ = ("batch", "entries", "nbytes", "started", "status", "message", "_answered")
+
+    def __init__(self, batch: pb.AddBatch):
+        self.batch = batch
+        self.entries = len(batch.entry_ids)
+        self.nbytes = 0
+        self.started = time.monotonic()
+        self.status = Status.INTERNAL_ERROR  # set (with message) before the lock is released
+        self.message = ""
+        self._answered = threading.Lock()
+        self._answered.acquire()  # released once, by on_done or answer
+
+    def on_done(self, status: Status) -> None:
+        self.answer(Status(status))
+
+    def answer(self, status: Status, message: str = "") -> None:
+        self.status, self.message = status, message
+        self._answered.release()
+
+    def result(self, deadline: float, metrics: Metrics) -> pb.AddResult:
+        if not self._answered.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            return pb.AddResult(request_id=self.batch.request_id, status=int(Status.TIMEOUT),
+                                message=f"not durable within {ADD_DURABLE_TIMEOUT_S:g} s")
+        metrics.record_add(self.status == Status.OK, self.entries, self.nbytes, time.monotonic() - self.started)
+        return pb.AddResult(request_id=self.batch.request_id, status=int(self.status), message=self.message)
+
+
 class AddHandler:
     def __init__(self, storage: BookieStorage, metrics: Metrics):
         self.storage = storage
@@ -40,86 +71,32 @@ class AddHandler:
         """The results of every batch of `request`, in its order, once all are durable or refused
         (at most ADD_DURABLE_TIMEOUT_S: then the stragglers are answered TIMEOUT)."""
         batches = request.batches
-        if len(batches) == 1:
-            return [self._handle_lone(batches[0])]
-        results: list[pb.AddResult | None] = [None] * len(batches)
-        queued = [False] * len(batches)  # submitted without an answer yet: completed by the journal thread
-        waiting = [0]
-        done = threading.Condition()
+        # A lone batch (every request at low load) may be journaled inline, in this thread, with
+        # no hand-off at all; the batches of a larger request share one group commit instead.
+        allow_inline = len(batches) == 1
+        submitted = [self._submit(b, allow_inline) for b in batches]
+        deadline = time.monotonic() + ADD_DURABLE_TIMEOUT_S
+        results = [s.result(deadline, self.metrics) for s in submitted]
+        late = sum(r.status == Status.TIMEOUT for r in results)
+        if late:
+            log.warning("add request not durable in time batches=%d pending=%d", len(batches), late)
+        return results
 
-        def complete(i: int, started: float, nbytes: int, count: int, status: Status, message: str = "") -> None:
-            self.metrics.record_add(status == Status.OK, count, nbytes, time.monotonic() - started)
-            result = pb.AddResult(request_id=batches[i].request_id, status=int(status), message=message)
-            with done:  # storage answers in this thread (inline write, refusal) or the journal's
-                results[i] = result
-                if queued[i]:
-                    waiting[0] -= 1
-                    if waiting[0] == 0:
-                        done.notify()
-
-        # Several batches share one group commit (none is journaled inline).
-        for i, batch in enumerate(batches):
-            started = time.monotonic()
-            n = len(batch.entry_ids)
-            malformed = _malformed(batch)
-            if malformed is not None:
-                complete(i, started, 0, 0, Status.INVALID_REQUEST, malformed)
-                continue
-            nbytes = sum(len(e) for e in batch.entries)
-            try:
-                self.storage.add_batch(
-                    ledger_key(batch.ledger), batch.master_key, list(zip(batch.entry_ids, batch.lacs, batch.entries)),
-                    batch.recovery,
-                    lambda status, i=i, started=started, nbytes=nbytes, n=n: complete(i, started, nbytes, n, Status(status)),
-                    allow_inline=False,
-                )
-            except Exception as exc:  # noqa: BLE001 - the stream must survive one bad batch
-                log.exception("add batch failed ledger=%s", ledger_key(batch.ledger))
-                complete(i, started, nbytes, n, Status.INTERNAL_ERROR, str(exc))
-            with done:
-                if results[i] is None:
-                    queued[i] = True
-                    waiting[0] += 1
-        with done:
-            if not done.wait_for(lambda: waiting[0] == 0, timeout=ADD_DURABLE_TIMEOUT_S):
-                log.warning("add request not durable in time batches=%d pending=%d", len(batches), waiting[0])
-            return [r if r is not None else pb.AddResult(request_id=b.request_id, status=int(Status.TIMEOUT),
-                                                         message=f"not durable within {ADD_DURABLE_TIMEOUT_S:g} s")
-                    for r, b in zip(results, batches)]
-
-    def _handle_lone(self, batch: pb.AddBatch) -> pb.AddResult:
-        """A request of one batch (every request at low load): journaled inline when the journal
-        is idle, so usually answered in this thread without any waiting or hand-off."""
-        started = time.monotonic()
-        n = len(batch.entry_ids)
+    def _submit(self, batch: pb.AddBatch, allow_inline: bool) -> _Submitted:
+        s = _Submitted(batch)
         malformed = _malformed(batch)
         if malformed is not None:
-            self.metrics.record_add(False, 0, 0, 0.0)
-            return pb.AddResult(request_id=batch.request_id, status=int(Status.INVALID_REQUEST), message=malformed)
-        nbytes = sum(map(len, batch.entries))
-        outcome: list[Status] = []
-        answered = threading.Lock()
-        answered.acquire()  # released by the storage's callback, in this thread or the journal's
-
-        def on_done(status: Status) -> None:
-            outcome.append(status)
-            answered.release()
-
+            s.answer(Status.INVALID_REQUEST, malformed)
+            return s
+        s.nbytes = sum(map(len, batch.entries))
         try:
             self.storage.add_batch(ledger_key(batch.ledger), batch.master_key,
-                                   list(zip(batch.entry_ids, batch.lacs, batch.entries)), batch.recovery, on_done)
+                                   list(zip(batch.entry_ids, batch.lacs, batch.entries)), batch.recovery,
+                                   s.on_done, allow_inline=allow_inline)
         except Exception as exc:  # noqa: BLE001 - the stream must survive one bad batch
             log.exception("add batch failed ledger=%s", ledger_key(batch.ledger))
-            self.metrics.record_add(False, n, nbytes, 0.0)
-            return pb.AddResult(request_id=batch.request_id, status=int(Status.INTERNAL_ERROR), message=str(exc))
-        if not answered.acquire(timeout=ADD_DURABLE_TIMEOUT_S):
-            log.warning("add request not durable in time batches=1 pending=1")
-            self.metrics.record_add(False, n, nbytes, 0.0)
-            return pb.AddResult(request_id=batch.request_id, status=int(Status.TIMEOUT),
-                                message=f"not durable within {ADD_DURABLE_TIMEOUT_S:g} s")
-        status = Status(outcome[0])
-        self.metrics.record_add(status == Status.OK, n, nbytes, time.monotonic() - started)
-        return pb.AddResult(request_id=batch.request_id, status=int(status))
+            s.answer(Status.INTERNAL_ERROR, str(exc))
+        return s
 
 
 def _malformed(batch: pb.AddBatch) -> str | None:

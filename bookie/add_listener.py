@@ -10,7 +10,7 @@ and clients then add over gRPC.
 
 Bounds: at most `connections_max` connections (more are refused at accept), a hello within
 HELLO_TIMEOUT_S, frames of at most FRAME_BYTES_MAX, and a response send that stalls for
-SEND_TIMEOUT_S (a client that stopped reading) closes the connection.
+add_framing.SEND_TIMEOUT_S (a client that stopped reading) closes the connection.
 """
 
 from __future__ import annotations
@@ -31,15 +31,14 @@ from bookie.proto.add_framing import (
     FramingError,
     frame,
     parse_hello,
+    prepare_socket,
     read_frame,
-    set_keepalive,
-    set_send_timeout,
+    start_frames,
 )
 
 log = logging.getLogger(__name__)
 
 HELLO_TIMEOUT_S = 5.0
-SEND_TIMEOUT_S = 30.0
 CONNECTIONS_MAX_DEFAULT = 256
 _ACCEPT_ERROR_PAUSE_S = 0.1  # e.g. out of file descriptors: do not spin
 
@@ -92,8 +91,7 @@ class AddListener:
     def _serve(self, conn: socket.socket, peer: object) -> None:
         stream = conn.makefile("rb")
         try:
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            set_keepalive(conn)
+            prepare_socket(conn)
             conn.settimeout(HELLO_TIMEOUT_S)
             version = parse_hello(stream.read(HELLO_BYTES))
             conn.sendall(HELLO)  # our version: a client of another version closes and says so
@@ -101,8 +99,7 @@ class AddListener:
                 log.warning("add connection closed peer=%s reason=client speaks add protocol version %d, this bookie %d",
                             peer, version, VERSION)
                 return
-            conn.settimeout(None)  # an idle client may stay connected (keepalive notices a dead one)
-            set_send_timeout(conn, SEND_TIMEOUT_S)
+            start_frames(conn)  # an idle client may stay connected (keepalive notices a dead one)
             while (body := read_frame(stream)) is not None:
                 try:
                     request = pb.AddRequest.FromString(body)

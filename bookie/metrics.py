@@ -49,20 +49,21 @@ class Metrics:
 
     def inc(self, name: str, help_text: str, amount: int = 1) -> None:
         with self._lock:
-            _, v = self.counters.get(name, (help_text, 0))
-            self.counters[name] = (help_text, v + amount)
+            self._bump(name, help_text, amount)
+
+    def _bump(self, name: str, help_text: str, amount: int) -> None:
+        """Under the lock."""
+        _, v = self.counters.get(name, (help_text, 0))
+        self.counters[name] = (help_text, v + amount)
 
     def record_add(self, status_ok: bool, entries: int, nbytes: int, latency_s: float) -> None:
         """One answered add batch: the add counters under one lock, and the latency if durable."""
         with self._lock:
             if status_ok:
-                for name, help_text, amount in (("bookie_adds_total", "entries durably added", entries),
-                                                 ("bookie_add_bytes_total", "entry bytes durably added", nbytes)):
-                    _, v = self.counters.get(name, (help_text, 0))
-                    self.counters[name] = (help_text, v + amount)
+                self._bump("bookie_adds_total", "entries durably added", entries)
+                self._bump("bookie_add_bytes_total", "entry bytes durably added", nbytes)
             else:
-                _, v = self.counters.get("bookie_add_errors_total", ("add batches refused or failed", 0))
-                self.counters["bookie_add_errors_total"] = ("add batches refused or failed", v + 1)
+                self._bump("bookie_add_errors_total", "add batches refused or failed", 1)
         if status_ok:
             self.add_latency.observe(latency_s)
 

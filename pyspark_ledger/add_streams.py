@@ -41,9 +41,9 @@ from bookie.proto.add_framing import (
     FramingError,
     frame,
     parse_hello,
+    prepare_socket,
     read_frame,
-    set_keepalive,
-    set_send_timeout,
+    start_frames,
 )
 from bookie.status import Status
 from pyspark_ledger.errors import BookieUnavailableError
@@ -61,7 +61,6 @@ ENQUEUE_TIMEOUT_S = 30.0
 # How often a gRPC sender waiting for its stream's in-flight request re-checks that the stream lives.
 _SLOT_POLL_S = 0.5
 CONNECT_TIMEOUT_S = 5.0  # TCP connect plus the hello exchange
-SEND_TIMEOUT_S = 30.0  # one request's send; a bookie that stops reading for that long is dropped
 
 AddCallback = Callable[[Status, str], None]
 LedgerKey = tuple[int, int]
@@ -294,16 +293,14 @@ class SocketAddStream(AddStream):
         except (OSError, ValueError) as exc:
             raise BookieUnavailableError(self.client.bookie_id, f"add listener {address}: {exc}") from None
         try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            set_keepalive(sock)
+            prepare_socket(sock)
             sock.sendall(HELLO)
             with sock.makefile("rb") as f:
                 reply = f.read(HELLO_BYTES)
             version = parse_hello(reply)
             if version != VERSION:
                 raise FramingError(f"the bookie speaks add protocol version {version}, this client {VERSION}")
-            sock.settimeout(None)  # blocking receives (shutdown wakes them); sends bounded below
-            set_send_timeout(sock, SEND_TIMEOUT_S)
+            start_frames(sock)
             return sock
         except (OSError, FramingError) as exc:
             sock.close()
@@ -320,17 +317,18 @@ class SocketAddStream(AddStream):
         return lambda: self._send([batch])
 
     def _take_queued(self) -> list[EncodedAddBatch]:
-        """Under the lock, by the token holder: the next request's batches (bounded), or none,
-        giving the token back."""
+        """Under the lock, by the token holder: the next request's batches (bounded), keeping the
+        token to send them; or none, giving the token back (a dead stream sends nothing: its
+        pending adds, queued ones included, are failed)."""
         out: list[EncodedAddBatch] = []
-        size = 0
-        while self.queued and size < STREAM_MESSAGE_BYTES_MAX:
-            b = self.queued.popleft()
-            out.append(b)
-            size += b.payload_bytes
-        self.in_flight = bool(out)
-        self._sending = bool(out) and not self.dead
-        return out if self._sending else []
+        if not self.dead:
+            size = 0
+            while self.queued and size < STREAM_MESSAGE_BYTES_MAX:
+                b = self.queued.popleft()
+                out.append(b)
+                size += b.payload_bytes
+        self.in_flight = self._sending = bool(out)
+        return out
 
     def _send(self, batches: list[EncodedAddBatch]) -> None:
         """Send one request (the caller set _sending under the lock)."""

@@ -96,18 +96,16 @@ class BookieClient:
         """Send (entry_id, lac, data) entries of one ledger; `callback(status, message)` runs once,
         from a client thread, when the bookie acknowledged durably, refused, or the transport failed
         (INTERNAL_ERROR with a 'transport:' message) or timed out (TIMEOUT)."""
-        self.add_encoded(EncodedAddBatch(ledger, master_key, entries, recovery=recovery), callback, timeout_s=timeout_s)
-
-    def add_encoded(self, batch: EncodedAddBatch, callback: AddCallback, *, timeout_s: float | None = None) -> None:
-        """`add_batch` for a batch already encoded (possibly shared with other bookies)."""
-        send = self.submit_encoded(batch, callback, timeout_s=timeout_s)
+        send = self.submit_encoded(EncodedAddBatch(ledger, master_key, entries, recovery=recovery), callback,
+                                   timeout_s=timeout_s)
         if send is not None:
             send()
 
     def submit_encoded(self, batch: EncodedAddBatch, callback: AddCallback, *,
                        timeout_s: float | None = None) -> Callable[[], None] | None:
-        """add_encoded in two steps: queue the batch, and return the send the caller must run (soon:
-        the stream waits for it) when the caller is the one to send it (AddStream.submit)."""
+        """Queue a batch already encoded (possibly shared with other bookies), and return the send
+        the caller must run (soon: the stream waits for it) when the caller is the one to send it
+        (AddStream.submit)."""
         stream = self._add_stream()
         return stream.submit(batch, callback, self.add_timeout_s if timeout_s is None else timeout_s)
 

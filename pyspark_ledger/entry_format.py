@@ -16,6 +16,7 @@ entry belongs to the expected ledger and id, and the digest.
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
 from typing import Callable
@@ -54,22 +55,15 @@ def encode_entry(digest: Digest, scope_id: int, ledger_id: int, entry_id: int, l
 def entry_encoder(digest: Digest, scope_id: int, ledger_id: int) -> Callable[[int, int, int, bytes], bytes]:
     """encode_entry for one ledger, as a function of (entry_id, lac, length, payload): what is
     the same for every entry of the ledger is bound once (the writer's per-add hot path)."""
-    flags, pack, join = flags_byte(digest), _HEADER.pack, b"".join
     if digest.type is DigestType.CRC32C:
-        crc = crc32c.crc32c
+        flags, pack, join, crc = flags_byte(digest), _HEADER.pack, b"".join, crc32c.crc32c
 
         def encode_crc32c(entry_id: int, lac: int, length: int, payload: bytes) -> bytes:
             header = pack(flags, scope_id, ledger_id, entry_id, lac, length)
             return join((header, crc(payload, crc(header)).to_bytes(4, "big"), payload))
 
         return encode_crc32c
-    compute = digest.compute
-
-    def encode(entry_id: int, lac: int, length: int, payload: bytes) -> bytes:
-        header = pack(flags, scope_id, ledger_id, entry_id, lac, length)
-        return join((header, compute(header, payload), payload))
-
-    return encode
+    return functools.partial(encode_entry, digest, scope_id, ledger_id)  # mac, none: not the hot case
 
 
 def decode_entry(digest: Digest, data: bytes, scope_id: int, ledger_id: int, entry_id: int) -> Entry:

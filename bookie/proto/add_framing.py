@@ -60,6 +60,23 @@ def read_frame(stream: BinaryIO) -> bytes | None:
     return body
 
 
+# Either side drops a connection whose peer stops reading for this long (one send blocked).
+SEND_TIMEOUT_S = 30.0
+
+
+def prepare_socket(sock: socket.socket) -> None:
+    """Both ends, at connect: no Nagle delay on small frames, and keepalive (set_keepalive)."""
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    set_keepalive(sock)
+
+
+def start_frames(sock: socket.socket) -> None:
+    """Both ends, after the hello: receives block (shutdown wakes them; an idle connection waits
+    for answers indefinitely), a send blocks for at most SEND_TIMEOUT_S."""
+    sock.settimeout(None)
+    set_send_timeout(sock, SEND_TIMEOUT_S)
+
+
 def set_send_timeout(sock: socket.socket, seconds: float) -> None:
     """Bound blocking sends at the OS level (SO_SNDTIMEO), leaving receives blocking: a Python
     socket timeout would bound both, and an idle connection waits for answers indefinitely

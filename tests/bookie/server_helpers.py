@@ -6,6 +6,7 @@ import threading
 from pathlib import Path
 from typing import Sequence
 
+from bookie.proto import bookie_pb2 as pb
 from bookie.status import Status
 from pyspark_ledger.bookie_client import BookieClient
 
@@ -79,3 +80,31 @@ def flip_stored_copies(data_dir: Path, marker: bytes) -> int:
                 f.write_bytes(bytes(data))
                 flipped += 1
     return flipped
+
+
+def mixed_add_requests(ledgers: tuple[int, int, int]) -> list[pb.AddRequest]:
+    """Two add requests for ledgers (a, b, c): a good batch to a, a malformed one to b (lacs
+    missing), a good one to c and one to a with the wrong master key; then one more good batch to
+    c. Request ids 11..15. What a bookie must answer is in check_mixed_answers."""
+    a, b, c = ledgers
+
+    def batch(rid: int, ledger: int, ids: list[int], lacs: list[int], entries: list[bytes], key: bytes = KEY) -> pb.AddBatch:
+        return pb.AddBatch(request_id=rid, ledger=pb.LedgerRef(ledger_id=ledger), master_key=key, entry_ids=ids,
+                           lacs=lacs, entries=entries)
+
+    return [pb.AddRequest(batches=[batch(11, a, [0, 1], [-1, -1], [b"a", b"b"]), batch(12, b, [0], [], [b"c"]),
+                                   batch(13, c, [0], [-1], [b"d"]), batch(14, a, [2], [1], [b"e"], key=b"other" * 4)]),
+            pb.AddRequest(batches=[batch(15, c, [1], [0], [b"f"])])]
+
+
+def check_mixed_answers(responses: list[pb.AddResponse], client: BookieClient, ledgers: tuple[int, int, int]) -> None:
+    """Two answers, in order, one result per batch in its request's order; the good entries are
+    readable and the malformed batch stored nothing."""
+    a, b, c = ledgers
+    got = [[(r.request_id, Status(r.status)) for r in resp.results] for resp in responses]
+    assert got == [[(11, Status.OK), (12, Status.INVALID_REQUEST), (13, Status.OK), (14, Status.UNAUTHORIZED)],
+                   [(15, Status.OK)]]
+    assert "equally many" in responses[0].results[1].message
+    assert {e: v[1] for e, v in read_all(client, (0, a), 0, 1).items()} == {0: b"a", 1: b"b"}
+    assert {e: v[1] for e, v in read_all(client, (0, c), 0, 1).items()} == {0: b"d", 1: b"f"}
+    assert client.read((0, b), 0, 0).status == Status.NO_SUCH_LEDGER

@@ -22,7 +22,7 @@ from bookie.status import Status
 from metadata import BookieRegistry, open_store
 from pyspark_ledger.bookie_client import BookieClient
 from pyspark_ledger.local_cluster import LocalBookie
-from tests.bookie.server_helpers import KEY, read_all
+from tests.bookie.server_helpers import KEY, check_mixed_answers, mixed_add_requests
 
 WAIT_S = 20.0
 
@@ -130,13 +130,7 @@ def test_bookie_answers_each_request_once_with_every_batch_in_order(
     """Two requests sent back to back on one connection: a good batch, a malformed one (lacs
     missing), another good one and a wrong key, then one more good one. Two answers, in order,
     one result per batch in the request's order; the good entries are readable afterwards."""
-    first = pb.AddRequest(batches=[
-        batch(11, 101, [0, 1], [-1, -1], [b"a", b"b"]),
-        batch(12, 102, [0], [], [b"c"]),  # malformed: no lacs
-        batch(13, 103, [0], [-1], [b"d"]),
-        batch(14, 101, [2], [1], [b"e"], key=b"other" * 4),  # wrong master key for ledger 101
-    ])
-    second = pb.AddRequest(batches=[batch(15, 103, [1], [0], [b"f"])])
+    first, second = mixed_add_requests((101, 102, 103))
     with connect_and_greet(add_address) as sock:
         sock.sendall(frame([first.SerializeToString()]) + frame([second.SerializeToString()]))
         responses = [read_response(sock), read_response(sock)]
@@ -144,14 +138,8 @@ def test_bookie_answers_each_request_once_with_every_batch_in_order(
         sock.settimeout(0.3)
         with pytest.raises(TimeoutError):
             sock.recv(1)
-    got = [[(r.request_id, Status(r.status)) for r in resp.results] for resp in responses]
-    assert got == [[(11, Status.OK), (12, Status.INVALID_REQUEST), (13, Status.OK), (14, Status.UNAUTHORIZED)],
-                   [(15, Status.OK)]]
-    assert "equally many" in responses[0].results[1].message
     with BookieClient(shared_bookie.bookie_id, shared_bookie.address) as client:
-        assert {e: v[1] for e, v in read_all(client, (0, 101), 0, 1).items()} == {0: b"a", 1: b"b"}
-        assert {e: v[1] for e, v in read_all(client, (0, 103), 0, 1).items()} == {0: b"d", 1: b"f"}
-        assert client.read((0, 102), 0, 0).status == Status.NO_SUCH_LEDGER  # the malformed batch stored nothing
+        check_mixed_answers(responses, client, (101, 102, 103))
 
 
 def test_an_idle_connection_stays_open_and_serves_later(add_address: str) -> None:

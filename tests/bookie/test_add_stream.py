@@ -21,7 +21,7 @@ from bookie.status import Status
 from pyspark_ledger.add_streams import EncodedAddBatch
 from pyspark_ledger.bookie_client import BookieClient, channel_options
 from pyspark_ledger.local_cluster import LocalBookie
-from tests.bookie.server_helpers import KEY, Acks, read_all
+from tests.bookie.server_helpers import KEY, Acks, check_mixed_answers, mixed_add_requests
 
 WAIT_S = 20.0
 
@@ -107,27 +107,11 @@ def test_encoded_batch_is_a_valid_add_request_and_frames_concatenate() -> None:
 def test_bookie_answers_each_request_once_with_every_batch_in_order(bookie: LocalBookie) -> None:
     """A raw stream: a request mixing good batches, a malformed one and a wrong key gets one
     response with one result per batch, in the request's order; the good ones are readable."""
-    good1 = pb.AddBatch(request_id=11, ledger=pb.LedgerRef(ledger_id=1), master_key=KEY, entry_ids=[0, 1],
-                        lacs=[-1, -1], entries=[b"a", b"b"])
-    malformed = pb.AddBatch(request_id=12, ledger=pb.LedgerRef(ledger_id=2), master_key=KEY, entry_ids=[0],
-                            lacs=[], entries=[b"c"])
-    good2 = pb.AddBatch(request_id=13, ledger=pb.LedgerRef(ledger_id=3), master_key=KEY, entry_ids=[0],
-                        lacs=[-1], entries=[b"d"])
-    wrong_key = pb.AddBatch(request_id=14, ledger=pb.LedgerRef(ledger_id=1), master_key=b"other" * 4,
-                            entry_ids=[2], lacs=[1], entries=[b"e"])
-    requests = [pb.AddRequest(batches=[good1, malformed, good2, wrong_key]), pb.AddRequest(batches=[
-        pb.AddBatch(request_id=15, ledger=pb.LedgerRef(ledger_id=3), master_key=KEY, entry_ids=[1], lacs=[0],
-                    entries=[b"f"])])]
+    requests = mixed_add_requests((1, 2, 3))
     with grpc.insecure_channel(bookie.address, options=channel_options()) as channel:
         responses = list(pb_grpc.BookieStub(channel).Add(iter(requests), timeout=WAIT_S))
-    assert len(responses) == 2
-    got = [[(r.request_id, Status(r.status)) for r in resp.results] for resp in responses]
-    assert got == [[(11, Status.OK), (12, Status.INVALID_REQUEST), (13, Status.OK), (14, Status.UNAUTHORIZED)],
-                   [(15, Status.OK)]]
-    assert "equally many" in responses[0].results[1].message
     with BookieClient(bookie.bookie_id, bookie.address) as client:
-        assert {e: v[1] for e, v in read_all(client, (0, 1), 0, 1).items()} == {0: b"a", 1: b"b"}
-        assert {e: v[1] for e, v in read_all(client, (0, 3), 0, 1).items()} == {0: b"d", 1: b"f"}
+        check_mixed_answers(responses, client, (1, 2, 3))
 
 
 def test_grpc_tuning_turns_the_event_engine_listener_off_unless_told_otherwise() -> None:
