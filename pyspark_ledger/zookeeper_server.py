@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -29,10 +31,44 @@ class ZooKeeperNotInstalled(RuntimeError):
     pass
 
 
+# Ports handed out by free_port come from [PORT_FLOOR, the kernel's ephemeral range).
+PORT_FLOOR = 10_000
+_PORT_PICKS_MAX = 200
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_handed_out: set[int] = set()
+_handed_out_lock = threading.Lock()
+
+
 def free_port() -> int:
+    """A loopback port for a server this process is about to start. Picked below the kernel's
+    ephemeral range (ip_local_port_range), where the kernel never assigns a port by itself: a
+    port taken from bind(0) would be free again at once, and another bind(0) (a bookie's add
+    listener, say) or an outgoing connection could take it before our server binds it. Never
+    the same port twice in one process. Where the range is unknown, the kernel's choice."""
+    try:
+        ephemeral_low = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 0
+    if ephemeral_low > PORT_FLOOR + 1_000:
+        for _ in range(_PORT_PICKS_MAX):
+            port = random.randrange(PORT_FLOOR, ephemeral_low)
+            with _handed_out_lock:
+                if port in _handed_out or not _bindable(port):
+                    continue
+                _handed_out.add(port)
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))  # no SO_REUSEADDR: a port with lingering connections is skipped
+        except OSError:
+            return False
+    return True
 
 
 def four_letter(port: int, cmd: str, timeout_s: float = 2.0) -> str:
