@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import NamedTuple
 
 from bookie.metrics import Metrics
 from bookie.proto import bookie_pb2 as pb
@@ -31,9 +32,17 @@ def ledger_key(ref: pb.LedgerRef) -> tuple[int, int]:
     return (ref.scope_id, ref.ledger_id)
 
 
+class AddOutcome(NamedTuple):
+    """One batch's answer (an AddResult's fields)."""
+
+    request_id: int
+    status: Status
+    message: str
+
+
 class _Submitted:
     """One batch handed to storage: its answer arrives through `on_done`, in the handler's own
-    thread (an inline write or a refusal) or the journal thread's; `result` waits for it."""
+    thread (an inline write or a refusal) or the journal thread's; `outcome` waits for it."""
 
     __slots__ = ("batch", "entries", "nbytes", "started", "status", "message", "_answered")
 
@@ -48,18 +57,16 @@ class _Submitted:
         self._answered.acquire()  # released once, by on_done or answer
 
     def on_done(self, status: Status) -> None:
-        self.answer(Status(status))
+        self.answer(_STATUS_BY_CODE.get(status) or Status(status))
 
     def answer(self, status: Status, message: str = "") -> None:
         self.status, self.message = status, message
         self._answered.release()
 
-    def result(self, deadline: float, metrics: Metrics) -> pb.AddResult:
+    def outcome(self, deadline: float) -> AddOutcome:
         if not self._answered.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            return pb.AddResult(request_id=self.batch.request_id, status=int(Status.TIMEOUT),
-                                message=f"not durable within {ADD_DURABLE_TIMEOUT_S:g} s")
-        metrics.record_add(self.status == Status.OK, self.entries, self.nbytes, time.monotonic() - self.started)
-        return pb.AddResult(request_id=self.batch.request_id, status=int(self.status), message=self.message)
+            self.status, self.message = Status.TIMEOUT, f"not durable within {ADD_DURABLE_TIMEOUT_S:g} s"
+        return AddOutcome(self.batch.request_id, self.status, self.message)
 
 
 class AddHandler:
@@ -67,20 +74,28 @@ class AddHandler:
         self.storage = storage
         self.metrics = metrics
 
-    def handle(self, request: pb.AddRequest) -> list[pb.AddResult]:
-        """The results of every batch of `request`, in its order, once all are durable or refused
-        (at most ADD_DURABLE_TIMEOUT_S: then the stragglers are answered TIMEOUT)."""
+    def handle(self, request: pb.AddRequest) -> list[AddOutcome]:
+        """The outcome of every batch of `request`, in its order, once all are durable or
+        refused (at most ADD_DURABLE_TIMEOUT_S: then the stragglers are answered TIMEOUT).
+        Metrics are recorded before returning, so an acknowledged add is already counted."""
         batches = request.batches
         # A lone batch (every request at low load) may be journaled inline, in this thread, with
         # no hand-off at all; the batches of a larger request share one group commit instead.
         allow_inline = len(batches) == 1
         submitted = [self._submit(b, allow_inline) for b in batches]
         deadline = time.monotonic() + ADD_DURABLE_TIMEOUT_S
-        results = [s.result(deadline, self.metrics) for s in submitted]
-        late = sum(r.status == Status.TIMEOUT for r in results)
+        outcomes = [s.outcome(deadline) for s in submitted]
+        self._record(submitted)
+        return outcomes
+
+    def _record(self, submitted: list[_Submitted]) -> None:
+        now = time.monotonic()
+        late = 0
+        for s in submitted:
+            self.metrics.record_add(s.status == Status.OK, s.entries, s.nbytes, now - s.started)
+            late += s.status == Status.TIMEOUT
         if late:
-            log.warning("add request not durable in time batches=%d pending=%d", len(batches), late)
-        return results
+            log.warning("add request not durable in time batches=%d pending=%d", len(submitted), late)
 
     def _submit(self, batch: pb.AddBatch, allow_inline: bool) -> _Submitted:
         s = _Submitted(batch)
@@ -97,6 +112,36 @@ class AddHandler:
             log.exception("add batch failed ledger=%s", ledger_key(batch.ledger))
             s.answer(Status.INTERNAL_ERROR, str(exc))
         return s
+
+
+def encode_add_response(outcomes: list[AddOutcome]) -> bytes:
+    """A serialized AddResponse, byte for byte what protobuf writes (proto3: zero and empty
+    fields left out), built without message objects: this is every add's answer."""
+    out = bytearray()
+    for request_id, status, message in outcomes:
+        body = b"\x08" + _varint(request_id) if request_id else b""
+        if status:
+            body += b"\x10" + _varint(int(status))
+        if message:
+            text = message.encode()
+            body += b"\x1a" + _varint(len(text)) + text
+        out += b"\x0a" + _varint(len(body)) + body
+    return bytes(out)
+
+
+def _varint(n: int) -> bytes:
+    if n < 0x80:
+        return _SMALL_VARINTS[n]
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_SMALL_VARINTS = [bytes([i]) for i in range(0x80)]
+_STATUS_BY_CODE = {int(s): s for s in Status}
 
 
 def _malformed(batch: pb.AddBatch) -> str | None:

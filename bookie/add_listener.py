@@ -22,17 +22,17 @@ import time
 
 from google.protobuf.message import DecodeError
 
-from bookie.add_handler import AddHandler
+from bookie.add_handler import AddHandler, encode_add_response
 from bookie.proto import bookie_pb2 as pb
 from bookie.proto.add_framing import (
     HELLO,
     HELLO_BYTES,
     VERSION,
+    FrameReader,
     FramingError,
     frame,
     parse_hello,
     prepare_socket,
-    read_frame,
     start_frames,
 )
 
@@ -41,6 +41,17 @@ log = logging.getLogger(__name__)
 HELLO_TIMEOUT_S = 5.0
 CONNECTIONS_MAX_DEFAULT = 256
 _ACCEPT_ERROR_PAUSE_S = 0.1  # e.g. out of file descriptors: do not spin
+
+
+def _recv_exactly(conn: socket.socket, n: int) -> bytes:
+    """n bytes, or fewer if the peer closes first (unbuffered: nothing after them is consumed)."""
+    data = b""
+    while len(data) < n:
+        chunk = conn.recv(n - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
 
 
 class AddListener:
@@ -89,24 +100,23 @@ class AddListener:
             t.start()
 
     def _serve(self, conn: socket.socket, peer: object) -> None:
-        stream = conn.makefile("rb")
         try:
             prepare_socket(conn)
             conn.settimeout(HELLO_TIMEOUT_S)
-            version = parse_hello(stream.read(HELLO_BYTES))
+            version = parse_hello(_recv_exactly(conn, HELLO_BYTES))
             conn.sendall(HELLO)  # our version: a client of another version closes and says so
             if version != VERSION:
                 log.warning("add connection closed peer=%s reason=client speaks add protocol version %d, this bookie %d",
                             peer, version, VERSION)
                 return
             start_frames(conn)  # an idle client may stay connected (keepalive notices a dead one)
-            while (body := read_frame(stream)) is not None:
+            frames = FrameReader(conn)
+            while (body := frames.read()) is not None:
                 try:
                     request = pb.AddRequest.FromString(body)
                 except DecodeError as exc:
                     raise FramingError(f"a frame of {len(body)} bytes is not an AddRequest: {exc}") from None
-                response = pb.AddResponse(results=self.handler.handle(request))
-                conn.sendall(frame([response.SerializeToString()]))
+                conn.sendall(frame([encode_add_response(self.handler.handle(request))]))
         except FramingError as exc:
             log.warning("add connection closed peer=%s reason=%s", peer, exc)
         except TimeoutError:
@@ -115,7 +125,6 @@ class AddListener:
             # The client went away (what it sent still completes durably), or we are stopping.
             log.debug("add connection ended peer=%s error=%s", peer, exc)
         finally:
-            stream.close()
             conn.close()
             with self._lock:
                 self._conns.pop(conn, None)

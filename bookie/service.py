@@ -41,7 +41,8 @@ class BookieService(pb_grpc.BookieServicer):
         refused): bookie.add_handler, shared with the plain-TCP add listener."""
         try:
             for request in request_iterator:
-                yield pb.AddResponse(results=self.adds.handle(request))
+                yield pb.AddResponse(results=[pb.AddResult(request_id=o.request_id, status=int(o.status), message=o.message)
+                                              for o in self.adds.handle(request)])
         except grpc.RpcError:
             return  # the client went away; what it sent still completes durably
 

@@ -5,19 +5,20 @@ contract (the bookie answers each request once, in order, when all its batches a
 
 - SocketAddStream, plain TCP to the bookie's add listener (docs/add-transport.md), the default
   wherever a bookie advertises one. The thread that has work sends it: an add goes out from the
-  caller's own thread when nothing is in flight, and the receiver thread sends whatever queued
-  meanwhile as soon as the answer it was waiting for arrives. One wake-up (the receiver's) per
-  answer, which is what low add latency needs on a small machine.
+  caller's own thread when nothing is in flight, and the reader sends whatever queued meanwhile
+  as soon as the answer it was waiting for arrives. Answers are read by the client's AddPoller:
+  by the very thread that waits for them when there is one, so a synchronous add costs no
+  thread hand-off (pyspark_ledger.add_poller).
 - GrpcAddStream, gRPC's bidirectional Add stream, for bookies without an add listener. gRPC
-  consumes a request iterator on a thread of its own.
+  consumes a request iterator on a thread of its own; a receiver thread reads the answers.
 
-Both keep one request in flight and coalesce whatever queues meanwhile into the next, so batches
-(and the bookies' group commits) grow with load while a lone add goes out at once. A stream dies
+Both bound the requests in flight (two over TCP, see SocketAddStream; one over gRPC) and coalesce
+whatever queues meanwhile into the next, so batches (and the bookies' group commits) grow with
+load while a lone add goes out at once. A stream dies
 as a whole: when it breaks, every pending add fails (INTERNAL_ERROR, 'transport: ...') and the
 next add opens a new stream. An add unanswered past its timeout fails with TIMEOUT and resets
-the stream (with one request in flight, nothing behind it would move).
+the stream (the bookie answers in order: nothing behind that request would move).
 """
-
 from __future__ import annotations
 
 import itertools
@@ -42,13 +43,14 @@ from bookie.proto.add_framing import (
     frame,
     parse_hello,
     prepare_socket,
-    read_frame,
+    split_frames,
     start_frames,
 )
 from bookie.status import Status
 from pyspark_ledger.errors import BookieUnavailableError
 
 if TYPE_CHECKING:
+    from pyspark_ledger.add_poller import AddPoller
     from pyspark_ledger.bookie_client import BookieClient
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,11 @@ ENQUEUE_TIMEOUT_S = 30.0
 # How often a gRPC sender waiting for its stream's in-flight request re-checks that the stream lives.
 _SLOT_POLL_S = 0.5
 CONNECT_TIMEOUT_S = 5.0  # TCP connect plus the hello exchange
+# One non-blocking read of add answers (a few bytes per batch). Kept under malloc's mmap threshold
+# (128 KiB): a bigger buffer is mapped and unmapped on every read, page faults and all.
+_RECV_BYTES = 64 * 1024
+# Unanswered requests on one plain-TCP add connection (see SocketAddStream).
+REQUESTS_IN_FLIGHT_MAX = 2
 
 AddCallback = Callable[[Status, str], None]
 LedgerKey = tuple[int, int]
@@ -175,7 +182,7 @@ class AddStream:
             if not expired:
                 return
             callbacks = [self.pending.pop(rid).callback for rid in expired]
-            # The bookie sat on a request: with one in flight, nothing behind it would move.
+            # The bookie sat on a request: it answers in order, so nothing behind it would move.
             # The stream is dead from here on (before any callback runs, so an add made from
             # one opens a fresh stream instead of joining this one).
             self.dead = True
@@ -264,27 +271,39 @@ class GrpcAddStream(AddStream):
 class SocketAddStream(AddStream):
     """One TCP connection to a bookie's add listener.
 
-    Exactly one thread sends at a time: the one holding the in-flight token (`in_flight`),
-    taken by a caller that finds nothing in flight, or kept by the receiver when an answer
-    arrives and batches are queued. So at most one request is ever unanswered, the bookie is
-    always reading when a request is sent, and neither side can block the other.
+    At most REQUESTS_IN_FLIGHT_MAX requests are unanswered at a time; a batch that finds them
+    all out (or others already queued) is queued, and the reader sends what queued, coalesced
+    into one request, as each answer arrives. Two in flight, not one: with E = W, one bookie of
+    each write set is still answering the previous add when a synchronous writer sends its next
+    one, and holding the new add back for it would leave every add racing only two bookies for
+    its two acks instead of three. Sends are serialised (`_send_lock`); two requests sent by two
+    threads may reach the bookie in either order, which is fine: answers are matched by request
+    id, and the bookie's index is by entry id.
 
-    The socket is shut down (which wakes the receiver) by whoever notices trouble, and closed
-    only once neither the receiver nor a sender can still be using it."""
+    Answers are read by the client's AddPoller (pyspark_ledger.add_poller): by whichever thread
+    waits for an add, or its background reader; one thread at a time, so `on_readable` never
+    runs twice at once. The socket is shut down (which makes it readable: the reader then fails
+    what is pending) by whoever notices trouble, and closed only once the reader is done with
+    it and no sender can still be using it."""
 
-    def __init__(self, client: "BookieClient", address: str):
+    def __init__(self, client: "BookieClient", address: str, poller: "AddPoller"):
         super().__init__(client)
         self.address = address
+        self.poller = poller
         self.sock = self._connect(address)
-        self.rfile = self.sock.makefile("rb")
-        self.in_flight = False
+        self.requests_in_flight = 0
         self.queued: deque[EncodedAddBatch] = deque()
-        self._sending = False
-        self._receiver_done = False
+        self._unread = b""  # the start of a frame whose rest has not arrived yet
+        self._send_lock = threading.Lock()
+        self._senders = 0  # threads about to send or sending (the socket stays open for them)
+        self._reader_done = False
         self._closed = False
         self._broken_reason: str | None = None
-        self.receiver = threading.Thread(target=self._receive, name=f"add-recv {client.bookie_id}", daemon=True)
-        self.receiver.start()
+        try:
+            poller.register(self)
+        except OSError as exc:
+            self.sock.close()
+            raise BookieUnavailableError(client.bookie_id, f"add listener {address}: {exc}") from None
 
     def _connect(self, address: str) -> socket.socket:
         host, _, port = address.rpartition(":")
@@ -309,64 +328,97 @@ class SocketAddStream(AddStream):
     def submit(self, batch: EncodedAddBatch, callback: AddCallback, timeout_s: float) -> Callable[[], None] | None:
         with self.lock:
             self._admit(batch, callback, timeout_s)
-            if self.in_flight:
-                self.queued.append(batch)
+            if self.requests_in_flight >= REQUESTS_IN_FLIGHT_MAX or self.queued:
+                self.queued.append(batch)  # the reader sends it, in order, as answers arrive
                 return None
-            self.in_flight = True  # the token: this caller sends, and must (the returned call)
-            self._sending = True
+            self.requests_in_flight += 1  # this caller sends, and must (the returned call)
+            self._senders += 1
         return lambda: self._send([batch])
 
-    def _take_queued(self) -> list[EncodedAddBatch]:
-        """Under the lock, by the token holder: the next request's batches (bounded), keeping the
-        token to send them; or none, giving the token back (a dead stream sends nothing: its
-        pending adds, queued ones included, are failed)."""
+    def _answered(self) -> list[EncodedAddBatch]:
+        """Under the lock, by the reader, for each answer: one request fewer in flight, and the
+        next request's batches (bounded) if any are queued, which the reader then must send (a
+        dead stream sends nothing: its pending adds, queued ones included, are failed)."""
+        self.requests_in_flight -= 1
         out: list[EncodedAddBatch] = []
-        if not self.dead:
+        if self.queued and not self.dead:
             size = 0
             while self.queued and size < STREAM_MESSAGE_BYTES_MAX:
                 b = self.queued.popleft()
                 out.append(b)
                 size += b.payload_bytes
-        self.in_flight = self._sending = bool(out)
+            self.requests_in_flight += 1
+            self._senders += 1
         return out
 
     def _send(self, batches: list[EncodedAddBatch]) -> None:
-        """Send one request (the caller set _sending under the lock)."""
+        """Send one request (the caller counted itself in `_senders` under the lock)."""
         try:
-            self.sock.sendall(batches[0].request() if len(batches) == 1 else frame([b.frame for b in batches]))
+            data = batches[0].request() if len(batches) == 1 else frame([b.frame for b in batches])
+            with self._send_lock:
+                self.sock.sendall(data)
         except (OSError, FramingError) as exc:
             self._break(f"add connection to {self.address} failed: {exc}")
         finally:
             with self.lock:
-                self._sending = False
-                close_now = self._receiver_done
+                self._senders -= 1
+                close_now = self._reader_done and not self._senders
             if close_now:
                 self._close_socket()
 
-    def _receive(self) -> None:
-        reason = "add connection closed by the bookie"
+    @property
+    def needs_reading(self) -> bool:
+        """Answers are due, or a shutdown is: the poller must keep reading this connection."""
+        return bool(self.pending) or (self._broken_reason is not None and not self._reader_done)
+
+    def on_readable(self) -> None:
+        """The poller's reader: take what arrived, and handle every complete answer in it."""
+        if self._reader_done:
+            return
         try:
-            while (body := read_frame(self.rfile)) is not None:
+            data = self.sock.recv(_RECV_BYTES, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self.finish(f"add connection to {self.address} failed: {exc}")
+            return
+        if not data:
+            self.finish("add connection closed by the bookie")
+            return
+        try:
+            if self._unread:
+                data = self._unread + data
+            bodies, used = split_frames(data)
+            self._unread = data[used:]
+            for body in bodies:
                 results = pb.AddResponse.FromString(body).results
                 with self.lock:
-                    nxt = self._take_queued()
+                    nxt = self._answered()
                 if nxt:
                     self._send(nxt)  # keep the bookie busy while these callbacks run
                 self._complete(results)
-        except (OSError, FramingError, DecodeError) as exc:
-            reason = f"add connection to {self.address} failed: {exc}"
+        except (FramingError, DecodeError) as exc:
+            self.finish(f"add connection to {self.address} failed: {exc}")
         except Exception as exc:  # noqa: BLE001 - never leave adds hanging
-            log.exception("add receiver crashed bookie=%s", self.client.bookie_id)
-            reason = f"add receiver crashed: {exc!r}"
-        self.fail(self._broken_reason or reason)
+            log.exception("add answer handling crashed bookie=%s", self.client.bookie_id)
+            self.finish(f"add answer handling crashed: {exc!r}")
+
+    def finish(self, reason: str) -> None:
+        """The reader is done with this connection: fail what is pending, leave the poller, and
+        close the socket unless a sender still uses it (then the sender closes it)."""
         with self.lock:
-            self._receiver_done = True
-            close_now = not self._sending
+            if self._reader_done:
+                return
+            self._reader_done = True
+        self.fail(self._broken_reason or reason)
+        self.poller.unregister(self)
+        with self.lock:
+            close_now = not self._senders
         if close_now:
             self._close_socket()
 
     def _break(self, reason: str) -> None:
-        """Shut the connection down (safe from any thread: the fd stays open); the receiver then
+        """Shut the connection down (safe from any thread: the fd stays open); the reader then
         fails whatever is pending with `reason`."""
         with self.lock:
             if self._broken_reason is None:
@@ -381,7 +433,6 @@ class SocketAddStream(AddStream):
             if self._closed:
                 return
             self._closed = True
-        self.rfile.close()
         self.sock.close()
 
     def close(self) -> None:

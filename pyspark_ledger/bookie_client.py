@@ -18,6 +18,7 @@ import grpc
 
 from bookie.proto import bookie_pb2 as pb
 from bookie.proto import bookie_pb2_grpc as pb_grpc
+from pyspark_ledger.add_poller import AddPoller
 from pyspark_ledger.add_streams import (
     AddCallback,
     AddStream,
@@ -61,8 +62,12 @@ class BookieClient:
     reads the bookie's registration)."""
 
     def __init__(self, bookie_id: str, address: str, *, add_address: str | Callable[[], str] = "",
-                 add_timeout_s: float = 10.0, rpc_timeout_s: float = 10.0):
+                 add_timeout_s: float = 10.0, rpc_timeout_s: float = 10.0, poller: AddPoller | None = None):
         self.bookie_id = bookie_id
+        # The pool's clients share one poller (one epoll set for all their add connections); a
+        # client made on its own gets its own with its first add connection.
+        self._own_poller = poller is None
+        self.poller = poller
         self.address = address
         self._add_address = add_address
         self.add_timeout_s = add_timeout_s
@@ -110,13 +115,18 @@ class BookieClient:
         return stream.submit(batch, callback, self.add_timeout_s if timeout_s is None else timeout_s)
 
     def _add_stream(self) -> AddStream:
+        stream = self._stream  # every add asks: no lock while the stream lives
+        if stream is not None and not stream.dead and not self._closed.is_set():
+            return stream
         with self._stream_lock:
             if self._closed.is_set():
                 raise BookieUnavailableError(self.bookie_id, "client closed")
             if self._stream is None or self._stream.dead:
                 lookup = self._add_address
                 add_address = lookup() if callable(lookup) else lookup
-                self._stream = (SocketAddStream(self, add_address) if add_address
+                if add_address and self.poller is None:
+                    self.poller = AddPoller(f"add-poller {self.bookie_id}")
+                self._stream = (SocketAddStream(self, add_address, self.poller) if add_address
                                 else GrpcAddStream(self, self._add_method))
             return self._stream
 
@@ -198,6 +208,8 @@ class BookieClient:
                 self._stream.fail("client closed")
         self._channel.close()
         self._timer.join(timeout=1)
+        if self._own_poller and self.poller is not None:
+            self.poller.close()
 
     def __enter__(self) -> "BookieClient":
         return self

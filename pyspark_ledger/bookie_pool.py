@@ -16,6 +16,7 @@ import time
 from typing import Callable
 
 from metadata import BookieInfo, BookieRegistry, MetadataError
+from pyspark_ledger.add_poller import AddPoller
 from pyspark_ledger.bookie_client import BookieClient
 from pyspark_ledger.errors import BookieUnavailableError
 
@@ -35,7 +36,7 @@ class Faults:
         self.rules: list[Callable[[str, str], bool]] = []
 
     def drop(self, kind: str, bookie_id: str) -> bool:
-        return any(rule(kind, bookie_id) for rule in self.rules)
+        return bool(self.rules) and any(rule(kind, bookie_id) for rule in self.rules)
 
 
 class BookiePool:
@@ -49,6 +50,8 @@ class BookiePool:
         self._add_addresses: dict[str, str] = {}
         self._quarantine: dict[str, float] = {}
         self._lock = threading.Lock()
+        # Reads the add answers of every bookie connection of this pool (pyspark_ledger.add_poller).
+        self.poller = AddPoller()
 
     def _remember(self, info: BookieInfo) -> None:
         self._addresses[info.bookie_id] = info.address
@@ -66,16 +69,16 @@ class BookiePool:
         raise BookieUnavailableError(bookie_id, "not registered and no known address")
 
     def get(self, bookie_id: str) -> BookieClient:
-        with self._lock:
-            client = self._clients.get(bookie_id)
-            if client is not None:
-                return client
+        client = self._clients.get(bookie_id)  # every add asks: no lock for a known bookie
+        if client is not None:
+            return client
         address = self._address(bookie_id)
         with self._lock:
             client = self._clients.get(bookie_id)
             if client is None:
                 client = BookieClient(bookie_id, address, add_address=lambda: self._add_address(bookie_id),
-                                      add_timeout_s=self.add_timeout_s, rpc_timeout_s=self.rpc_timeout_s)
+                                      add_timeout_s=self.add_timeout_s, rpc_timeout_s=self.rpc_timeout_s,
+                                      poller=self.poller)
                 self._clients[bookie_id] = client
             return client
 
@@ -112,3 +115,4 @@ class BookiePool:
             clients, self._clients = list(self._clients.values()), {}
         for c in clients:
             c.close()
+        self.poller.close()

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from bookie.status import Status
 from metadata import BadVersionError, CloseContext, LedgerId, LedgerMetadata, LedgerState, MetadataError, write_set
+from pyspark_ledger.add_poller import LEADER_RETRY_S
 from pyspark_ledger.add_streams import EncodedAddBatch
 from pyspark_ledger.digest import Digest, master_key
 from pyspark_ledger.entry_format import entry_encoder
@@ -46,6 +47,7 @@ from pyspark_ledger.errors import (
 from pyspark_ledger.read_handle import ReadHandle
 
 if TYPE_CHECKING:
+    from pyspark_ledger.add_poller import AddPoller
     from pyspark_ledger.client import LedgerClient
 
 log = logging.getLogger(__name__)
@@ -79,13 +81,15 @@ class _Pending:
 
 
 class _AddFuture(Future):  # type: ignore[type-arg]
-    """A concurrent.futures.Future that shares one Condition with its handle's other adds.
+    """A concurrent.futures.Future that shares one Condition with its handle's other adds, and
+    whose waiter reads the bookies' answers itself when it can (pyspark_ledger.add_poller).
 
     A Future normally builds its own Condition (and RLock): a third of the cost of an add. Sharing
     one also lets the handle complete a whole run of adds under one lock (see _complete_run)."""
 
-    def __init__(self, condition: threading.Condition):  # noqa: D107 - deliberately not calling super().__init__
+    def __init__(self, condition: threading.Condition, poller: "AddPoller"):  # noqa: D107 - deliberately not calling super().__init__
         self._condition = condition
+        self._poller = poller
         self._state = _PENDING
         self._result = None
         self._exception = None
@@ -93,15 +97,24 @@ class _AddFuture(Future):  # type: ignore[type-arg]
         self._done_callbacks: list = []  # type: ignore[type-arg]
 
     def _wait_done(self, timeout: float | None) -> None:
-        # The shared condition is notified for other adds too: wait in a loop until this one is
-        # done or the deadline passes (Future.result waits only once).
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._condition:
-            while self._state not in _DONE_STATES:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise TimeoutError()
-                self._condition.wait(remaining)
+        while self._state not in _DONE_STATES:
+            # Read the answers in this thread if no other thread does: no hand-off, no wake-up.
+            if self._poller.drive(self.done, deadline, self._condition):
+                if self._state in _DONE_STATES:
+                    return
+            else:
+                # Another thread reads (or the answer comes from elsewhere): it completes this
+                # future and notifies; try to lead again now and then, as it may stop reading.
+                with self._condition:
+                    if self._state in _DONE_STATES:
+                        return
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise TimeoutError()
+                    self._condition.wait(LEADER_RETRY_S if remaining is None else min(remaining, LEADER_RETRY_S))
+            if deadline is not None and time.monotonic() >= deadline and self._state not in _DONE_STATES:
+                raise TimeoutError()
 
     def cancel(self) -> bool:
         """An add cannot be taken back once queued (as in BookKeeper): skipping it would leave a
@@ -133,7 +146,8 @@ def _complete_run(condition: threading.Condition, run: list["_Pending"]) -> None
                 f._state = _FINISHED
                 for waiter in f._waiters:
                     waiter.add_result(f)
-        condition.notify_all()
+        if condition._waiters:  # type: ignore[attr-defined] # notify_all is Python code: skip it when nobody waits (a reading caller does not)
+            condition.notify_all()
     for p in run:
         p.future._invoke_callbacks()
 
@@ -172,13 +186,16 @@ class WriteHandle(ReadHandle):
         self._key = (metadata.ledger_id.scope_id, metadata.ledger_id.id)
         self._encode = entry_encoder(self._digest, *self._key)
         lock = threading.RLock()
+        self._lock = lock  # taken directly on the per-add paths (a Condition's `with` is Python code)
         # Two conditions on one lock: acks wake only add callers waiting for room (or close), not
         # the sender thread, which would otherwise wake for nothing on every ack of every bookie.
         self._cond = threading.Condition(lock)
         self._sender_wake = threading.Condition(lock)
         self._submit_lock = threading.Lock()  # serialises callers: ids, encoding, order of `_pending`
         self._sender_idle = False  # the sender waits for work (under the lock): adds must wake it
+        self._room_waiters = 0  # add callers (backpressure) and close waiting on _cond
         self._future_cond = threading.Condition()  # shared by this handle's add futures
+        self._poller = client.pool.poller
         self._write_sets: tuple[tuple[str, ...], ...] = ()
         self._refresh_write_sets()
         self._next_entry_id = 0
@@ -228,7 +245,7 @@ class WriteHandle(ReadHandle):
         payload = bytes(payload)
         if len(payload) > ENTRY_BYTES_MAX:
             raise LedgerError(f"entry of {len(payload)} bytes exceeds the maximum {ENTRY_BYTES_MAX}")
-        fut: Future[int] = _AddFuture(self._future_cond)
+        fut: Future[int] = _AddFuture(self._future_cond, self._poller)
         size = len(payload)
         with self._submit_lock:
             eid = self._next_entry_id
@@ -238,14 +255,18 @@ class WriteHandle(ReadHandle):
             length = self._length_sent + size
             data = self._encode(eid, lac, length, payload)
             now = time.monotonic()
-            with self._cond:
+            with self._lock:
                 deadline = now + BACKPRESSURE_TIMEOUT_S
                 while (len(self._pending) >= PENDING_ENTRIES_MAX or self._pending_bytes + size > PENDING_BYTES_MAX) \
                         and self._error is None and not self._closing:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         raise AddTimeoutError(f"ledger {self.ledger_id}: too many adds in flight for {BACKPRESSURE_TIMEOUT_S:g} s")
-                    self._cond.wait(left)
+                    self._room_waiters += 1
+                    try:
+                        self._cond.wait(left)
+                    finally:
+                        self._room_waiters -= 1
                     now = time.monotonic()
                 if self._error is not None:
                     raise self._error
@@ -283,7 +304,11 @@ class WriteHandle(ReadHandle):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                self._cond.wait(min(left, 0.1))
+                self._room_waiters += 1
+                try:
+                    self._cond.wait(min(left, 0.1))
+                finally:
+                    self._room_waiters -= 1
             stuck = list(self._pending)
             error = self._error
         if stuck:
@@ -387,7 +412,7 @@ class WriteHandle(ReadHandle):
         # per batch and sent to each of its bookies.
         groups: dict[tuple[str, ...], list[_Pending]] = {}
         dead = self._dead_bookies
-        with self._cond:
+        with self._lock:
             whole_sets = self._sorted_write_sets
             for p in outbox:
                 # The common case, the whole write set, from the cache; anything else computed.
@@ -428,7 +453,7 @@ class WriteHandle(ReadHandle):
         Lock order: never take _completion_lock while holding _cond (so errors are raised after
         the lock is released)."""
         fenced: LedgerError | None = None
-        with self._cond:
+        with self._lock:
             if self._closed:
                 return  # shutting down: late answers no longer matter
             if status == Status.OK:
@@ -439,7 +464,8 @@ class WriteHandle(ReadHandle):
                         p.acked.append(bookie_id)
                 if not self._collect_completed():
                     return  # no entry completed: nobody to wake, nothing to resolve
-                self._cond.notify_all()  # room freed: wake add callers and close, not the sender
+                if self._room_waiters:
+                    self._cond.notify_all()  # room freed: wake add callers and close, not the sender
             elif status in (Status.FENCED, Status.UNAUTHORIZED):
                 fenced = LedgerFencedError(
                     f"ledger {self.ledger_id} was fenced (bookie {bookie_id} answered {status.name}): "
@@ -480,12 +506,13 @@ class WriteHandle(ReadHandle):
         # One thread at a time resolves futures, FIFO, so callbacks fire in entry-id order.
         with self._completion_lock:
             while True:
-                with self._cond:
+                with self._lock:
                     if not self._completing:
                         return
                     run = list(self._completing)
                     self._completing.clear()
                 _complete_run(self._future_cond, run)
+                self._poller.wake()  # a caller reading in another thread may wait for one of these
 
     # ---- failures and ensemble changes --------------------------------------------------------
 
@@ -611,6 +638,7 @@ class WriteHandle(ReadHandle):
         for p in victims:
             if not p.future.done():
                 p.future.set_exception(err)
+        self._poller.wake()
 
     # ---- explicit LAC -------------------------------------------------------------------------
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import socket
 import struct
-from typing import BinaryIO
 
 MAGIC = b"PLAD"
 VERSION = 1
@@ -43,21 +42,73 @@ def frame(body_parts: list[bytes]) -> bytes:
     return b"".join([FRAME_HEADER.pack(size), *body_parts])
 
 
-def read_frame(stream: BinaryIO) -> bytes | None:
-    """The next frame's body from a buffered stream; None at a clean end of stream (between
-    frames). FramingError for a frame over the limit or a stream that ends inside a frame."""
-    header = stream.read(FRAME_HEADER.size)
-    if not header:
-        return None
-    if len(header) < FRAME_HEADER.size:
-        raise FramingError("the connection ended inside a frame header")
-    (size,) = FRAME_HEADER.unpack(header)
-    if size > FRAME_BYTES_MAX:
-        raise FramingError(f"a frame of {size} bytes exceeds the limit of {FRAME_BYTES_MAX}")
-    body = stream.read(size)
-    if len(body) < size:
-        raise FramingError(f"the connection ended inside a frame ({len(body)} of {size} bytes)")
-    return body
+class FrameReader:
+    """Frame bodies from a blocking socket: one recv per frame while frames are small (a read
+    takes whatever arrived, often several frames), and a frame larger than what arrived is read
+    to its exact end in place, never by re-joining what has arrived so far."""
+
+    def __init__(self, sock: socket.socket, recv_bytes: int = 64 * 1024):
+        self._sock = sock
+        self._recv_bytes = recv_bytes
+        self._bodies: list[bytes] = []
+        self._next = 0
+        self._rest = b""  # the start of a frame not complete yet
+
+    def read(self) -> bytes | bytearray | None:
+        """The next frame's body; None at a clean end of stream (between frames). FramingError
+        for a frame over the limit or a stream that ends inside a frame."""
+        while self._next >= len(self._bodies):
+            data = self._sock.recv(self._recv_bytes)
+            if not data:
+                if self._rest:
+                    raise FramingError(f"the connection ended inside a frame ({len(self._rest)} bytes of it)")
+                return None
+            if self._rest:
+                data = self._rest + data  # the rest is under a header's size, or one recv's worth
+            self._bodies, used = split_frames(data)
+            self._next = 0
+            self._rest = data[used:]
+            if not self._bodies and len(self._rest) >= FRAME_HEADER.size:
+                return self._read_large()
+        body = self._bodies[self._next]
+        self._next += 1
+        return body
+
+    def _read_large(self) -> bytearray:
+        """The frame whose start is in `_rest` and whose body did not arrive whole: read exactly
+        its remaining bytes into one buffer."""
+        (size,) = FRAME_HEADER.unpack_from(self._rest)
+        body = bytearray(size)
+        have = len(self._rest) - FRAME_HEADER.size
+        body[:have] = self._rest[FRAME_HEADER.size:]
+        self._rest = b""
+        view = memoryview(body)
+        while have < size:
+            n = self._sock.recv_into(view[have:], size - have)
+            if n == 0:
+                raise FramingError(f"the connection ended inside a frame ({have} of {size} bytes)")
+            have += n
+        return body
+
+
+def split_frames(data: bytes, start: int = 0) -> tuple[list[bytes], int]:
+    """The bodies of the complete frames in data[start:], and the offset where the first
+    incomplete frame begins (len(data) if none). For readers that take whatever bytes arrived
+    (a non-blocking socket): keep data[offset:] and prepend it to the next bytes. FramingError
+    for a frame over the limit."""
+    bodies: list[bytes] = []
+    pos, end = start, len(data)
+    header = FRAME_HEADER.size
+    while end - pos >= header:
+        (size,) = FRAME_HEADER.unpack_from(data, pos)
+        if size > FRAME_BYTES_MAX:
+            raise FramingError(f"a frame of {size} bytes exceeds the limit of {FRAME_BYTES_MAX}")
+        if end - pos - header < size:
+            break
+        pos += header
+        bodies.append(data[pos:pos + size])
+        pos += size
+    return bodies, pos
 
 
 # Either side drops a connection whose peer stops reading for this long (one send blocked).

@@ -69,6 +69,10 @@ class JournalQueue:
         # taking items and finishing their write: writes, and so journal order, never interleave.
         self._writing = False
         self._write_done = threading.Condition(self._lock)
+        # Waiter counts: Condition.notify is Python code, skipped on the per-add path when no
+        # one waits (the common case).
+        self._space_waiters = 0
+        self._write_done_waiters = 0
 
     def has_items(self) -> bool:
         return bool(self._items)
@@ -86,11 +90,16 @@ class JournalQueue:
         After close the reservation succeeds so the caller's push fails with a clear reason."""
         ensure(0 < nbytes <= self._pending_bytes_max, "reservation larger than the bound")
         with self._lock:
-            if not self._space.wait_for(
-                lambda: self._closed or self._pending_bytes + nbytes <= self._pending_bytes_max,
-                timeout_s,
-            ):
-                return False
+            if not (self._closed or self._pending_bytes + nbytes <= self._pending_bytes_max):
+                self._space_waiters += 1
+                try:
+                    if not self._space.wait_for(
+                        lambda: self._closed or self._pending_bytes + nbytes <= self._pending_bytes_max,
+                        timeout_s,
+                    ):
+                        return False
+                finally:
+                    self._space_waiters -= 1
             self._pending_bytes += nbytes
             return True
 
@@ -100,7 +109,8 @@ class JournalQueue:
         with self._lock:
             self._pending_bytes -= nbytes
             ensure(self._pending_bytes >= 0, "pending bytes went negative")
-            self._space.notify_all()
+            if self._space_waiters:
+                self._space.notify_all()
 
     def push(self, item: JournalItem) -> bool:
         """Non-blocking; False once the queue is closed (shutdown or journal failure)."""
@@ -127,13 +137,18 @@ class JournalQueue:
             self._writing = False
             if self._items and self._taker_waiting:
                 self._work.notify()
-            self._write_done.notify_all()
+            if self._write_done_waiters:
+                self._write_done.notify_all()
 
     def wait_no_writer(self, timeout_s: float) -> bool:
         """Wait (bounded) until no one is writing: shutdown must not close files under an
         inline writer. True if idle."""
         with self._lock:
-            return self._write_done.wait_for(lambda: not self._writing, timeout_s)
+            self._write_done_waiters += 1
+            try:
+                return self._write_done.wait_for(lambda: not self._writing, timeout_s)
+            finally:
+                self._write_done_waiters -= 1
 
     def close(self) -> None:
         with self._lock:
@@ -206,6 +221,7 @@ class GroupCommitter:
         self._handoff_lock = threading.Lock()
         self._handoff_ready = threading.Condition(self._handoff_lock)
         self._handoff_space = threading.Condition(self._handoff_lock)
+        self._handoff_space_waiters = 0  # the journal thread, when the pipeline is full
         self._journal_done = False
         self._applying = False  # a group is being applied (by either thread); guarded by _handoff_lock
         self._journal_thread = threading.Thread(target=self._journal_loop, name="bookie-journal",
@@ -293,7 +309,8 @@ class GroupCommitter:
     def _done_applying(self) -> None:
         with self._handoff_lock:
             self._applying = False
-            self._handoff_space.notify()
+            if self._handoff_space_waiters:
+                self._handoff_space.notify()
 
     def _write(self, group: list[JournalItem]) -> JournalPosition | None:
         """Write and fdatasync one group; None if the journal failed."""
@@ -321,7 +338,11 @@ class GroupCommitter:
     def _hand_off(self, group: list[JournalItem], end: JournalPosition | None) -> None:
         with self._handoff_lock:
             while len(self._handoff) >= APPLY_PIPELINE_GROUPS_MAX:
-                self._handoff_space.wait(APPLY_HANDOFF_WAIT_S)
+                self._handoff_space_waiters += 1
+                try:
+                    self._handoff_space.wait(APPLY_HANDOFF_WAIT_S)
+                finally:
+                    self._handoff_space_waiters -= 1
             self._handoff.append((group, end))
             self._handoff_ready.notify()
 

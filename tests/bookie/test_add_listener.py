@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from bookie.add_handler import AddOutcome
 from bookie.add_listener import AddListener
 from bookie.proto import bookie_pb2 as pb
 from bookie.proto.add_framing import FRAME_BYTES_MAX, HELLO, HELLO_BYTES, MAGIC, frame
@@ -210,8 +211,8 @@ def test_a_bookie_started_without_an_add_listener_advertises_none(tmp_path: Path
 class _AcceptEverything:
     """An AddHandler stand-in: every batch OK."""
 
-    def handle(self, request: pb.AddRequest) -> list[pb.AddResult]:
-        return [pb.AddResult(request_id=b.request_id, status=int(Status.OK)) for b in request.batches]
+    def handle(self, request: pb.AddRequest) -> list[AddOutcome]:
+        return [AddOutcome(b.request_id, Status.OK, "") for b in request.batches]
 
 
 def _one_add(sock: socket.socket, request_id: int) -> list[tuple[int, Status]]:

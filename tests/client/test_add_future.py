@@ -8,11 +8,15 @@ from concurrent.futures import FIRST_COMPLETED, wait
 
 import pytest
 
+from pyspark_ledger.add_poller import AddPoller
 from pyspark_ledger.write_handle import _AddFuture, _complete_run, _Pending
+
+# No connections: waiters find nothing to read and wait for other threads, as with gRPC adds.
+_POLLER = AddPoller("test-add-future")
 
 
 def pending(cond: threading.Condition, eid: int) -> _Pending:
-    return _Pending(eid, b"", -1, 0, _AddFuture(cond), ())
+    return _Pending(eid, b"", -1, 0, _AddFuture(cond, _POLLER), ())
 
 
 def test_other_completions_do_not_wake_a_waiter_into_a_timeout() -> None:

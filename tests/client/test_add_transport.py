@@ -15,7 +15,7 @@ from typing import Callable
 import pytest
 
 from bookie.proto import bookie_pb2 as pb
-from bookie.proto.add_framing import HELLO, HELLO_BYTES, FramingError, frame, read_frame
+from bookie.proto.add_framing import HELLO, HELLO_BYTES, FrameReader, FramingError, frame
 from bookie.status import Status
 from pyspark_ledger import write_handle
 from pyspark_ledger.add_streams import SocketAddStream
@@ -68,12 +68,12 @@ class FakeAddListener:
             t.start()
 
     def _serve(self, conn: socket.socket, n: int) -> None:
-        stream = conn.makefile("rb")
         try:
-            if stream.read(HELLO_BYTES) != HELLO:
+            if conn.recv(HELLO_BYTES, socket.MSG_WAITALL) != HELLO:
                 return
             conn.sendall(HELLO)
-            while (body := read_frame(stream)) is not None:
+            frames = FrameReader(conn)
+            while (body := frames.read()) is not None:
                 request = pb.AddRequest.FromString(body)
                 with self.changed:
                     self.requests.append((n, request))
@@ -90,7 +90,6 @@ class FakeAddListener:
         except (OSError, FramingError):
             pass
         finally:
-            stream.close()
             conn.close()
             with self.changed:
                 self.ended.add(n)
@@ -150,7 +149,7 @@ def entry(e: int) -> list[tuple[int, int, bytes]]:
 
 # ---- one request in flight ----------------------------------------------------------------------
 
-def test_client_keeps_one_request_in_flight_and_coalesces_the_rest(fake_listener: MakeFake) -> None:
+def test_client_keeps_two_requests_in_flight_and_coalesces_the_rest(fake_listener: MakeFake) -> None:
     def hold_the_first(conn: int, number: int) -> str:
         if number == 1:
             fake.hold()
@@ -162,21 +161,24 @@ def test_client_keeps_one_request_in_flight_and_coalesces_the_rest(fake_listener
         client.add_batch((0, 1), KEY, entry(0), acks.callback(entry(0)))
         assert fake.holding.wait(WAIT_S)
         assert isinstance(client._stream, SocketAddStream)
-        # While the first request is unanswered, ten more batches (two ledgers) queue up.
+        # While the first request is unanswered, the next add goes out too (two in flight; the
+        # bookie reads it once it answered the first), and nine more batches (two ledgers)
+        # queue up behind them.
         for e in range(1, 11):
             client.add_batch((0, 1 + e % 2), KEY, entry(e), acks.callback(entry(e)))
-        time.sleep(0.2)  # were anything to go out early, it would have by now
+        time.sleep(0.2)  # were anything more to go out early, it would have by now
         assert acks.count == 0 and fake.batch_counts() == [(1, 1)]
+        assert client._stream.requests_in_flight == 2 and len(client._stream.queued) == 9
         fake.release.set()
         acks.wait(11)
     assert not acks.failed
     assert acks.ok == [entry(e) for e in range(11)]  # called back in the order sent
-    # Exactly two requests on one connection: the lone first add, then everything that queued
-    # behind it, in order.
-    assert fake.batch_counts() == [(1, 1), (1, 10)]
-    second = fake.requests[1][1]
-    assert [b.entry_ids[0] for b in second.batches] == list(range(1, 11))
-    assert [b.ledger.ledger_id for b in second.batches] == [1 + e % 2 for e in range(1, 11)]
+    # Exactly three requests on one connection: the two lone adds, then everything that queued
+    # behind them, in order.
+    assert fake.batch_counts() == [(1, 1), (1, 1), (1, 9)]
+    third = fake.requests[2][1]
+    assert [b.entry_ids[0] for b in third.batches] == list(range(2, 11))
+    assert [b.ledger.ledger_id for b in third.batches] == [1 + e % 2 for e in range(2, 11)]
     assert fake.connections == 1
 
 
@@ -257,18 +259,19 @@ def test_a_connection_the_bookie_drops_fails_every_pending_add_and_the_next_add_
         acks = Acks()
         client.add_batch((0, 1), KEY, entry(0), acks.callback(entry(0)))
         assert fake.holding.wait(WAIT_S)
-        for e in range(1, 4):  # queued behind the one in flight
+        for e in range(1, 4):  # the second in flight (never read), then two queued
             client.add_batch((0, 1), KEY, entry(e), acks.callback(entry(e)))
         fake.release.set()  # the bookie hangs up without answering
         acks.wait(4)
         assert acks.ok == []
         assert [s for s, _ in acks.failed] == [Status.INTERNAL_ERROR] * 4
         assert all(m.startswith("transport:") for _, m in acks.failed), acks.failed
-        assert "closed by the bookie" in acks.failed[0][1]
+        # A hang-up with our second request unread is a reset rather than a clean close.
+        assert "closed by the bookie" in acks.failed[0][1] or "reset by peer" in acks.failed[0][1]
         client.add_batch((0, 1), KEY, entry(4), acks.callback(entry(4)))
         acks.wait(5)
         assert acks.ok == [entry(4)]
-    assert fake.batch_counts() == [(1, 1), (2, 1)]  # the queued three never went out
+    assert fake.batch_counts() == [(1, 1), (2, 1)]  # the bookie read only the first
 
 
 def test_the_add_address_is_looked_up_again_for_each_new_stream(fake_listener: MakeFake) -> None:
@@ -365,3 +368,82 @@ def test_batches_of_entries_at_the_bounds(monkeypatch: pytest.MonkeyPatch) -> No
     assert split([1] * 7) == [[0, 1, 2], [3, 4, 5], [6]]
     assert split([300, 1, 300]) == [[0], [1], [2]]
     assert split([]) == []  # nothing to send: no empty batch
+
+
+# ---- who reads the answers (pyspark_ledger.add_poller) ------------------------------------------
+
+def wait_reading(client: BookieClient, done: threading.Event) -> None:
+    """What an add future's waiter does: read the answers itself, or, while another thread
+    reads, wait for it (it notifies when it hands reading over) and try again."""
+    handover = threading.Condition()
+    deadline = time.monotonic() + WAIT_S
+    while not client.poller.drive(done.is_set, deadline, handover) and not done.is_set():
+        with handover:
+            handover.wait(0.01)
+        assert time.monotonic() < deadline
+    assert done.is_set()
+
+
+def test_a_waiting_caller_reads_its_own_answers(fake_listener: MakeFake) -> None:
+    fake = fake_listener(lambda conn, number: "answer")
+    readers: list[int] = []
+    with BookieClient("fake", NO_GRPC, add_address=fake.address) as client:
+        for e in range(50):
+            done = threading.Event()
+
+            def callback(status: Status, message: str) -> None:
+                readers.append(threading.get_ident())
+                done.set()
+
+            client.add_batch((0, 1), KEY, entry(e), callback)
+            wait_reading(client, done)
+    # Once the background reader handed over (after the first answer or so), every answer was
+    # read, and its callback run, in this very thread: no hand-off.
+    mine = readers.count(threading.get_ident())
+    assert mine >= 45 and readers[-40:] == [threading.get_ident()] * 40, (mine, len(readers))
+
+
+def test_answers_nobody_waits_for_are_read_in_the_background(fake_listener: MakeFake) -> None:
+    fake = fake_listener(lambda conn, number: "answer")
+    with BookieClient("fake", NO_GRPC, add_address=fake.address) as client:
+        readers: list[int] = []
+        done = threading.Event()
+
+        def callback(status: Status, message: str) -> None:
+            readers.append(threading.get_ident())
+            done.set()
+
+        started = time.monotonic()
+        client.add_batch((0, 1), KEY, entry(0), callback)
+        assert done.wait(WAIT_S), "nobody read the answer"
+        assert readers != [threading.get_ident()]
+        assert time.monotonic() - started < 1.0  # within the background reader's grace, not a timeout
+
+
+def test_a_caller_reading_for_an_add_completed_elsewhere_is_woken(fake_listener: MakeFake) -> None:
+    fake = fake_listener(lambda conn, number: "silent")  # the bookie never answers
+    with BookieClient("fake", NO_GRPC, add_address=fake.address, add_timeout_s=60) as client:
+        client.add_batch((0, 1), KEY, entry(0), lambda status, message: None)  # outstanding for a minute
+        me = threading.get_ident()
+        done = threading.Event()
+        done_at: list[float] = []
+
+        def complete_from_another_thread() -> None:
+            deadline = time.monotonic() + WAIT_S
+            while client.poller._leader != me and time.monotonic() < deadline:
+                time.sleep(0.001)
+            time.sleep(0.1)  # this thread's epoll_wait is well under way
+            done_at.append(time.monotonic())
+            done.set()
+            client.poller.wake()  # what WriteHandle does after completing adds off the poller
+
+        threading.Thread(target=complete_from_another_thread).start()
+        # The background reader hands over to a caller that asked within one poll slice; the
+        # caller waits on its condition (notified at the handover) and tries again.
+        handover = threading.Condition()
+        deadline = time.monotonic() + WAIT_S
+        while not client.poller.drive(done.is_set, deadline, handover):
+            with handover:
+                handover.wait(0.01)
+            assert time.monotonic() < deadline
+        assert done.is_set() and time.monotonic() - done_at[0] < 0.03  # woken, not a poll slice later
