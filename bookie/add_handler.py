@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 from bookie.metrics import Metrics
 from bookie.proto import bookie_pb2 as pb
+from bookie.proto.wire import encode_varint
 from bookie.status import Status
 from bookie.storage import BookieStorage
 
@@ -57,7 +58,7 @@ class _Submitted:
         self._answered.acquire()  # released once, by on_done or answer
 
     def on_done(self, status: Status) -> None:
-        self.answer(_STATUS_BY_CODE.get(status) or Status(status))
+        self.answer(Status(status))
 
     def answer(self, status: Status, message: str = "") -> None:
         self.status, self.message = status, message
@@ -119,29 +120,14 @@ def encode_add_response(outcomes: list[AddOutcome]) -> bytes:
     fields left out), built without message objects: this is every add's answer."""
     out = bytearray()
     for request_id, status, message in outcomes:
-        body = b"\x08" + _varint(request_id) if request_id else b""
+        body = b"\x08" + encode_varint(request_id) if request_id else b""
         if status:
-            body += b"\x10" + _varint(int(status))
+            body += b"\x10" + encode_varint(int(status))
         if message:
             text = message.encode()
-            body += b"\x1a" + _varint(len(text)) + text
-        out += b"\x0a" + _varint(len(body)) + body
+            body += b"\x1a" + encode_varint(len(text)) + text
+        out += b"\x0a" + encode_varint(len(body)) + body
     return bytes(out)
-
-
-def _varint(n: int) -> bytes:
-    if n < 0x80:
-        return _SMALL_VARINTS[n]
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-_SMALL_VARINTS = [bytes([i]) for i in range(0x80)]
-_STATUS_BY_CODE = {int(s): s for s in Status}
 
 
 def _malformed(batch: pb.AddBatch) -> str | None:

@@ -82,7 +82,8 @@ class AddPoller:
                     pass  # already gone with its socket
 
     def _outstanding(self) -> bool:
-        return any(s.needs_reading for s in list(self._streams.values()))
+        """Some connection owes answers (a caller reading for nothing would only wait)."""
+        return any(s.pending for s in list(self._streams.values()))
 
     # ---- reading --------------------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ from bookie.proto import bookie_pb2 as pb
 from bookie.proto.add_framing import (
     HELLO,
     HELLO_BYTES,
+    RECV_BYTES,
     VERSION,
     FramingError,
     frame,
@@ -46,6 +47,7 @@ from bookie.proto.add_framing import (
     split_frames,
     start_frames,
 )
+from bookie.proto.wire import encode_varint
 from bookie.status import Status
 from pyspark_ledger.errors import BookieUnavailableError
 
@@ -63,9 +65,6 @@ ENQUEUE_TIMEOUT_S = 30.0
 # How often a gRPC sender waiting for its stream's in-flight request re-checks that the stream lives.
 _SLOT_POLL_S = 0.5
 CONNECT_TIMEOUT_S = 5.0  # TCP connect plus the hello exchange
-# One non-blocking read of add answers (a few bytes per batch). Kept under malloc's mmap threshold
-# (128 KiB): a bigger buffer is mapped and unmapped on every read, page faults and all.
-_RECV_BYTES = 64 * 1024
 # Unanswered requests on one plain-TCP add connection (see SocketAddStream).
 REQUESTS_IN_FLIGHT_MAX = 2
 
@@ -93,7 +92,7 @@ class EncodedAddBatch:
             request_id=self.request_id, ledger=ledger_ref(ledger), master_key=master_key, recovery=recovery,
             entry_ids=[e[0] for e in entries], lacs=[e[1] for e in entries], entries=[e[2] for e in entries],
         ).SerializeToString()
-        self.frame = _BATCHES_TAG + _varint(len(body)) + body
+        self.frame = _BATCHES_TAG + encode_varint(len(body)) + body
         self.payload_bytes = sum(len(e[2]) for e in entries)
         self._request: bytes | None = None
 
@@ -105,15 +104,6 @@ class EncodedAddBatch:
 
 
 _BATCHES_TAG = bytes([(pb.AddRequest.DESCRIPTOR.fields_by_name["batches"].number << 3) | 2])
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def ledger_ref(ledger: LedgerKey) -> pb.LedgerRef:
@@ -366,17 +356,12 @@ class SocketAddStream(AddStream):
             if close_now:
                 self._close_socket()
 
-    @property
-    def needs_reading(self) -> bool:
-        """Answers are due, or a shutdown is: the poller must keep reading this connection."""
-        return bool(self.pending) or (self._broken_reason is not None and not self._reader_done)
-
     def on_readable(self) -> None:
         """The poller's reader: take what arrived, and handle every complete answer in it."""
         if self._reader_done:
             return
         try:
-            data = self.sock.recv(_RECV_BYTES, socket.MSG_DONTWAIT)
+            data = self.sock.recv(RECV_BYTES, socket.MSG_DONTWAIT)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:

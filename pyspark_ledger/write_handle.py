@@ -99,22 +99,17 @@ class _AddFuture(Future):  # type: ignore[type-arg]
     def _wait_done(self, timeout: float | None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
         while self._state not in _DONE_STATES:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError()
             # Read the answers in this thread if no other thread does: no hand-off, no wake-up.
             if self._poller.drive(self.done, deadline, self._condition):
-                if self._state in _DONE_STATES:
-                    return
-            else:
-                # Another thread reads (or the answer comes from elsewhere): it completes this
-                # future and notifies; try to lead again now and then, as it may stop reading.
-                with self._condition:
-                    if self._state in _DONE_STATES:
-                        return
-                    remaining = None if deadline is None else deadline - time.monotonic()
-                    if remaining is not None and remaining <= 0:
-                        raise TimeoutError()
-                    self._condition.wait(LEADER_RETRY_S if remaining is None else min(remaining, LEADER_RETRY_S))
-            if deadline is not None and time.monotonic() >= deadline and self._state not in _DONE_STATES:
-                raise TimeoutError()
+                continue
+            # Another thread reads (or the answer comes from elsewhere): it completes this future
+            # and notifies; try to lead again now and then, as it may stop reading.
+            with self._condition:
+                if self._state not in _DONE_STATES:
+                    slice_s = LEADER_RETRY_S if deadline is None else min(deadline - time.monotonic(), LEADER_RETRY_S)
+                    self._condition.wait(max(slice_s, 0.0))
 
     def cancel(self) -> bool:
         """An add cannot be taken back once queued (as in BookKeeper): skipping it would leave a

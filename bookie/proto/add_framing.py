@@ -20,6 +20,9 @@ HELLO_BYTES = len(HELLO)
 FRAME_HEADER = struct.Struct(">I")
 # A frame's body is at most this large (the gRPC message limit both sides already use).
 FRAME_BYTES_MAX = 64 * 2**20
+# One read from an add connection. Kept under malloc's mmap threshold (128 KiB): a bigger buffer
+# is mapped and unmapped on every read, page faults and all.
+RECV_BYTES = 64 * 1024
 
 
 class FramingError(Exception):
@@ -47,7 +50,7 @@ class FrameReader:
     takes whatever arrived, often several frames), and a frame larger than what arrived is read
     to its exact end in place, never by re-joining what has arrived so far."""
 
-    def __init__(self, sock: socket.socket, recv_bytes: int = 64 * 1024):
+    def __init__(self, sock: socket.socket, recv_bytes: int = RECV_BYTES):
         self._sock = sock
         self._recv_bytes = recv_bytes
         self._bodies: list[bytes] = []

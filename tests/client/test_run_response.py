@@ -8,16 +8,8 @@ import pytest
 from google.protobuf.message import DecodeError
 
 from bookie.proto import bookie_pb2 as pb
+from bookie.proto.wire import encode_varint
 from pyspark_ledger.run_response import MalformedResponse, parse_run_response
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def _same(raw: bytes) -> None:
@@ -53,14 +45,14 @@ def test_the_data_is_a_view_of_the_received_bytes() -> None:
 
 
 def test_unknown_fields_unpacked_lengths_and_repeated_scalars_follow_protobuf() -> None:
-    run_body = (b"\x08" + _varint(9)  # first_entry_id = 9
+    run_body = (b"\x08" + encode_varint(9)  # first_entry_id = 9
                 + b"\x10\x02" + b"\x10\x03"  # lengths unpacked: 2, 3
                 + b"\x1a\x05hello"  # data
                 + b"\xa0\x06\x2a")  # unknown varint field 100
-    raw = (b"\x18" + _varint(4)  # lac = 4
-           + b"\x3a" + _varint(len(run_body)) + run_body  # runs
+    raw = (b"\x18" + encode_varint(4)  # lac = 4
+           + b"\x3a" + encode_varint(len(run_body)) + run_body  # runs
            + b"\xaa\x06\x03xyz"  # unknown length-delimited field 101
-           + b"\x18" + _varint(6))  # lac again: the last one wins
+           + b"\x18" + encode_varint(6))  # lac again: the last one wins
     _same(raw)
     got = parse_run_response(raw)
     assert got.lac == 6 and list(got.runs[0].lengths) == [2, 3] and bytes(got.runs[0].data) == b"hello"

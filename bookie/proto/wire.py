@@ -1,0 +1,18 @@
+"""Protobuf's base-128 varint, for the messages built by hand on the add path (an add batch's
+frame on the client, an add answer on the bookie) and for tests that build raw messages."""
+
+from __future__ import annotations
+
+_SMALL = [bytes([i]) for i in range(0x80)]
+
+
+def encode_varint(n: int) -> bytes:
+    """A non-negative integer as a varint (one byte below 128, the common case, from a table)."""
+    if n < 0x80:
+        return _SMALL[n]
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
