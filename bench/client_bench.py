@@ -21,6 +21,7 @@ from collections import deque
 from concurrent.futures import Future
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from machine_speed import machine_speed_line  # noqa: E402

@@ -4,7 +4,9 @@ Starts 3 real bookies (embedded store, fsync on) and a local[2] SparkSession; le
 written with E=3, W=3, A=2. The same cached DataFrame is written and read through the ledger
 source and as Parquet (local disk, Spark's default snappy), side by side. Reads are forced in
 full with the `noop` sink (a count() on Parquet would read only footers). Each figure is the
-median of --rounds timed runs after one warm-up run (Python workers start on first use).
+median of --rounds timed runs after one warm-up run (Python workers start on first use); after
+each workload's runs, an untimed sync writes back what it left dirty, so the next workload is
+not measured during the kernel's writeback of the last one.
 
 Workloads:
   arrow  N rows of (id bigint, payload binary(100)) as Arrow entries (arrowBatchRows rows each)
@@ -61,6 +63,10 @@ def timed(fn: Callable[[], None], rounds: int) -> float:
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
+    # Write back what this workload left dirty in the page cache (Parquet's files, the
+    # bookies' entry logs), untimed, so the kernel's writeback of one workload does not land
+    # in the next one's figures.
+    os.sync()
     return statistics.median(times)
 
 

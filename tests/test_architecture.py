@@ -18,7 +18,7 @@ FORBIDDEN = {
 }
 # The client may take only the wire types from the bookie package, and the one process setting
 # both sides share (malloc tuning for MiB-sized read buffers; a leaf module importing nothing).
-CLIENT_ALLOWED_FROM_BOOKIE = ("bookie.proto", "bookie.status", "bookie.malloc_tuning")
+CLIENT_ALLOWED_FROM_BOOKIE = ("bookie.proto", "bookie.status", "bookie.malloc_tuning", "bookie.crc_batch")
 
 
 def imports_of(path: Path) -> list[str]:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 TMP_SUFFIX = ".tmp"
+# Buffers per pwritev call (Linux's IOV_MAX is 1024).
+IOV_MAX = max(16, os.sysconf("SC_IOV_MAX"))
 
 
 def write_all(fd: int, data: bytes | memoryview) -> None:
@@ -16,12 +19,22 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[written:]
 
 
-def pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, offset)
-        view = view[written:]
+def pwritev_all(fd: int, parts: Sequence[bytes | memoryview], offset: int) -> int:
+    """Write the parts back to back from `offset`, every byte (regular files can return short
+    counts), without joining them first: a group of large entries would otherwise be copied
+    once more in user space. Returns the bytes written."""
+    views = [memoryview(p) for p in parts if len(p)]
+    total, at = 0, 0  # views[at:] are still to write
+    while at < len(views):
+        written = os.pwritev(fd, views[at:at + IOV_MAX], offset)
+        total += written
         offset += written
+        while at < len(views) and written >= len(views[at]):  # skip what was written whole
+            written -= len(views[at])
+            at += 1
+        if written:
+            views[at] = views[at][written:]
+    return total
 
 
 def fsync_dir(path: Path) -> None:

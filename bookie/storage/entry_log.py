@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from bookie.storage.config import LOCATION_LOG_ID_MAX
-from bookie.storage.durable_files import fsync_dir, pwrite_all
+from bookie.storage.durable_files import fsync_dir, pwritev_all
 from bookie.storage.errors import ensure
 
 log = logging.getLogger(__name__)
@@ -92,8 +92,7 @@ class EntryLogs:
     def _flush(self, pending: list[bytes | memoryview], pending_bytes: int) -> None:
         if not pending_bytes:
             return
-        data = pending[0] if len(pending) == 1 else b"".join(pending)
-        pwrite_all(self._current_fd, data, self._current_size)
+        pwritev_all(self._current_fd, pending, self._current_size)
         self._current_size += pending_bytes
         with self._unsynced_lock:
             self._unsynced.add(self._current_id)

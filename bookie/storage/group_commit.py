@@ -316,8 +316,8 @@ class GroupCommitter:
         """Write and fdatasync one group; None if the journal failed."""
         stats = self._stats
         try:
-            data = b"".join([part for item in group for part in item.parts])
-            end = self._writer.append(data)
+            parts = [part for item in group for part in item.parts]
+            end = self._writer.append(parts)
             latency_s = self._writer.sync()
             if self._writer.maybe_roll():
                 # Same point in the journal, but lets the next checkpoint delete the full file.
@@ -329,7 +329,7 @@ class GroupCommitter:
             return None
         stats.groups += 1
         stats.group_records += len(group)
-        stats.journal_bytes += len(data)
+        stats.journal_bytes += sum(map(len, parts))
         if latency_s:
             stats.fsyncs += 1
             stats.fsync_latency.record(latency_s)

@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from bookie.crc_batch import PIECES_MIN, all_match, byte_tables, shift
 from metadata import DigestType
 from pyspark_ledger.digest import Digest
 from pyspark_ledger.entry_format import (  # noqa: PLC2701 - the one header layout
@@ -166,7 +167,7 @@ def decode_blob(digest: Digest, scope_id: int, ledger_id: int, first_entry_id: i
     good = flags_ok & ids_ok
     if digest.size:
         prefix = _HEADER.pack(flags_byte(digest), scope_id, ledger_id, 0, 0, 0)[:_FIXED_HEADER_BYTES]
-        good &= _digests_ok(digest, headers, rec, payload_data, (lengths[:valid] - hdr_size).tolist(), prefix)
+        good &= _digests_ok(digest, headers, rec, payload_data, lengths[:valid] - hdr_size, prefix)
     if not good.all():
         bad = int(np.argmin(good))
         eid = first_entry_id + bad
@@ -207,22 +208,35 @@ def _split(data: bytes, lengths: np.ndarray, hdr_size: int) -> tuple[np.ndarray,
 
 
 def _digests_ok(digest: Digest, headers: np.ndarray, rec: np.ndarray, payload_data: bytes,
-                payload_sizes: list[int], prefix: bytes) -> np.ndarray:
+                payload_sizes: np.ndarray, prefix: bytes) -> np.ndarray:
     """Per entry: does its stored digest match the one computed over its header (the first
     HEADER_BYTES of its row in `headers`) and its payload (the next payload_sizes[i] bytes of
     payload_data)? Exact for entries whose header starts with `prefix` (the expected flags and
     ledger id, which the caller checks): other entries are already bad."""
     n = len(payload_sizes)
-    # One bytes object per payload, cut by BytesIO.read inside a C iterator (map): the cheapest
-    # per-entry object CPython offers (about half the cost of a slice + memoryview).
-    payloads = map(io.BytesIO(payload_data).read, payload_sizes)
     if digest.type is DigestType.CRC32C:
-        # crc32c(payload, crc32c(header)): the header part for every entry at once (tables),
-        # then one call per entry for the payload.
-        header_crcs = crc32c_rows(headers[:, :HEADER_BYTES], prefix).tolist()
-        return np.fromiter(map(crc32c.crc32c, payloads, header_crcs), dtype=np.uint32, count=n) == rec["crc"]
+        # digest = crc32c(header || payload): the header part for every entry at once (tables).
+        header_crcs = crc32c_rows(headers[:, :HEADER_BYTES], prefix)
+        size = int(payload_sizes[0]) if n else 0
+        if n >= PIECES_MIN and size and int(payload_sizes.min()) == int(payload_sizes.max()) == size:
+            # Many equal payloads (fixed-size records): crc(header || payload) = shift_size(crc(header))
+            # ^ crc(payload), so every payload's own crc is known from its digest, and all of
+            # them are checked with one pass over payload_data (bookie/crc_batch.py).
+            stored = rec["crc"].astype(np.uint32)
+            if all_match(payload_data, stored ^ shift(header_crcs, size), size):
+                return np.ones(n, dtype=bool)
+        # Otherwise (few or mixed sizes, or to find the bad entry): one crc32c call per payload.
+        payloads = _cut(payload_data, payload_sizes)
+        return np.fromiter(map(crc32c.crc32c, payloads, header_crcs.tolist()), dtype=np.uint32, count=n) == rec["crc"]
+    payloads = _cut(payload_data, payload_sizes)
     return np.fromiter((hmac.compare_digest(digest.compute(row[:HEADER_BYTES].tobytes(), p), row[HEADER_BYTES:].tobytes())
                         for row, p in zip(headers, payloads)), dtype=bool, count=n)
+
+
+def _cut(data: bytes, sizes: np.ndarray) -> Iterator[bytes]:
+    """One bytes object per piece, cut by BytesIO.read inside a C iterator (map): the cheapest
+    per-entry object CPython offers (about half the cost of a slice + memoryview)."""
+    return map(io.BytesIO(data).read, sizes.tolist())
 
 
 @functools.cache
@@ -238,9 +252,7 @@ def _crc32c_tables(size: int) -> tuple[np.ndarray, int]:
             message = bytearray(size)
             message[k] = 1 << j
             basis[k, j] = crc32c.crc32c(message) ^ zero
-    bits = ((np.arange(256)[:, None] >> np.arange(8)) & 1).astype(bool)  # bits[b, j]: bit j of b
-    tables = np.bitwise_xor.reduce(np.where(bits[None], basis[:, None, :], np.uint32(0)), axis=2)
-    return tables.astype(np.uint32), zero
+    return byte_tables(basis), zero
 
 
 def crc32c_rows(rows: np.ndarray, prefix: bytes = b"") -> np.ndarray:

@@ -255,7 +255,7 @@ def test_journal_is_preallocated_and_cut_to_its_used_length_on_roll_and_close(tm
 
     tmp_path.mkdir(exist_ok=True)
     writer = JournalWriter(tmp_path, 0, file_max_bytes=64 * 2**20, fsync=True)
-    writer.append(b"a" * 100)
+    writer.append([b"a" * 100])
     writer.sync()
     first = journal_path(tmp_path, 0)
     # Room is reserved ahead of the data, so a sync after an append need not grow the file.
@@ -264,9 +264,9 @@ def test_journal_is_preallocated_and_cut_to_its_used_length_on_roll_and_close(tm
     assert first.read_bytes() == b"a" * 100
 
     small = JournalWriter(tmp_path, 1, file_max_bytes=1000, fsync=True)
-    small.append(b"b" * 600)
+    small.append([b"b" * 600])
     assert not small.maybe_roll()
-    small.append(b"c" * 600)  # past the limit: the next roll starts file 2
+    small.append([b"c" * 600])  # past the limit: the next roll starts file 2
     assert journal_path(tmp_path, 1).stat().st_size >= 1200
     assert small.maybe_roll()
     assert journal_path(tmp_path, 1).read_bytes() == b"b" * 600 + b"c" * 600  # cut before file 2 exists
@@ -310,7 +310,7 @@ def test_replay_cuts_the_zero_tail_so_a_later_file_does_not_make_it_damage(tmp_p
     first = replay_journal(journal_dir, start, repair=False, fsync=False, handle=lambda body: None)
     assert old.stat().st_size == used and first.truncated == []
     writer = JournalWriter(journal_dir, first.last_seq + 1, 64 * 2**20, fsync=False)
-    writer.append(b"".join(records.encode_master_key(LG[0], LG[1], b"k" * 20)))
+    writer.append(records.encode_master_key(LG[0], LG[1], b"k" * 20))
     writer.close()
     second = replay_journal(journal_dir, start, repair=False, fsync=False, handle=lambda body: None)
     assert second.records == first.records + 1 and second.skipped == []
@@ -334,3 +334,31 @@ def test_zeros_ending_a_file_that_is_not_the_last_are_damage(tmp_path: Path) -> 
                        fsync=False, handle=lambda body: None)
     assert str(victim) in str(err.value) and f"offset={offset}" in str(err.value)
     assert journal_path(data_dir / "journal", int(victim.stem, 16)) == victim
+
+
+def test_synced_journal_pages_are_given_back_a_mib_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The journal is read only at replay: after an fdatasync, whole synced pages are dropped
+    from the page cache (once at least PAGE_CACHE_DROP_BYTES piled up), never the unsynced."""
+    import mmap
+
+    from bookie.storage import journal as journal_module
+
+    calls: list[tuple[int, int]] = []
+    monkeypatch.setattr(journal_module.os, "posix_fadvise",
+                        lambda fd, offset, length, advice: calls.append((offset, length)))
+    writer = journal_module.JournalWriter(tmp_path, 0, file_max_bytes=64 * 2**20, fsync=True)
+    step = journal_module.PAGE_CACHE_DROP_BYTES // 3 + 1
+    writer.append([b"x" * step])
+    writer.sync()
+    writer.append([b"y" * step])
+    writer.append([b"z" * step])
+    assert calls == []  # written but not yet synced, or too little: nothing dropped
+    writer.sync()
+    page = mmap.PAGESIZE
+    assert calls == [(0, 3 * step // page * page)]
+    writer.append([b"w" * journal_module.PAGE_CACHE_DROP_BYTES])
+    writer.sync()
+    end = (3 * step + journal_module.PAGE_CACHE_DROP_BYTES) // page * page
+    assert calls[1] == (calls[0][1], end - calls[0][1])  # from where the last drop ended
+    writer.close()
+    assert journal_module.journal_path(tmp_path, 0).read_bytes()[:step] == b"x" * step

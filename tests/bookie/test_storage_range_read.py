@@ -8,6 +8,7 @@ from typing import Iterator
 
 import pytest
 
+from bookie import crc_batch
 from bookie.status import Status
 from bookie.storage import BookieStorage, range_read
 from bookie.storage.range_read import RangeRead
@@ -66,8 +67,12 @@ def flip(data_dir: Path, needle: bytes, at: int) -> None:
     raise AssertionError("needle not found in any entry log")
 
 
-@pytest.mark.parametrize("size", [None, 100], ids=["mixed lengths", "equal lengths"])
-def test_one_run_in_one_pread_matches_read_range(engine: BookieStorage, size: int | None) -> None:
+@pytest.mark.parametrize("size, batched", [(None, False), (100, False), (100, True)],
+                         ids=["mixed lengths", "equal lengths", "equal lengths, crcs checked at once"])
+def test_one_run_in_one_pread_matches_read_range(engine: BookieStorage, size: int | None, batched: bool,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    if batched:
+        monkeypatch.setattr(crc_batch, "PIECES_MIN", 1)
     assert add_ids(engine, LG, range(500), size=size) == Status.OK
     before = engine.stats()["read_preads"]
     answer = read(engine, 0, 499)
@@ -101,10 +106,13 @@ def test_striped_entries_are_one_pread_and_one_run_each(engine: BookieStorage) -
     assert entries_of(answer) == {e: payload(LG, e) for e in mine}
 
 
-@pytest.mark.parametrize("size", [None, 200], ids=["mixed lengths", "equal lengths"])
+@pytest.mark.parametrize("size, batched", [(None, False), (200, False), (200, True)],
+                         ids=["mixed lengths", "equal lengths", "equal lengths, crcs checked at once"])
 @pytest.mark.parametrize("where", ["data", "header entry id", "header crc"])
 def test_a_damaged_copy_in_the_middle_splits_the_run_and_is_unknown(
-        tmp_path: Path, size: int | None, where: str) -> None:
+        tmp_path: Path, size: int | None, batched: bool, where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if batched:  # the one-pass crc check of bookie.crc_batch, which 40 entries are too few for
+        monkeypatch.setattr(crc_batch, "PIECES_MIN", 1)
     engine = open_engine(tmp_path / "d")
     try:
         assert add_ids(engine, LG, range(40), size=size) == Status.OK

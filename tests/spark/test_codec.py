@@ -149,10 +149,11 @@ def blob_of(stored: list[bytes]) -> tuple[bytes, np.ndarray]:
 def test_decode_blob_matches_decode_entry(digest_type: str, sizes: str) -> None:
     rnd = random.Random(SEED)
     d = Digest.for_ledger(digest_type, b"pw")
-    payloads = [rnd.randbytes(100 if sizes == "equal" else rnd.randrange(0, 300)) for _ in range(700)]
+    # 1,500 entries: enough for the one-pass crc check of equal sizes (bookie.crc_batch.PIECES_MIN)
+    payloads = [rnd.randbytes(100 if sizes == "equal" else rnd.randrange(0, 300)) for _ in range(1_500)]
     stored = entries(d, 2**40, payloads, scope=2**64 - 1, lid=2**63)
     run = codec.decode_blob(d, 2**64 - 1, 2**63, 2**40, *blob_of(stored))
-    assert run.error is None and run.count == 700
+    assert run.error is None and run.count == 1_500
     assert run.payloads.to_pylist() == [
         decode_entry(d, x, 2**64 - 1, 2**63, 2**40 + i).payload for i, x in enumerate(stored)]
 
@@ -167,7 +168,11 @@ def test_decode_blob_matches_decode_entry(digest_type: str, sizes: str) -> None:
     ("ledger id", "bytes belong to entry 1037 of ledger 00000000000000000000000000000019"),
     ("flags", "unsupported entry format or digest"),
 ])
-def test_a_bad_entry_in_the_middle_of_a_run_is_named(sizes: str, damage: str, why: str) -> None:
+@pytest.mark.parametrize("batched", [False, True], ids=["crc per entry", "crcs checked at once"])
+def test_a_bad_entry_in_the_middle_of_a_run_is_named(sizes: str, damage: str, why: str, batched: bool,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    if batched:  # bookie.crc_batch's one-pass check (for equal sizes), which 100 entries are too few for
+        monkeypatch.setattr(codec, "PIECES_MIN", 1)
     d = Digest.for_ledger("crc32c")
     payloads = [bytes([i]) * (50 if sizes == "equal" else 20 + i) for i in range(100)]
     stored = entries(d, 1000, payloads)
