@@ -33,6 +33,7 @@ from bookie.proto.add_framing import (
     frame,
     parse_hello,
     prepare_socket,
+    recv_exactly,
     start_frames,
 )
 
@@ -41,17 +42,6 @@ log = logging.getLogger(__name__)
 HELLO_TIMEOUT_S = 5.0
 CONNECTIONS_MAX_DEFAULT = 256
 _ACCEPT_ERROR_PAUSE_S = 0.1  # e.g. out of file descriptors: do not spin
-
-
-def _recv_exactly(conn: socket.socket, n: int) -> bytes:
-    """n bytes, or fewer if the peer closes first (unbuffered: nothing after them is consumed)."""
-    data = b""
-    while len(data) < n:
-        chunk = conn.recv(n - len(data))
-        if not chunk:
-            break
-        data += chunk
-    return data
 
 
 class AddListener:
@@ -103,7 +93,7 @@ class AddListener:
         try:
             prepare_socket(conn)
             conn.settimeout(HELLO_TIMEOUT_S)
-            version = parse_hello(_recv_exactly(conn, HELLO_BYTES))
+            version = parse_hello(recv_exactly(conn, HELLO_BYTES))
             conn.sendall(HELLO)  # our version: a client of another version closes and says so
             if version != VERSION:
                 log.warning("add connection closed peer=%s reason=client speaks add protocol version %d, this bookie %d",

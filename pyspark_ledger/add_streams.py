@@ -44,6 +44,7 @@ from bookie.proto.add_framing import (
     frame,
     parse_hello,
     prepare_socket,
+    recv_exactly,
     split_frames,
     start_frames,
 )
@@ -304,9 +305,7 @@ class SocketAddStream(AddStream):
         try:
             prepare_socket(sock)
             sock.sendall(HELLO)
-            with sock.makefile("rb") as f:
-                reply = f.read(HELLO_BYTES)
-            version = parse_hello(reply)
+            version = parse_hello(recv_exactly(sock, HELLO_BYTES))
             if version != VERSION:
                 raise FramingError(f"the bookie speaks add protocol version {version}, this client {VERSION}")
             start_frames(sock)

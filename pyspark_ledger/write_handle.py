@@ -188,7 +188,6 @@ class WriteHandle(ReadHandle):
         self._sender_wake = threading.Condition(lock)
         self._submit_lock = threading.Lock()  # serialises callers: ids, encoding, order of `_pending`
         self._sender_idle = False  # the sender waits for work (under the lock): adds must wake it
-        self._room_waiters = 0  # add callers (backpressure) and close waiting on _cond
         self._future_cond = threading.Condition()  # shared by this handle's add futures
         self._poller = client.pool.poller
         self._write_sets: tuple[tuple[str, ...], ...] = ()
@@ -257,11 +256,7 @@ class WriteHandle(ReadHandle):
                     left = deadline - time.monotonic()
                     if left <= 0:
                         raise AddTimeoutError(f"ledger {self.ledger_id}: too many adds in flight for {BACKPRESSURE_TIMEOUT_S:g} s")
-                    self._room_waiters += 1
-                    try:
-                        self._cond.wait(left)
-                    finally:
-                        self._room_waiters -= 1
+                    self._cond.wait(left)
                     now = time.monotonic()
                 if self._error is not None:
                     raise self._error
@@ -299,11 +294,7 @@ class WriteHandle(ReadHandle):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                self._room_waiters += 1
-                try:
-                    self._cond.wait(min(left, 0.1))
-                finally:
-                    self._room_waiters -= 1
+                self._cond.wait(min(left, 0.1))
             stuck = list(self._pending)
             error = self._error
         if stuck:
@@ -459,7 +450,7 @@ class WriteHandle(ReadHandle):
                         p.acked.append(bookie_id)
                 if not self._collect_completed():
                     return  # no entry completed: nobody to wake, nothing to resolve
-                if self._room_waiters:
+                if self._cond._waiters:  # type: ignore[attr-defined] # as in _complete_run
                     self._cond.notify_all()  # room freed: wake add callers and close, not the sender
             elif status in (Status.FENCED, Status.UNAUTHORIZED):
                 fenced = LedgerFencedError(

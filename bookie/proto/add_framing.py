@@ -45,6 +45,18 @@ def frame(body_parts: list[bytes]) -> bytes:
     return b"".join([FRAME_HEADER.pack(size), *body_parts])
 
 
+def recv_exactly(sock: socket.socket, n: int) -> bytes:
+    """n bytes, or fewer if the peer closes first; unbuffered, so nothing after them is consumed
+    (the hello exchange, before frames start)."""
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
 class FrameReader:
     """Frame bodies from a blocking socket: one recv per frame while frames are small (a read
     takes whatever arrived, often several frames), and a frame larger than what arrived is read

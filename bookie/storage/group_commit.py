@@ -69,10 +69,8 @@ class JournalQueue:
         # taking items and finishing their write: writes, and so journal order, never interleave.
         self._writing = False
         self._write_done = threading.Condition(self._lock)
-        # Waiter counts: Condition.notify is Python code, skipped on the per-add path when no
-        # one waits (the common case).
-        self._space_waiters = 0
-        self._write_done_waiters = 0
+        # Condition.notify is Python code: the per-add path skips it when the condition's own
+        # waiter list (CPython's Condition._waiters) is empty, the common case.
 
     def has_items(self) -> bool:
         return bool(self._items)
@@ -90,16 +88,11 @@ class JournalQueue:
         After close the reservation succeeds so the caller's push fails with a clear reason."""
         ensure(0 < nbytes <= self._pending_bytes_max, "reservation larger than the bound")
         with self._lock:
-            if not (self._closed or self._pending_bytes + nbytes <= self._pending_bytes_max):
-                self._space_waiters += 1
-                try:
-                    if not self._space.wait_for(
-                        lambda: self._closed or self._pending_bytes + nbytes <= self._pending_bytes_max,
-                        timeout_s,
-                    ):
-                        return False
-                finally:
-                    self._space_waiters -= 1
+            if not self._space.wait_for(
+                lambda: self._closed or self._pending_bytes + nbytes <= self._pending_bytes_max,
+                timeout_s,
+            ):
+                return False
             self._pending_bytes += nbytes
             return True
 
@@ -109,7 +102,7 @@ class JournalQueue:
         with self._lock:
             self._pending_bytes -= nbytes
             ensure(self._pending_bytes >= 0, "pending bytes went negative")
-            if self._space_waiters:
+            if self._space._waiters:  # type: ignore[attr-defined]
                 self._space.notify_all()
 
     def push(self, item: JournalItem) -> bool:
@@ -137,18 +130,14 @@ class JournalQueue:
             self._writing = False
             if self._items and self._taker_waiting:
                 self._work.notify()
-            if self._write_done_waiters:
+            if self._write_done._waiters:  # type: ignore[attr-defined]
                 self._write_done.notify_all()
 
     def wait_no_writer(self, timeout_s: float) -> bool:
         """Wait (bounded) until no one is writing: shutdown must not close files under an
         inline writer. True if idle."""
         with self._lock:
-            self._write_done_waiters += 1
-            try:
-                return self._write_done.wait_for(lambda: not self._writing, timeout_s)
-            finally:
-                self._write_done_waiters -= 1
+            return self._write_done.wait_for(lambda: not self._writing, timeout_s)
 
     def close(self) -> None:
         with self._lock:
@@ -221,7 +210,6 @@ class GroupCommitter:
         self._handoff_lock = threading.Lock()
         self._handoff_ready = threading.Condition(self._handoff_lock)
         self._handoff_space = threading.Condition(self._handoff_lock)
-        self._handoff_space_waiters = 0  # the journal thread, when the pipeline is full
         self._journal_done = False
         self._applying = False  # a group is being applied (by either thread); guarded by _handoff_lock
         self._journal_thread = threading.Thread(target=self._journal_loop, name="bookie-journal",
@@ -309,15 +297,16 @@ class GroupCommitter:
     def _done_applying(self) -> None:
         with self._handoff_lock:
             self._applying = False
-            if self._handoff_space_waiters:
+            if self._handoff_space._waiters:  # type: ignore[attr-defined] # the journal thread, when the pipeline is full
                 self._handoff_space.notify()
 
     def _write(self, group: list[JournalItem]) -> JournalPosition | None:
         """Write and fdatasync one group; None if the journal failed."""
         stats = self._stats
         try:
-            parts = [part for item in group for part in item.parts]
-            end = self._writer.append(parts)
+            start = self._writer.position.offset
+            end = self._writer.append([part for item in group for part in item.parts])
+            group_bytes = end.offset - start
             latency_s = self._writer.sync()
             if self._writer.maybe_roll():
                 # Same point in the journal, but lets the next checkpoint delete the full file.
@@ -329,7 +318,7 @@ class GroupCommitter:
             return None
         stats.groups += 1
         stats.group_records += len(group)
-        stats.journal_bytes += sum(map(len, parts))
+        stats.journal_bytes += group_bytes
         if latency_s:
             stats.fsyncs += 1
             stats.fsync_latency.record(latency_s)
@@ -338,11 +327,7 @@ class GroupCommitter:
     def _hand_off(self, group: list[JournalItem], end: JournalPosition | None) -> None:
         with self._handoff_lock:
             while len(self._handoff) >= APPLY_PIPELINE_GROUPS_MAX:
-                self._handoff_space_waiters += 1
-                try:
-                    self._handoff_space.wait(APPLY_HANDOFF_WAIT_S)
-                finally:
-                    self._handoff_space_waiters -= 1
+                self._handoff_space.wait(APPLY_HANDOFF_WAIT_S)
             self._handoff.append((group, end))
             self._handoff_ready.notify()
 

@@ -10,9 +10,8 @@ import threading
 import pytest
 
 from bookie.add_handler import AddOutcome, encode_add_response
-from bookie.proto import bookie_pb2 as pb
-from bookie.status import Status
 from bookie.proto import add_framing
+from bookie.proto import bookie_pb2 as pb
 from bookie.proto.add_framing import (
     FRAME_BYTES_MAX,
     HELLO,
@@ -24,9 +23,10 @@ from bookie.proto.add_framing import (
     frame,
     parse_hello,
     set_keepalive,
-    split_frames,
     set_send_timeout,
+    split_frames,
 )
+from bookie.status import Status
 
 
 def header(size: int) -> bytes:

@@ -18,7 +18,7 @@ import pytest
 from bookie.add_handler import AddOutcome
 from bookie.add_listener import AddListener
 from bookie.proto import bookie_pb2 as pb
-from bookie.proto.add_framing import FRAME_BYTES_MAX, HELLO, HELLO_BYTES, MAGIC, frame
+from bookie.proto.add_framing import FRAME_BYTES_MAX, HELLO, HELLO_BYTES, MAGIC, frame, recv_exactly
 from bookie.status import Status
 from metadata import BookieRegistry, open_store
 from pyspark_ledger.bookie_client import BookieClient
@@ -48,25 +48,22 @@ def connect(address: str) -> socket.socket:
     return socket.create_connection((host, int(port)), timeout=WAIT_S)
 
 
-def recv_exactly(sock: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        assert chunk, f"connection closed after {len(out)} of {n} bytes"
-        out += chunk
-    return out
+def recv_all(sock: socket.socket, n: int) -> bytes:
+    data = recv_exactly(sock, n)
+    assert len(data) == n, f"connection closed after {len(data)} of {n} bytes"
+    return data
 
 
 def connect_and_greet(address: str) -> socket.socket:
     sock = connect(address)
     sock.sendall(HELLO)
-    assert recv_exactly(sock, HELLO_BYTES) == HELLO
+    assert recv_all(sock, HELLO_BYTES) == HELLO
     return sock
 
 
 def read_response(sock: socket.socket) -> pb.AddResponse:
-    (size,) = struct.unpack(">I", recv_exactly(sock, 4))
-    return pb.AddResponse.FromString(recv_exactly(sock, size))
+    (size,) = struct.unpack(">I", recv_all(sock, 4))
+    return pb.AddResponse.FromString(recv_all(sock, size))
 
 
 def until_closed(sock: socket.socket) -> bytes:

@@ -15,7 +15,7 @@ from typing import Callable
 import pytest
 
 from bookie.proto import bookie_pb2 as pb
-from bookie.proto.add_framing import HELLO, HELLO_BYTES, FrameReader, FramingError, frame
+from bookie.proto.add_framing import HELLO, HELLO_BYTES, FrameReader, FramingError, frame, recv_exactly
 from bookie.status import Status
 from pyspark_ledger import write_handle
 from pyspark_ledger.add_streams import SocketAddStream
@@ -69,7 +69,7 @@ class FakeAddListener:
 
     def _serve(self, conn: socket.socket, n: int) -> None:
         try:
-            if conn.recv(HELLO_BYTES, socket.MSG_WAITALL) != HELLO:
+            if recv_exactly(conn, HELLO_BYTES) != HELLO:
                 return
             conn.sendall(HELLO)
             frames = FrameReader(conn)

@@ -111,4 +111,3 @@ def test_adds_go_over_tcp_and_find_a_restarted_bookies_new_add_port(sqlite_uri: 
             # The other two bookies kept their connections.
             for bid in ids[1:]:
                 assert client.pool.get(bid)._stream is streams[bid]
-
