@@ -1,12 +1,14 @@
 """Spark batch throughput of format("ledger") next to Parquet, in one run on one machine.
 
 Starts 3 real bookies (embedded store, fsync on) and a local[2] SparkSession; ledgers are
-written with E=3, W=3, A=2. The same cached DataFrame is written and read through the ledger
-source and as Parquet (local disk, Spark's default snappy), side by side. Reads are forced in
-full with the `noop` sink (a count() on Parquet would read only footers). Each figure is the
-median of --rounds timed runs after one warm-up run (Python workers start on first use); after
-each workload's runs, an untimed sync writes back what it left dirty, so the next workload is
-not measured during the kernel's writeback of the last one.
+written with E=3, W=3, A=2. The session is local_spark_session's, with the executor setting the
+README recommends for reads (spark.executorEnv.MALLOC_ARENA_MAX=1; Parquet runs under it too).
+The same cached DataFrame is written and read through the ledger source and as Parquet (local
+disk, Spark's default snappy), side by side. Reads are forced in full with the `noop` sink (a
+count() on Parquet would read only footers). Each figure is the median of --rounds timed runs
+after one warm-up run (Python workers start on first use); after each workload's runs, an
+untimed sync writes back what it left dirty, so the next workload is not measured during the
+kernel's writeback of the last one.
 
 Workloads:
   arrow  N rows of (id bigint, payload binary(100)) as Arrow entries (arrowBatchRows rows each)

@@ -7,6 +7,7 @@ its own log. Content is compared exactly with exceptAll in both directions plus 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -250,6 +251,17 @@ def test_registered_by_hand_as_well(spark: SparkSession, uri: str, log_name: str
     spark.dataSource.register(LedgerDataSource)
     write(spark.range(5).select(F.col("id").cast("string").cast("binary").alias("payload")), uri, log_name)
     assert read(spark, uri, log_name).count() == 5
+
+
+def test_local_session_starts_python_workers_with_one_malloc_arena(spark: SparkSession) -> None:
+    # local_spark_session's executor setting (READER_EXECUTOR_ENV) reaches the Python workers
+    # (the same daemon-forked workers run reads and RDD functions): glibc reads MALLOC_ARENA_MAX
+    # only at a process's start, so only the workers' own environment shows that it took effect.
+    def arena_max(_: int) -> str:
+        return os.environ.get("MALLOC_ARENA_MAX", "unset")
+
+    seen = set(spark.sparkContext.parallelize(range(4), 2).map(arena_max).collect())
+    assert seen == {os.environ.get("MALLOC_ARENA_MAX", "1")}
 
 
 @pytest.mark.parametrize(
