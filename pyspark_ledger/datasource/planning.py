@@ -19,6 +19,7 @@ from metadata import LedgerId, LedgerMetadata, MetadataError, NoSuchLedgerError
 from metadata.log_record import LogRecord
 from metadata.logs import NoSuchLogError
 from pyspark_ledger.datasource.options import Bound, LedgerSourceOptions, OptionError
+from pyspark_ledger.datasource.worker_gc import freeze_worker_heap
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.read_handle import ReadHandle
 
@@ -164,8 +165,12 @@ def add_fragment_ranges(ranges: list[LedgerRange], seq: int, lid: LedgerId, meta
 
 def open_client(opts: LedgerSourceOptions, *, add_timeout_s: float = 10.0) -> "LedgerClient":
     """A client for this job's metadata service; an unreachable store fails within its connect
-    timeout with a message naming the option."""
+    timeout with a message naming the option. Every piece of the data source that runs in a Spark
+    Python worker (planning, reads, writes, commits) starts here, so this is also where a reused
+    worker freezes what its imports made (worker_gc)."""
     from pyspark_ledger.client import LedgerClient
+
+    freeze_worker_heap()
 
     try:
         return LedgerClient(opts.metadata_uri, add_timeout_s=add_timeout_s)
