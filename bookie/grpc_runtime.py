@@ -19,6 +19,8 @@ from __future__ import annotations
 import os
 from collections.abc import MutableMapping
 
+from bookie.opt_out import opted_out
+
 EXPERIMENTS = ("event_engine_listener",)
 OPT_OUT_ENV = "PYSPARK_LEDGER_GRPC_TUNING"
 
@@ -26,7 +28,7 @@ OPT_OUT_ENV = "PYSPARK_LEDGER_GRPC_TUNING"
 def apply_grpc_tuning(environ: MutableMapping[str, str] = os.environ) -> bool:
     """Turn the EventEngine listener experiment off unless opted out or already configured.
     Returns True if the environment was changed."""
-    if environ.get(OPT_OUT_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+    if opted_out(OPT_OUT_ENV, environ):
         return False
     current = environ.get("GRPC_EXPERIMENTS", "")
     named = {n.strip().lstrip("-") for n in current.split(",") if n.strip()}

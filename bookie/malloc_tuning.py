@@ -12,7 +12,7 @@ bookie's read CPU: reading 100-byte entries, bookie CPU per entry 0.60 -> 0.37 u
 A no-op off glibc, when opted out with PYSPARK_LEDGER_MALLOC_TUNING=0, or when the process was
 started with MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_ (the operator's choice wins).
 bookie.server.main applies it at start; Spark executors apply it once per Python worker, when
-they first read (pyspark_ledger/datasource/reader.py). A leaf module (standard library only), so
+they first read (pyspark_ledger/datasource/reader.py). A leaf module (the standard library and bookie.opt_out only), so
 the client may import it.
 """
 
@@ -21,6 +21,8 @@ from __future__ import annotations
 import ctypes
 import os
 from collections.abc import Mapping
+
+from bookie.opt_out import opted_out
 
 MMAP_THRESHOLD_BYTES = 32 * 2**20
 TRIM_THRESHOLD_BYTES = 64 * 2**20
@@ -31,7 +33,7 @@ _M_MMAP_THRESHOLD = -3
 
 def tune_malloc(environ: Mapping[str, str] = os.environ) -> bool:
     """Apply the settings above to this process; True if they were applied."""
-    if environ.get(OPT_OUT_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+    if opted_out(OPT_OUT_ENV, environ):
         return False
     if "MALLOC_MMAP_THRESHOLD_" in environ or "MALLOC_TRIM_THRESHOLD_" in environ:
         return False

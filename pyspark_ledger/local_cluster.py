@@ -259,7 +259,9 @@ def local_spark_session(app_name: str, *, master: str = "local[2]", log_level: s
         .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
     )
-    settings = {} if "MALLOC_ARENA_MAX" in os.environ else dict(READER_EXECUTOR_ENV)
+    # A variable already in the environment reaches the workers as it is: the operator's choice.
+    settings = {key: value for key, value in READER_EXECUTOR_ENV.items()
+                if key.removeprefix("spark.executorEnv.") not in os.environ}
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)

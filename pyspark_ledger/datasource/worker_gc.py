@@ -23,6 +23,8 @@ import functools
 import gc
 import os
 
+from bookie.opt_out import opted_out
+
 OPT_OUT_ENV = "PYSPARK_LEDGER_GC_FREEZE"
 
 
@@ -30,7 +32,7 @@ OPT_OUT_ENV = "PYSPARK_LEDGER_GC_FREEZE"
 def freeze_worker_heap() -> bool:
     """Freeze the objects alive now, once per process, if this is a reused Spark Python worker
     and the operator did not opt out. True if frozen."""
-    if os.environ.get(OPT_OUT_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+    if opted_out(OPT_OUT_ENV):
         return False
     if not os.environ.get("SPARK_REUSE_WORKER"):
         return False
