@@ -1,0 +1,16 @@
+"""`ensure`: an assertion that survives `python -O` (STYLE.md, after TigerBeetle).
+
+A broken invariant is a bug in this code, not an input to handle: it raises InvariantError, which
+no caller catches, and the simulator reports it as a violation with the seed that found it.
+"""
+
+from __future__ import annotations
+
+
+class InvariantError(AssertionError):
+    """A protocol invariant does not hold: a bug, never a user or network error."""
+
+
+def ensure(condition: bool, what: str) -> None:
+    if not condition:
+        raise InvariantError(what)
