@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from bookie.status import Status
-from pyspark_ledger.bookie_client import BookieClient
-from pyspark_ledger.local_cluster import LocalBookie
+from pyspark_ledger.transport.bookie_client import BookieClient
+from pyspark_ledger.testing.local_cluster import LocalBookie
 
 KEY = b"bench-master-key-000"
 

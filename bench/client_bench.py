@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine_speed import machine_speed_line  # noqa: E402
 
 from pyspark_ledger.client import LedgerClient  # noqa: E402
-from pyspark_ledger.local_cluster import LocalCluster  # noqa: E402
-from pyspark_ledger.zookeeper_server import LocalZooKeeper  # noqa: E402
+from pyspark_ledger.testing.local_cluster import LocalCluster  # noqa: E402
+from pyspark_ledger.testing.zookeeper_server import LocalZooKeeper  # noqa: E402
 
 INFLIGHT_MAX = 5_000
 

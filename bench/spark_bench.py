@@ -44,7 +44,7 @@ from pyspark.sql import functions as F  # noqa: E402
 from machine_speed import machine_speed_line  # noqa: E402
 
 from pyspark_ledger.client import LedgerClient  # noqa: E402
-from pyspark_ledger.local_cluster import LocalCluster, local_spark_session  # noqa: E402
+from pyspark_ledger.testing.local_cluster import LocalCluster, local_spark_session  # noqa: E402
 
 TARGETS = {"arrow write": "75 MB/s", "arrow read": "2.9M rows/s", "raw read": "1.5M rows/s"}
 

@@ -5,7 +5,7 @@ listener (bookie.add_listener). The calling thread reads, submits and answers: a
 journal write runs inline in that thread (no hand-off at all), under load the journal thread
 commits the batches of all streams in shared groups while this one waits. Clients keep one
 request in flight per connection and coalesce whatever accumulates meanwhile into the next, so
-batches grow with load (see pyspark_ledger.bookie_client).
+batches grow with load (see pyspark_ledger.transport.bookie_client).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ import time
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from pyspark_ledger.local_cluster import LocalCluster, local_spark_session
+from pyspark_ledger.testing.local_cluster import LocalCluster, local_spark_session
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StructField, StructType
 
 from pyspark_ledger.client import LedgerClient
-from pyspark_ledger.local_cluster import LocalCluster, local_spark_session
+from pyspark_ledger.testing.local_cluster import LocalCluster, local_spark_session
 
 EVENT = StructType([StructField("id", LongType()), StructField("ts", DoubleType())])
 

@@ -13,9 +13,9 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "LedgerClient": "pyspark_ledger.client",
-    "WriteHandle": "pyspark_ledger.write_handle",
-    "ReadHandle": "pyspark_ledger.read_handle",
-    "LocalCluster": "pyspark_ledger.local_cluster",
+    "WriteHandle": "pyspark_ledger.ledger.write_handle",
+    "ReadHandle": "pyspark_ledger.ledger.read_handle",
+    "LocalCluster": "pyspark_ledger.testing.local_cluster",
     "LedgerId": "metadata",
     "CreateContext": "metadata",
     "CloseContext": "metadata",

@@ -28,12 +28,13 @@ from metadata import (
 )
 from metadata.log_record import LogRecord
 from metadata.logs import LogManager
-from pyspark_ledger.bookie_pool import BookiePool
+from pyspark_ledger.transport.bookie_pool import BookiePool
 from pyspark_ledger.errors import LedgerError
-from pyspark_ledger.placement import PlacementPolicy, RandomPlacement
-from pyspark_ledger.read_handle import ReadHandle
-from pyspark_ledger.recovery import recover_ledger
-from pyspark_ledger.write_handle import WriteHandle
+from pyspark_ledger.ledger.context import LedgerContext
+from pyspark_ledger.protocol.placement import PlacementPolicy, RandomPlacement
+from pyspark_ledger.ledger.read_handle import ReadHandle
+from pyspark_ledger.ledger.recovery import recover_ledger
+from pyspark_ledger.ledger.write_handle import WriteHandle
 
 if TYPE_CHECKING:
     from pyspark_ledger.log import LogReader, LogWriter
@@ -66,6 +67,9 @@ class LedgerClient:
         self.placement: PlacementPolicy = placement or RandomPlacement()
         self.add_timeout_s = add_timeout_s
         self.explicit_lac_interval_ms = explicit_lac_interval_ms
+        # What the handles, recovery and autorecovery see of this client (never the client itself).
+        self.context = LedgerContext(self.ledgers, self.pool, self.placement, add_timeout_s=add_timeout_s,
+                                     explicit_lac_interval_ms=explicit_lac_interval_ms)
         self._handles: list[ReadHandle] = []
 
     def create_ledger(
@@ -104,8 +108,7 @@ class LedgerClient:
         else:
             raise LedgerError("could not find a free ledger id")
         log.info("ledger created ledger=%s ensemble=%s E=%d W=%d A=%d", lid, ensemble, *(ensemble_size, write_quorum_size, ack_quorum_size))
-        handle = WriteHandle(self, meta, version, pw, explicit_lac_interval_ms=self.explicit_lac_interval_ms,
-                             add_timeout_s=self.add_timeout_s)
+        handle = WriteHandle(self.context, meta, version, pw)
         self._handles.append(handle)
         return handle
 
@@ -114,10 +117,10 @@ class LedgerClient:
         lid = LedgerId.parse(ledger_id)
         pw = _password(password)
         if recovery:
-            meta, version = recover_ledger(self, lid, pw)
+            meta, version = recover_ledger(self.context, lid, pw)
         else:
             meta, version = self.ledgers.read(lid)
-        handle = ReadHandle(self, meta, version, pw)
+        handle = ReadHandle(self.context, meta, version, pw)
         self._handles.append(handle)
         return handle
 

@@ -16,7 +16,7 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 from metadata import CloseContext, CreateContext, LedgerId, NoSuchLedgerError
 from metadata.context import now_ms
@@ -25,14 +25,28 @@ from metadata.logs import LogExistsError, LogManager
 from pyspark_ledger.errors import LedgerError, LedgerFencedError
 
 if TYPE_CHECKING:
-    from pyspark_ledger.client import LedgerClient
-    from pyspark_ledger.read_handle import ReadHandle
-    from pyspark_ledger.write_handle import WriteHandle
+    from pyspark_ledger.ledger.read_handle import ReadHandle
+    from pyspark_ledger.ledger.write_handle import WriteHandle
 
 log = logging.getLogger(__name__)
 
 TAIL_WAIT_S = 1.0
 ROLLOVER_CLOSE_TIMEOUT_S = 60.0
+
+
+class LedgerService(Protocol):
+    """What the log layer needs of a client: the log records and ledgers to create, open and
+    delete. LedgerClient satisfies it structurally, so this module never imports the client
+    (which imports this module to offer open_log_writer and friends)."""
+
+    logs: LogManager
+
+    def create_ledger(self, ensemble_size: int, write_quorum_size: int, ack_quorum_size: int, digest_type: str,
+                      password: bytes, *, create_context: CreateContext | None = None) -> "WriteHandle": ...
+
+    def open_ledger(self, ledger_id: LedgerId, recovery: bool = False, password: bytes = b"") -> "ReadHandle": ...
+
+    def delete_ledger(self, ledger_id: LedgerId) -> None: ...
 
 
 class LogFencedError(LedgerFencedError):
@@ -86,7 +100,7 @@ class LogWriter:
 
     def __init__(
         self,
-        client: "LedgerClient",
+        client: LedgerService,
         name: str,
         *,
         create: bool = True,
@@ -290,7 +304,7 @@ class LogWriter:
 
 
 class LogReader:
-    def __init__(self, client: "LedgerClient", name: str, password: bytes = b""):
+    def __init__(self, client: LedgerService, name: str, password: bytes = b""):
         self.client = client
         self.name = name
         self.password = password
@@ -442,7 +456,7 @@ def choose_trim(rec: LogRecord, *, before: Position | None, max_age_ms: int | No
 
 
 def trim_log(
-    client: "LedgerClient",
+    client: LedgerService,
     name: str,
     *,
     before: Position | None = None,
@@ -488,6 +502,6 @@ def trim_log(
     return pending
 
 
-def set_retention(client: "LedgerClient", name: str, *, max_age_s: float | None, max_size_bytes: int | None) -> None:
+def set_retention(client: LedgerService, name: str, *, max_age_s: float | None, max_size_bytes: int | None) -> None:
     ret = Retention(None if max_age_s is None else int(max_age_s * 1000), max_size_bytes)
     client.logs.update(name, lambda r: r.with_retention(ret))

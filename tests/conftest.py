@@ -9,7 +9,7 @@ from typing import Iterator
 import pytest
 
 from metadata import MetadataStore, open_store
-from pyspark_ledger.zookeeper_server import LocalZooKeeper
+from pyspark_ledger.testing.zookeeper_server import LocalZooKeeper
 
 
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from pyspark_ledger import zookeeper_server
-from pyspark_ledger.zookeeper_server import free_port
+from pyspark_ledger.testing import zookeeper_server
+from pyspark_ledger.testing.zookeeper_server import free_port
 
 
 def test_free_ports_lie_below_the_ephemeral_range_and_never_repeat() -> None:

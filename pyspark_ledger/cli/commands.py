@@ -129,7 +129,7 @@ def deleteledger(client: "LedgerClient", args: argparse.Namespace) -> int:
 
 
 def recover(client: "LedgerClient", args: argparse.Namespace) -> int:
-    from pyspark_ledger.rereplication import fragments_on, rereplicate
+    from pyspark_ledger.autorecovery.rereplication import fragments_on, rereplicate
 
     if bool(args.ledger) == bool(args.bookie):
         raise ValueError("give exactly one of LEDGER or --bookie")
@@ -155,7 +155,7 @@ def recover(client: "LedgerClient", args: argparse.Namespace) -> int:
                     meta = client.open_ledger(lid, recovery=True, password=password).metadata
             if args.bookie and not args.no_rereplicate and fragments_on(meta, args.bookie):
                 if meta.is_closed:
-                    moved = rereplicate(client, lid, args.bookie, password, dry_run=args.dry_run)
+                    moved = rereplicate(client.context, lid, args.bookie, password, dry_run=args.dry_run)
                     actions += [f"fragment {i}: {args.bookie} -> {new}" for i, new in moved]
                 else:
                     actions.append(f"re-replicate fragments from {args.bookie}")
@@ -298,9 +298,9 @@ def quorums(_client: None, args: argparse.Namespace) -> int:
 
 
 def listorphaned(client: "LedgerClient", args: argparse.Namespace) -> int:
-    from pyspark_ledger.auditor import Auditor
+    from pyspark_ledger.autorecovery.auditor import Auditor
 
-    orphans = Auditor(client).list_orphans()
+    orphans = Auditor(client.context).list_orphans()
     if args.json:
         print_json([{"ledger": str(o.ledger_id), "reason": o.reason, "detail": o.detail} for o in orphans])
         return 0
@@ -334,9 +334,9 @@ def predictlifespan(client: "LedgerClient", args: argparse.Namespace) -> int:
 
 
 def auditor(client: "LedgerClient", args: argparse.Namespace) -> int:
-    from pyspark_ledger.auditor import Auditor
+    from pyspark_ledger.autorecovery.auditor import Auditor
 
-    aud = Auditor(client, grace_period_s=args.grace_period_s, scan_rate_per_s=args.rate)
+    aud = Auditor(client.context, grace_period_s=args.grace_period_s, scan_rate_per_s=args.rate)
     passes = 1 if args.interval_s is None else args.passes
     n = 0
     while passes is None or n < passes:

@@ -32,8 +32,8 @@ import pyarrow.compute as pc
 
 from bookie.crc_batch import PIECES_MIN, all_match, byte_tables, shift
 from metadata import DigestType
-from pyspark_ledger.digest import Digest
-from pyspark_ledger.entry_format import (  # noqa: PLC2701 - the one header layout
+from pyspark_ledger.protocol.digest import Digest
+from pyspark_ledger.protocol.entry_format import (  # noqa: PLC2701 - the one header layout
     _HEADER,
     FORMAT_VERSION,
     HEADER_BYTES,
@@ -136,7 +136,7 @@ def run_views(data: bytes, lengths: np.ndarray) -> list[memoryview]:
 def decode_run(digest: Digest, scope_id: int, ledger_id: int, first_entry_id: int,
                entries: Sequence[bytes]) -> DecodedRun:
     """Verify consecutive stored entries (first_entry_id, first_entry_id+1, ...) exactly as
-    pyspark_ledger.entry_format.decode_entry does, but in bulk. Returns the payloads of the
+    pyspark_ledger.protocol.entry_format.decode_entry does, but in bulk. Returns the payloads of the
     longest valid prefix; `error` says what was wrong with the first bad entry, if any."""
     if len(entries) == 0:
         return DecodedRun(first_entry_id, pa.array([], pa.binary()))

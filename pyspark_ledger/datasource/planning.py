@@ -21,7 +21,7 @@ from metadata.logs import NoSuchLogError
 from pyspark_ledger.datasource.options import Bound, LedgerSourceOptions, OptionError
 from pyspark_ledger.datasource.worker_gc import freeze_worker_heap
 from pyspark_ledger.errors import LedgerError
-from pyspark_ledger.read_handle import ReadHandle
+from pyspark_ledger.ledger.read_handle import ReadHandle
 
 if TYPE_CHECKING:
     from pyspark_ledger.client import LedgerClient
@@ -88,7 +88,7 @@ def shape_of(client: "LedgerClient", opts: LedgerSourceOptions) -> SourceShape:
 def last_readable(client: "LedgerClient", meta: LedgerMetadata, version: int, opts: LedgerSourceOptions) -> int:
     if meta.is_closed:
         return meta.last_entry_id  # type: ignore[return-value]
-    handle = ReadHandle(client, meta, version, opts.password)
+    handle = ReadHandle(client.context, meta, version, opts.password)
     try:
         return handle.last_add_confirmed()
     finally:

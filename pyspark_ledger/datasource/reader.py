@@ -31,10 +31,10 @@ from bookie.malloc_tuning import tune_malloc
 from bookie.status import Status
 from pyspark_ledger.datasource import codec
 from pyspark_ledger.datasource.planning import LedgerRange, open_client
-from pyspark_ledger.digest import Digest
+from pyspark_ledger.protocol.digest import Digest
 from pyspark_ledger.errors import LedgerError
-from pyspark_ledger.read_handle import ReadHandle
-from pyspark_ledger.run_response import Run, RunResponse
+from pyspark_ledger.ledger.read_handle import ReadHandle
+from pyspark_ledger.transport.run_response import Run, RunResponse
 
 if TYPE_CHECKING:
     from pyspark_ledger.client import LedgerClient
@@ -105,7 +105,7 @@ class RangeReader:
         """first..last through the client's failover reads (each entry from its write set)."""
         with self._handle_lock:
             if self._handle is None:
-                self._handle = ReadHandle(self.client, self.rng.metadata, self.rng.metadata_version, self.spec.password)
+                self._handle = ReadHandle(self.client.context, self.rng.metadata, self.rng.metadata_version, self.spec.password)
             handle = self._handle
         payloads = [e.payload for e in handle.read_planned(first, last)]
         if self.spec.payload_format == "raw":

@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from concurrent.futures import Future
 
     from pyspark_ledger.client import LedgerClient
-    from pyspark_ledger.write_handle import WriteHandle
+    from pyspark_ledger.ledger.write_handle import WriteHandle
 
 log = logging.getLogger(__name__)
 

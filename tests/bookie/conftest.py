@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pyspark_ledger.local_cluster import LocalBookie
+from pyspark_ledger.testing.local_cluster import LocalBookie
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from typing import Sequence
 
 from bookie.proto import bookie_pb2 as pb
 from bookie.status import Status
-from pyspark_ledger.bookie_client import BookieClient
+from pyspark_ledger.transport.bookie_client import BookieClient
 
 KEY = b"K" * 20
 

@@ -21,8 +21,8 @@ from bookie.proto import bookie_pb2 as pb
 from bookie.proto.add_framing import FRAME_BYTES_MAX, HELLO, HELLO_BYTES, MAGIC, frame, recv_exactly
 from bookie.status import Status
 from metadata import BookieRegistry, open_store
-from pyspark_ledger.bookie_client import BookieClient
-from pyspark_ledger.local_cluster import LocalBookie
+from pyspark_ledger.transport.bookie_client import BookieClient
+from pyspark_ledger.testing.local_cluster import LocalBookie
 from tests.bookie.server_helpers import KEY, check_mixed_answers, mixed_add_requests
 
 WAIT_S = 20.0

@@ -14,9 +14,9 @@ from bookie.disk_monitor import DiskMonitor, next_read_only
 from bookie.proto import bookie_pb2 as pb
 from bookie.status import Status
 from metadata import BookieRegistry, open_store
-from pyspark_ledger.bookie_client import BookieClient
-from pyspark_ledger.local_cluster import LocalBookie
-from pyspark_ledger.zookeeper_server import free_port
+from pyspark_ledger.transport.bookie_client import BookieClient
+from pyspark_ledger.testing.local_cluster import LocalBookie
+from pyspark_ledger.testing.zookeeper_server import free_port
 from tests.bookie.server_helpers import KEY, add_sync, flip_stored_copies, read_all
 
 LEDGER = (0, 5)

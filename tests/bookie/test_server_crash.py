@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from bookie.status import Status
-from pyspark_ledger.bookie_client import BookieClient
-from pyspark_ledger.local_cluster import LocalBookie
+from pyspark_ledger.transport.bookie_client import BookieClient
+from pyspark_ledger.testing.local_cluster import LocalBookie
 from tests.bookie.server_helpers import KEY, Acks, add_sync, read_all
 
 RUNS = 20

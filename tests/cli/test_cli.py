@@ -15,7 +15,7 @@ import pytest
 from metadata import CloseContext, CreateContext, LedgerId, LedgerState
 from pyspark_ledger.cli import main
 from pyspark_ledger.client import LedgerClient
-from pyspark_ledger.local_cluster import LocalCluster
+from pyspark_ledger.testing.local_cluster import LocalCluster
 
 REPO = Path(__file__).resolve().parents[2]
 

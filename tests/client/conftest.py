@@ -8,7 +8,7 @@ from typing import Callable, Iterator
 import pytest
 
 from pyspark_ledger.client import LedgerClient
-from pyspark_ledger.local_cluster import LocalCluster
+from pyspark_ledger.testing.local_cluster import LocalCluster
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ from concurrent.futures import FIRST_COMPLETED, wait
 
 import pytest
 
-from pyspark_ledger.add_poller import AddPoller
-from pyspark_ledger.write_handle import _AddFuture, _complete_run, _Pending
+from pyspark_ledger.transport.add_poller import AddPoller
+from pyspark_ledger.ledger.write_handle import _AddFuture, _complete_run, _Pending
 
 # No connections: waiters find nothing to read and wait for other threads, as with gRPC adds.
 _POLLER = AddPoller("test-add-future")

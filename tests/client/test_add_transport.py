@@ -1,4 +1,4 @@
-"""The client's plain-TCP add stream (pyspark_ledger.add_streams.SocketAddStream) against a fake
+"""The client's plain-TCP add stream (pyspark_ledger.transport.add_streams.SocketAddStream) against a fake
 add listener in this process: one request in flight with the rest coalesced, timeouts and broken
 connections fail the pending adds and the next add reconnects, an unreachable listener fails fast.
 Also the writer's split of a bookie's entries into bounded batches (write_handle._batches)."""
@@ -17,11 +17,11 @@ import pytest
 from bookie.proto import bookie_pb2 as pb
 from bookie.proto.add_framing import HELLO, HELLO_BYTES, FrameReader, FramingError, frame, recv_exactly
 from bookie.status import Status
-from pyspark_ledger import write_handle
-from pyspark_ledger.add_streams import SocketAddStream
-from pyspark_ledger.bookie_client import BookieClient
+from pyspark_ledger.ledger import write_handle
+from pyspark_ledger.transport.add_streams import SocketAddStream
+from pyspark_ledger.transport.bookie_client import BookieClient
 from pyspark_ledger.errors import BookieUnavailableError
-from pyspark_ledger.zookeeper_server import free_port
+from pyspark_ledger.testing.zookeeper_server import free_port
 from tests.bookie.server_helpers import KEY, Acks
 
 WAIT_S = 20.0
@@ -370,7 +370,7 @@ def test_batches_of_entries_at_the_bounds(monkeypatch: pytest.MonkeyPatch) -> No
     assert split([]) == []  # nothing to send: no empty batch
 
 
-# ---- who reads the answers (pyspark_ledger.add_poller) ------------------------------------------
+# ---- who reads the answers (pyspark_ledger.transport.add_poller) --------------------------------
 
 def wait_reading(client: BookieClient, done: threading.Event) -> None:
     """What an add future's waiter does: read the answers itself, or, while another thread

@@ -10,7 +10,7 @@ from bookie.status import Status
 from metadata import CloseContext, LedgerId, LedgerState, NoSuchLedgerError
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.errors import BadPasswordError, LedgerFencedError, ReadError
-from pyspark_ledger.local_cluster import LocalCluster
+from pyspark_ledger.testing.local_cluster import LocalCluster
 
 
 def test_round_trip_and_id_forms(client: LedgerClient) -> None:
@@ -96,8 +96,8 @@ def test_corrupt_replica_is_read_from_another(client: LedgerClient) -> None:
     meta = client.ledger_metadata(w.ledger_id)
     first = meta.segments[0].bookies[0]  # the replica a reader tries first for entry 0
     key = (0, w.ledger_id.id)
-    from pyspark_ledger.digest import Digest, master_key
-    from pyspark_ledger.entry_format import encode_entry
+    from pyspark_ledger.protocol.digest import Digest, master_key
+    from pyspark_ledger.protocol.entry_format import encode_entry
 
     forged = bytearray(encode_entry(Digest.for_ledger("crc32c"), 0, key[1], 0, -1, 4, b"good"))
     forged[-1] ^= 0xFF  # right header, payload damaged after the digest was computed

@@ -16,7 +16,7 @@ import pytest
 from metadata import LedgerState
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.errors import LedgerError
-from pyspark_ledger.local_cluster import LocalCluster
+from pyspark_ledger.testing.local_cluster import LocalCluster
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pyspark_ledger.digest import Digest, mac_key, master_key
-from pyspark_ledger.entry_format import HEADER_BYTES, decode_entry, encode_entry, entry_encoder
+from pyspark_ledger.protocol.digest import Digest, mac_key, master_key
+from pyspark_ledger.protocol.entry_format import HEADER_BYTES, decode_entry, encode_entry, entry_encoder
 from pyspark_ledger.errors import DigestMismatchError, EntryFormatError
 
 VECTORS = json.loads((Path(__file__).resolve().parents[1] / "vectors" / "entry_format_v2.json").read_text())["cases"]

@@ -14,7 +14,7 @@ import pytest
 from metadata import LedgerId, LedgerState, NoSuchLedgerError
 from metadata.log_record import LogRecord
 from pyspark_ledger.client import LedgerClient
-from pyspark_ledger.local_cluster import LocalCluster
+from pyspark_ledger.testing.local_cluster import LocalCluster
 from pyspark_ledger.log import LogFencedError, Position, choose_trim
 from tests.client import log_workers
 

@@ -9,7 +9,7 @@ from google.protobuf.message import DecodeError
 
 from bookie.proto import bookie_pb2 as pb
 from bookie.proto.wire import encode_varint
-from pyspark_ledger.run_response import MalformedResponse, parse_run_response
+from pyspark_ledger.transport.run_response import MalformedResponse, parse_run_response
 
 
 def _same(raw: bytes) -> None:

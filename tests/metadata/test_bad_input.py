@@ -7,7 +7,7 @@ import time
 import pytest
 
 from metadata import InvalidUriError, MetadataUnavailableError, open_store, parse_uri
-from pyspark_ledger.zookeeper_server import free_port
+from pyspark_ledger.testing.zookeeper_server import free_port
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ import pytest
 
 from metadata import BookieInfo, BookieRegistry, MetadataStore, open_store
 from metadata.zookeeper_store import ZooKeeperStore
-from pyspark_ledger.zookeeper_server import LocalZooKeeper, expire_session
+from pyspark_ledger.testing.zookeeper_server import LocalZooKeeper, expire_session
 
 REPO = Path(__file__).resolve().parents[2]
 

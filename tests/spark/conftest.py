@@ -14,7 +14,7 @@ from typing import Iterator
 import pytest
 
 from pyspark_ledger.client import LedgerClient
-from pyspark_ledger.local_cluster import LocalCluster, local_spark_session
+from pyspark_ledger.testing.local_cluster import LocalCluster, local_spark_session
 
 import pyspark  # a dependency: the test command installs it, so Spark tests always run
 

@@ -9,7 +9,7 @@ import sys
 
 from pyspark.sql import functions as F
 
-from pyspark_ledger.local_cluster import local_spark_session
+from pyspark_ledger.testing.local_cluster import local_spark_session
 
 
 def main() -> None:

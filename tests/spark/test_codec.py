@@ -12,8 +12,8 @@ import pyarrow as pa
 import pytest
 
 from pyspark_ledger.datasource import codec
-from pyspark_ledger.digest import Digest
-from pyspark_ledger.entry_format import HEADER_BYTES, decode_entry, encode_entry
+from pyspark_ledger.protocol.digest import Digest
+from pyspark_ledger.protocol.entry_format import HEADER_BYTES, decode_entry, encode_entry
 
 SEED = 20261121
 

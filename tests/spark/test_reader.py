@@ -16,8 +16,8 @@ from pyspark_ledger.datasource import codec
 from pyspark_ledger.datasource.options import parse_options
 from pyspark_ledger.datasource.planning import LedgerRange, plan_ranges
 from pyspark_ledger.datasource.reader import ReadSpec, read_range
-from pyspark_ledger.local_cluster import LocalCluster
-from pyspark_ledger.run_response import parse_run_response
+from pyspark_ledger.testing.local_cluster import LocalCluster
+from pyspark_ledger.transport.run_response import parse_run_response
 
 ENTRIES = 3000
 RAW = ReadSpec("raw", codec.RAW_ARROW_SCHEMA, b"")

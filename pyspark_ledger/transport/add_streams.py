@@ -8,7 +8,7 @@ contract (the bookie answers each request once, in order, when all its batches a
   caller's own thread when nothing is in flight, and the reader sends whatever queued meanwhile
   as soon as the answer it was waiting for arrives. Answers are read by the client's AddPoller:
   by the very thread that waits for them when there is one, so a synchronous add costs no
-  thread hand-off (pyspark_ledger.add_poller).
+  thread hand-off (pyspark_ledger.transport.add_poller).
 - GrpcAddStream, gRPC's bidirectional Add stream, for bookies without an add listener. gRPC
   consumes a request iterator on a thread of its own; a receiver thread reads the answers.
 
@@ -53,8 +53,8 @@ from bookie.status import Status
 from pyspark_ledger.errors import BookieUnavailableError
 
 if TYPE_CHECKING:
-    from pyspark_ledger.add_poller import AddPoller
-    from pyspark_ledger.bookie_client import BookieClient
+    from pyspark_ledger.transport.add_poller import AddPoller
+    from pyspark_ledger.transport.bookie_client import BookieClient
 
 log = logging.getLogger(__name__)
 
@@ -271,7 +271,7 @@ class SocketAddStream(AddStream):
     threads may reach the bookie in either order, which is fine: answers are matched by request
     id, and the bookie's index is by entry id.
 
-    Answers are read by the client's AddPoller (pyspark_ledger.add_poller): by whichever thread
+    Answers are read by the client's AddPoller (pyspark_ledger.transport.add_poller): by whichever thread
     waits for an add, or its background reader; one thread at a time, so `on_readable` never
     runs twice at once. The socket is shut down (which makes it readable: the reader then fails
     what is pending) by whoever notices trouble, and closed only once the reader is done with

@@ -30,7 +30,7 @@ import time
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
-    from pyspark_ledger.add_streams import SocketAddStream
+    from pyspark_ledger.transport.add_streams import SocketAddStream
 
 log = logging.getLogger(__name__)
 

@@ -15,14 +15,12 @@ import logging
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import Callable, Iterator
 
 from metadata import CorruptMetadataError, LedgerId, LedgerMetadata, NodeExistsError, NoNodeError
 from metadata.context import now_ms
 from metadata.paths import ORPHANS, orphan_path
-
-if TYPE_CHECKING:
-    from pyspark_ledger.client import LedgerClient
+from pyspark_ledger.ledger.context import LedgerContext
 
 log = logging.getLogger(__name__)
 
@@ -82,31 +80,32 @@ def orphan_reason(meta: LedgerMetadata, exists: Callable[[LedgerId], bool], now:
 
 
 class Auditor:
-    def __init__(self, client: "LedgerClient", *, grace_period_s: float = DEFAULT_GRACE_PERIOD_S,
+    def __init__(self, context: LedgerContext, *, grace_period_s: float = DEFAULT_GRACE_PERIOD_S,
                  scan_rate_per_s: float = DEFAULT_SCAN_RATE_PER_S):
-        self.client = client
+        self.ledgers = context.ledgers
+        self.store = context.ledgers.store  # where the findings live, next to the ledgers
         self.grace_ms = int(grace_period_s * 1000)
         self.limiter = RateLimiter(scan_rate_per_s)
         self._stop = threading.Event()
 
     def audit_once(self, progress: Callable[[int], None] | None = None) -> list[Orphan]:
         """One paced pass over every ledger; records new orphans and clears resolved ones."""
-        store = self.client.store
+        store = self.store
         now = now_ms()
         found: dict[LedgerId, Orphan] = {}
         existing_cache: dict[LedgerId, bool] = {}
 
         def exists(lid: LedgerId) -> bool:
             if lid not in existing_cache:
-                existing_cache[lid] = self.client.ledgers.get(lid) is not None
+                existing_cache[lid] = self.ledgers.get(lid) is not None
             return existing_cache[lid]
 
-        for n, lid in enumerate(self.client.list_ledgers(), 1):
+        for n, lid in enumerate(self.ledgers.scan(None), 1):
             if self._stop.is_set():
                 break
             self.limiter.acquire()
             try:
-                got = self.client.ledgers.get(lid)
+                got = self.ledgers.get(lid)
             except CorruptMetadataError as exc:
                 log.warning("auditor skipped unreadable ledger metadata ledger=%s error=%s", lid, exc)
                 continue
@@ -136,8 +135,8 @@ class Auditor:
 
     def list_orphans(self) -> list[Orphan]:
         out = []
-        for name in self.client.store.children(ORPHANS):
-            got = self.client.store.get(f"{ORPHANS}/{name}")
+        for name in self.store.children(ORPHANS):
+            got = self.store.get(f"{ORPHANS}/{name}")
             if got is not None:
                 out.append(Orphan.from_bytes(got.value))
         return sorted(out, key=lambda o: o.ledger_id)

@@ -12,12 +12,12 @@ import logging
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 from bookie.status import Status
 from metadata import LedgerId, LedgerMetadata, write_set
-from pyspark_ledger.digest import Digest
-from pyspark_ledger.entry_format import Entry, decode_entry
+from pyspark_ledger.protocol.digest import Digest
+from pyspark_ledger.protocol.entry_format import Entry, decode_entry
 from pyspark_ledger.errors import (
     BadPasswordError,
     DigestMismatchError,
@@ -25,9 +25,7 @@ from pyspark_ledger.errors import (
     LedgerError,
     ReadError,
 )
-
-if TYPE_CHECKING:
-    from pyspark_ledger.client import LedgerClient
+from pyspark_ledger.ledger.context import LedgerContext
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +39,10 @@ READ_ROUND_RETRY_DELAY_S = 0.4
 
 
 class ReadHandle:
-    def __init__(self, client: "LedgerClient", metadata: LedgerMetadata, version: int, password: bytes):
+    def __init__(self, context: LedgerContext, metadata: LedgerMetadata, version: int, password: bytes):
         if not metadata.check_password(password):
             raise BadPasswordError(f"wrong password for ledger {metadata.ledger_id}")
-        self._client = client
+        self._ctx = context
         self._metadata = metadata
         self._version = version
         self._read_digest = Digest.for_ledger(metadata.digest_type, password)
@@ -68,7 +66,7 @@ class ReadHandle:
         return self._metadata.is_closed
 
     def refresh(self) -> LedgerMetadata:
-        self._metadata, self._version = self._client.ledgers.read(self.ledger_id)
+        self._metadata, self._version = self._ctx.ledgers.read(self.ledger_id)
         if self._metadata.is_closed:
             self._known_lac = self._metadata.last_entry_id  # type: ignore[assignment]
         return self._metadata
@@ -93,7 +91,7 @@ class ReadHandle:
         futures: dict[Future, str] = {}  # type: ignore[type-arg]
         pool = self._pool()
         for b in seg.bookies:
-            if self._client.pool.faults.drop("read_lac", b):
+            if self._ctx.pool.faults.drop("read_lac", b):
                 continue
             futures[pool.submit(self._lac_from, b, long_poll_min_lac, long_poll_ms)] = b
         need = meta.write_quorum_size - meta.ack_quorum_size + 1
@@ -131,7 +129,7 @@ class ReadHandle:
 
     def _lac_from(self, bookie_id: str, long_poll_min_lac: int | None, long_poll_ms: int) -> int | None:
         try:
-            resp = self._client.pool.get(bookie_id).read_lac(
+            resp = self._ctx.pool.get(bookie_id).read_lac(
                 self._read_key, long_poll_min_lac=long_poll_min_lac, long_poll_timeout_ms=long_poll_ms,
                 timeout_s=min(LAC_READ_TIMEOUT_S, self._rpc_timeout_s()),
             )
@@ -259,10 +257,10 @@ class ReadHandle:
     def _read_from(self, bookie_id: str, first: int, last: int, wanted: set[int]) -> tuple[dict[int, Entry], dict[int, list[str]]]:
         out: dict[int, Entry] = {}
         errors: dict[int, list[str]] = {}
-        if self._client.pool.faults.drop("read", bookie_id):
+        if self._ctx.pool.faults.drop("read", bookie_id):
             return out, {e: [f"{bookie_id}: dropped"] for e in wanted}
         try:
-            resp = self._client.pool.get(bookie_id).read(
+            resp = self._ctx.pool.get(bookie_id).read(
                 self._read_key, first, last, max_entries=READ_CHUNK_ENTRIES_MAX, max_bytes=READ_CHUNK_BYTES_MAX,
                 timeout_s=self._rpc_timeout_s(),
             )
@@ -319,7 +317,7 @@ class ReadHandle:
     # ---- plumbing ------------------------------------------------------------------------------
 
     def _rpc_timeout_s(self) -> float:
-        return min(READ_RPC_TIMEOUT_S_MAX, self._client.pool.rpc_timeout_s)
+        return min(READ_RPC_TIMEOUT_S_MAX, self._ctx.pool.rpc_timeout_s)
 
     def _pool(self) -> ThreadPoolExecutor:
         with self._executor_lock:

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pyspark_ledger.zookeeper_server import free_port
+from pyspark_ledger.testing.zookeeper_server import free_port
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -78,7 +78,7 @@ class LocalBookie:
         return self
 
     def wait_serving(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        from pyspark_ledger.bookie_client import BookieClient
+        from pyspark_ledger.transport.bookie_client import BookieClient
         from pyspark_ledger.errors import BookieUnavailableError
 
         deadline = time.monotonic() + timeout_s

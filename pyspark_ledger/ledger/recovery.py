@@ -20,16 +20,13 @@ import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING
 
 from bookie.status import Status
 from metadata import BadVersionError, LedgerId, LedgerMetadata, LedgerState, write_set
-from pyspark_ledger.digest import Digest, master_key
-from pyspark_ledger.entry_format import decode_entry
+from pyspark_ledger.protocol.digest import Digest, master_key
+from pyspark_ledger.protocol.entry_format import decode_entry
 from pyspark_ledger.errors import DigestMismatchError, EntryFormatError, LedgerError, ReadError
-
-if TYPE_CHECKING:
-    from pyspark_ledger.client import LedgerClient
+from pyspark_ledger.ledger.context import LedgerContext
 
 log = logging.getLogger(__name__)
 
@@ -46,29 +43,29 @@ class RecoveryError(LedgerError):
     retriable = True
 
 
-def recover_ledger(client: "LedgerClient", ledger: LedgerId, password: bytes) -> tuple[LedgerMetadata, int]:
+def recover_ledger(context: LedgerContext, ledger: LedgerId, password: bytes) -> tuple[LedgerMetadata, int]:
     """Recover (fence and close) a ledger; returns its CLOSED metadata and version."""
-    meta, version = client.ledgers.read(ledger)
+    meta, version = context.ledgers.read(ledger)
     if meta.is_closed:
         return meta, version
     if not meta.check_password(password):
         from pyspark_ledger.errors import BadPasswordError
 
         raise BadPasswordError(f"wrong password for ledger {ledger}")
-    meta, version = client.ledgers.update(ledger, lambda m: None if m.state is not LedgerState.OPEN else m.start_recovery())
+    meta, version = context.ledgers.update(ledger, lambda m: None if m.state is not LedgerState.OPEN else m.start_recovery())
     if meta.is_closed:
         return meta, version
     log.warning("recovering ledger ledger=%s", ledger)
     with ThreadPoolExecutor(max_workers=max(8, meta.ensemble_size * 2), thread_name_prefix="recovery") as pool:
-        r = _Recovery(client, meta, password, pool)
+        r = _Recovery(context, meta, password, pool)
         start, length = r.fence()
         last, length = r.read_forward(start, length)
-    return _close(client, ledger, last, length)
+    return _close(context, ledger, last, length)
 
 
 class _Recovery:
-    def __init__(self, client: "LedgerClient", meta: LedgerMetadata, password: bytes, pool: ThreadPoolExecutor):
-        self.client, self.meta, self.pool = client, meta, pool
+    def __init__(self, context: LedgerContext, meta: LedgerMetadata, password: bytes, pool: ThreadPoolExecutor):
+        self.ctx, self.meta, self.pool = context, meta, pool
         self.key = (meta.ledger_id.scope_id, meta.ledger_id.id)
         self.master_key = master_key(password)
         self.digest = Digest.for_ledger(meta.digest_type, password)
@@ -107,10 +104,10 @@ class _Recovery:
         return start, length
 
     def _fence_one(self, bookie_id: str) -> int | None:
-        if self.client.pool.faults.drop("fence", bookie_id):
+        if self.ctx.pool.faults.drop("fence", bookie_id):
             return None
         try:
-            resp = self.client.pool.get(bookie_id).fence(self.key, self.master_key, timeout_s=FENCE_TIMEOUT_S)
+            resp = self.ctx.pool.get(bookie_id).fence(self.key, self.master_key, timeout_s=FENCE_TIMEOUT_S)
         except LedgerError as exc:
             log.info("fence not answered bookie=%s error=%s", bookie_id, exc)
             return None
@@ -141,10 +138,10 @@ class _Recovery:
     def _read_copy(self, bookie_id: str, first: int, last: int, fence: bool) -> dict[int, tuple[str, object]]:
         """Per entry: ("ok", Entry) | ("absent", None) | ("unknown", reason)."""
         out: dict[int, tuple[str, object]] = {}
-        if self.client.pool.faults.drop("read", bookie_id):
+        if self.ctx.pool.faults.drop("read", bookie_id):
             return out
         try:
-            resp = self.client.pool.get(bookie_id).read(
+            resp = self.ctx.pool.get(bookie_id).read(
                 self.key, first, last, max_entries=last - first + 1, fence=fence, master_key=self.master_key,
                 timeout_s=FENCE_TIMEOUT_S,
             )
@@ -220,9 +217,9 @@ class _Recovery:
         current = list(self.seg.bookies)
         exclude = set(current) | failed
         for b in failed:
-            self.client.pool.quarantine(b)
+            self.ctx.pool.quarantine(b)
             if b in current:
-                repl = self.client.placement.replacement(current, self.client.pool.writable(exclude=exclude))
+                repl = self.ctx.placement.replacement(current, self.ctx.pool.writable(exclude=exclude))
                 current[current.index(b)] = repl
                 exclude.add(repl)
 
@@ -231,7 +228,7 @@ class _Recovery:
                 raise RecoveryError(f"ledger {m.ledger_id} left recovery ({m.state.value}) while this recovery ran")
             return m.with_ensemble_change(max(start, m.segments[-1].first_entry_id), current)
 
-        self.meta, _ = self.client.ledgers.update(self.meta.ledger_id, change)
+        self.meta, _ = self.ctx.ledgers.update(self.meta.ledger_id, change)
         self.seg = self.meta.segments[-1]
         log.warning("recovery changed the ensemble ledger=%s from_entry=%d ensemble=%s failed=%s",
                     self.meta.ledger_id, self.seg.first_entry_id, list(current), sorted(failed))
@@ -284,13 +281,13 @@ class _Recovery:
             return cb
 
         for b, batch in per_bookie.items():
-            if self.client.pool.faults.drop("add", b):
+            if self.ctx.pool.faults.drop("add", b):
                 with cond:
                     outstanding[0] -= 1
                     failed.add(b)
                 continue
             try:
-                self.client.pool.get(b).add_batch(self.key, self.master_key, batch, cb_for(b, batch), recovery=True,
+                self.ctx.pool.get(b).add_batch(self.key, self.master_key, batch, cb_for(b, batch), recovery=True,
                                                   timeout_s=REPLICATE_TIMEOUT_S)
             except LedgerError:
                 with cond:
@@ -305,14 +302,14 @@ class _Recovery:
 
 
 def _reencode(digest: Digest, key: tuple[int, int], entry) -> bytes:  # type: ignore[no-untyped-def]
-    from pyspark_ledger.entry_format import encode_entry
+    from pyspark_ledger.protocol.entry_format import encode_entry
 
     return encode_entry(digest, key[0], key[1], entry.entry_id, entry.last_add_confirmed, entry.length, entry.payload)
 
 
-def _close(client: "LedgerClient", ledger: LedgerId, last: int, length: int) -> tuple[LedgerMetadata, int]:
+def _close(context: LedgerContext, ledger: LedgerId, last: int, length: int) -> tuple[LedgerMetadata, int]:
     for _ in range(CAS_ATTEMPTS_MAX):
-        meta, version = client.ledgers.read(ledger)
+        meta, version = context.ledgers.read(ledger)
         if meta.is_closed:
             if meta.last_entry_id != last:
                 log.warning("another recovery closed the ledger first; adopting its end ledger=%s ours=%d theirs=%s",
@@ -320,7 +317,7 @@ def _close(client: "LedgerClient", ledger: LedgerId, last: int, length: int) -> 
             return meta, version
         try:
             new = meta.close(last, length)
-            version = client.ledgers.compare_and_set(new, version)
+            version = context.ledgers.compare_and_set(new, version)
             log.warning("ledger recovered and closed ledger=%s last_entry=%d length=%d", ledger, last, length)
             return new, version
         except BadVersionError:

@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING
-
 from bookie.status import Status
 from metadata import LedgerId, LedgerMetadata, write_set
-from pyspark_ledger.digest import master_key
+from pyspark_ledger.protocol.digest import master_key
 from pyspark_ledger.errors import LedgerError
-from pyspark_ledger.read_handle import ReadHandle
-
-if TYPE_CHECKING:
-    from pyspark_ledger.client import LedgerClient
+from pyspark_ledger.ledger.context import LedgerContext
+from pyspark_ledger.ledger.read_handle import ReadHandle
 
 log = logging.getLogger(__name__)
 
@@ -30,26 +26,26 @@ def fragments_on(meta: LedgerMetadata, bookie_id: str) -> list[int]:
     return [i for i, seg in enumerate(meta.segments) if bookie_id in seg.bookies]
 
 
-def rereplicate(client: "LedgerClient", ledger: LedgerId, lost: str, password: bytes = b"", *, dry_run: bool = False) -> list[tuple[int, str]]:
+def rereplicate(context: LedgerContext, ledger: LedgerId, lost: str, password: bytes = b"", *, dry_run: bool = False) -> list[tuple[int, str]]:
     """Replace `lost` in every fragment of a CLOSED ledger. Returns [(fragment index, new bookie)]."""
-    meta, version = client.ledgers.read(ledger)
+    meta, version = context.ledgers.read(ledger)
     if not meta.is_closed:
         raise LedgerError(f"ledger {ledger} is {meta.state.value}: recover it before re-replicating")
     done: list[tuple[int, str]] = []
     for index in fragments_on(meta, lost):
         seg = meta.segments[index]
-        new = client.placement.replacement(seg.bookies, client.pool.writable(exclude={lost}))
+        new = context.placement.replacement(seg.bookies, context.pool.writable(exclude={lost}))
         if dry_run:
             done.append((index, new))
             continue
-        _copy_fragment(client, meta, version, index, lost, new, password)
-        meta, version = client.ledgers.update(ledger, lambda m: m.with_replaced_bookie(index, lost, new) if lost in m.segments[index].bookies else None)
+        _copy_fragment(context, meta, version, index, lost, new, password)
+        meta, version = context.ledgers.update(ledger, lambda m: m.with_replaced_bookie(index, lost, new) if lost in m.segments[index].bookies else None)
         log.warning("fragment re-replicated ledger=%s fragment=%d lost=%s new=%s", ledger, index, lost, new)
         done.append((index, new))
     return done
 
 
-def _copy_fragment(client: "LedgerClient", meta: LedgerMetadata, version: int, index: int, lost: str, new: str,
+def _copy_fragment(context: LedgerContext, meta: LedgerMetadata, version: int, index: int, lost: str, new: str,
                    password: bytes) -> None:
     seg = meta.segments[index]
     first, last = seg.first_entry_id, meta.segment_last_entry_id(index)
@@ -59,12 +55,12 @@ def _copy_fragment(client: "LedgerClient", meta: LedgerMetadata, version: int, i
     needed = [e for e in range(first, last + 1) if slot in write_set(e, meta.ensemble_size, meta.write_quorum_size)]
     if not needed:
         return
-    reader = ReadHandle(client, meta, version, password)
+    reader = ReadHandle(context, meta, version, password)
     key = (meta.ledger_id.scope_id, meta.ledger_id.id)
     mk = master_key(password)
-    from pyspark_ledger.entry_format import encode_entry
+    from pyspark_ledger.protocol.entry_format import encode_entry
 
-    target = client.pool.get(new)
+    target = context.pool.get(new)
     wanted = set(needed)
     batch: list[tuple[int, int, bytes]] = []
     for entry in reader.read_planned(needed[0], needed[-1]):

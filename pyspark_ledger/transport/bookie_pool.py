@@ -16,8 +16,8 @@ import time
 from typing import Callable
 
 from metadata import BookieInfo, BookieRegistry, MetadataError
-from pyspark_ledger.add_poller import AddPoller
-from pyspark_ledger.bookie_client import BookieClient
+from pyspark_ledger.transport.add_poller import AddPoller
+from pyspark_ledger.transport.bookie_client import BookieClient
 from pyspark_ledger.errors import BookieUnavailableError
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ class BookiePool:
         self._add_addresses: dict[str, str] = {}
         self._quarantine: dict[str, float] = {}
         self._lock = threading.Lock()
-        # Reads the add answers of every bookie connection of this pool (pyspark_ledger.add_poller).
+        # Reads the add answers of every bookie connection of this pool (pyspark_ledger.transport.add_poller).
         self.poller = AddPoller()
 
     def _remember(self, info: BookieInfo) -> None:

@@ -1,7 +1,7 @@
 """A connection to one bookie: an add stream plus unary reads and control calls.
 
 Adds go over the bookie's plain-TCP add listener when it advertises one (the low-latency path),
-otherwise over gRPC's Add stream (pyspark_ledger.add_streams has both). When a stream breaks (the
+otherwise over gRPC's Add stream (pyspark_ledger.transport.add_streams has both). When a stream breaks (the
 bookie died), every pending add fails with a transport error and the next add opens a new stream,
 looking the add listener's address up again, so a restarted bookie's new port is found. Reads and
 control calls are unary gRPC. Every queue and wait here has a bound.
@@ -18,8 +18,8 @@ import grpc
 
 from bookie.proto import bookie_pb2 as pb
 from bookie.proto import bookie_pb2_grpc as pb_grpc
-from pyspark_ledger.add_poller import AddPoller
-from pyspark_ledger.add_streams import (
+from pyspark_ledger.transport.add_poller import AddPoller
+from pyspark_ledger.transport.add_streams import (
     AddCallback,
     AddStream,
     EncodedAddBatch,
@@ -29,7 +29,7 @@ from pyspark_ledger.add_streams import (
     ledger_ref,
 )
 from pyspark_ledger.errors import BookieUnavailableError
-from pyspark_ledger.run_response import RunResponse, parse_run_response
+from pyspark_ledger.transport.run_response import RunResponse, parse_run_response
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ class BookieClient:
     def read_runs(self, ledger: LedgerKey, first: int, last: int, *, max_entries: int = 0, max_bytes: int = 0,
                   timeout_s: float | None = None) -> RunResponse:
         """A range read answered in runs (ReadRequest.entry_runs), each run's data a zero-copy view
-        of the received message (pyspark_ledger.run_response): the bulk read path."""
+        of the received message (pyspark_ledger.transport.run_response): the bulk read path."""
         req = pb.ReadRequest(ledger=ledger_ref(ledger), first_entry_id=first, last_entry_id=last,
                              max_entries=max_entries, max_bytes=max_bytes, entry_runs=True)
         return self._unary(self._read_runs, req, timeout_s)  # type: ignore[return-value]

@@ -24,7 +24,7 @@ from typing import Callable
 import crc32c
 
 from metadata import DigestType
-from pyspark_ledger.digest import DIGEST_BY_CODE, Digest
+from pyspark_ledger.protocol.digest import DIGEST_BY_CODE, Digest
 from pyspark_ledger.errors import DigestMismatchError, EntryFormatError
 
 FORMAT_VERSION = 2

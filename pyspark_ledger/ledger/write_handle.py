@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from bookie.status import Status
 from metadata import BadVersionError, CloseContext, LedgerId, LedgerMetadata, LedgerState, MetadataError, write_set
-from pyspark_ledger.add_poller import LEADER_RETRY_S
-from pyspark_ledger.add_streams import EncodedAddBatch
-from pyspark_ledger.digest import Digest, master_key
-from pyspark_ledger.entry_format import entry_encoder
+from pyspark_ledger.transport.add_poller import LEADER_RETRY_S
+from pyspark_ledger.transport.add_streams import EncodedAddBatch
+from pyspark_ledger.protocol.digest import Digest, master_key
+from pyspark_ledger.protocol.entry_format import entry_encoder
 from pyspark_ledger.errors import (
     AddTimeoutError,
     LedgerClosedError,
@@ -44,11 +44,11 @@ from pyspark_ledger.errors import (
     LedgerFencedError,
     NotEnoughBookiesError,
 )
-from pyspark_ledger.read_handle import ReadHandle
+from pyspark_ledger.ledger.context import LedgerContext
+from pyspark_ledger.ledger.read_handle import ReadHandle
 
 if TYPE_CHECKING:
-    from pyspark_ledger.add_poller import AddPoller
-    from pyspark_ledger.client import LedgerClient
+    from pyspark_ledger.transport.add_poller import AddPoller
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class _Pending:
 
 class _AddFuture(Future):  # type: ignore[type-arg]
     """A concurrent.futures.Future that shares one Condition with its handle's other adds, and
-    whose waiter reads the bookies' answers itself when it can (pyspark_ledger.add_poller).
+    whose waiter reads the bookies' answers itself when it can (pyspark_ledger.transport.add_poller).
 
     A Future normally builds its own Condition (and RLock): a third of the cost of an add. Sharing
     one also lets the handle complete a whole run of adds under one lock (see _complete_run)."""
@@ -173,9 +173,8 @@ def _batches(entries: list[_Pending]) -> Iterator[list[_Pending]]:
 class WriteHandle(ReadHandle):
     """A handle that can add entries (and, as in BookKeeper, read what it wrote)."""
 
-    def __init__(self, client: "LedgerClient", metadata: LedgerMetadata, version: int, password: bytes,
-                 *, explicit_lac_interval_ms: int = 20, add_timeout_s: float = 10.0):
-        super().__init__(client, metadata, version, password)
+    def __init__(self, context: LedgerContext, metadata: LedgerMetadata, version: int, password: bytes):
+        super().__init__(context, metadata, version, password)
         self._master_key = master_key(password)
         self._digest = Digest.for_ledger(metadata.digest_type, password)
         self._key = (metadata.ledger_id.scope_id, metadata.ledger_id.id)
@@ -189,7 +188,7 @@ class WriteHandle(ReadHandle):
         self._submit_lock = threading.Lock()  # serialises callers: ids, encoding, order of `_pending`
         self._sender_idle = False  # the sender waits for work (under the lock): adds must wake it
         self._future_cond = threading.Condition()  # shared by this handle's add futures
-        self._poller = client.pool.poller
+        self._poller = context.pool.poller
         self._write_sets: tuple[tuple[str, ...], ...] = ()
         self._refresh_write_sets()
         self._next_entry_id = 0
@@ -208,8 +207,9 @@ class WriteHandle(ReadHandle):
         self._changes_without_progress = 0
         self._last_lac_sent = -1
         self._last_add_time = time.monotonic()
-        self._explicit_lac_interval_s = explicit_lac_interval_ms / 1000 if explicit_lac_interval_ms > 0 else None
-        self._add_timeout_s = add_timeout_s
+        lac_ms = context.explicit_lac_interval_ms
+        self._explicit_lac_interval_s = lac_ms / 1000 if lac_ms > 0 else None
+        self._add_timeout_s = context.add_timeout_s
         self._completing: deque[_Pending] = deque()
         self._completion_lock = threading.Lock()
         self._sender = threading.Thread(target=self._run_sender, name=f"ledger-sender {metadata.ledger_id}", daemon=True)
@@ -327,12 +327,12 @@ class WriteHandle(ReadHandle):
             if meta.state is LedgerState.OPEN:
                 try:
                     new = meta.close(last, length, close_context=close_context)
-                    self._version = self._client.ledgers.compare_and_set(new, version)
+                    self._version = self._ctx.ledgers.compare_and_set(new, version)
                     self._metadata = new
                     log.info("ledger closed ledger=%s last_entry=%d length=%d", self.ledger_id, last, length)
                     return
                 except BadVersionError:
-                    self._metadata, self._version = self._client.ledgers.read(self.ledger_id)
+                    self._metadata, self._version = self._ctx.ledgers.read(self.ledger_id)
                     continue
             if meta.state is LedgerState.IN_RECOVERY:
                 raise LedgerFencedError(f"ledger {self.ledger_id} is being recovered by another client; close refused")
@@ -424,10 +424,10 @@ class WriteHandle(ReadHandle):
 
     def _submit_batch(self, bookie_id: str, ids: tuple[int, ...], batch: EncodedAddBatch) -> Callable[[], None] | None:
         """Queue `batch` for one bookie; returns the send this thread must run next, if any."""
-        if self._client.pool.faults.drop("add", bookie_id):
+        if self._ctx.pool.faults.drop("add", bookie_id):
             return None  # lost on the way; the add timeout will notice
         try:
-            client = self._client.pool.get(bookie_id)
+            client = self._ctx.pool.get(bookie_id)
             return client.submit_encoded(batch, lambda status, message: self._on_batch(bookie_id, ids, status, message),
                                          timeout_s=self._add_timeout_s)
         except LedgerError as exc:
@@ -507,7 +507,7 @@ class WriteHandle(ReadHandle):
         current = list(meta.segments[-1].bookies)
         failed_in_ensemble = [b for b in current if b in failed]
         for b in failed:
-            self._client.pool.quarantine(b)
+            self._ctx.pool.quarantine(b)
         with self._cond:
             idle_close = self._closing and not self._pending
         if not failed_in_ensemble or idle_close:
@@ -527,8 +527,8 @@ class WriteHandle(ReadHandle):
         replaced: dict[str, str] = {}
         for b in failed_in_ensemble:
             try:
-                candidates = self._client.pool.writable(exclude=exclude)
-                repl = self._client.placement.replacement(new_ensemble, candidates)
+                candidates = self._ctx.pool.writable(exclude=exclude)
+                repl = self._ctx.placement.replacement(new_ensemble, candidates)
             except NotEnoughBookiesError:
                 continue
             new_ensemble[new_ensemble.index(b)] = repl
@@ -590,11 +590,11 @@ class WriteHandle(ReadHandle):
                 raise LedgerFencedError(f"ledger {self.ledger_id} is {meta.state.value}: another client is recovering it")
             new = meta.with_ensemble_change(first_entry_id, ensemble)
             try:
-                self._version = self._client.ledgers.compare_and_set(new, version)
+                self._version = self._ctx.ledgers.compare_and_set(new, version)
                 self._metadata = new
                 return
             except BadVersionError:
-                self._metadata, self._version = self._client.ledgers.read(self.ledger_id)
+                self._metadata, self._version = self._ctx.ledgers.read(self.ledger_id)
             except MetadataError as exc:
                 raise LedgerError(f"ledger {self.ledger_id}: ensemble change failed: {exc}") from exc
         raise LedgerError(f"ledger {self.ledger_id}: ensemble change kept conflicting")
@@ -640,11 +640,11 @@ class WriteHandle(ReadHandle):
         lac = self._lac
         self._last_lac_sent = lac
         for b in self._metadata.segments[-1].bookies:
-            if b in self._dead_bookies or b in self._failed_bookies or self._client.pool.is_quarantined(b) \
-                    or self._client.pool.faults.drop("write_lac", b):
+            if b in self._dead_bookies or b in self._failed_bookies or self._ctx.pool.is_quarantined(b) \
+                    or self._ctx.pool.faults.drop("write_lac", b):
                 continue  # a failed bookie gets no explicit LAC (it would only stall this thread)
             try:
-                self._client.pool.get(b).write_lac(self._key, self._master_key, lac, timeout_s=2.0)
+                self._ctx.pool.get(b).write_lac(self._key, self._master_key, lac, timeout_s=2.0)
             except LedgerError as exc:
                 log.debug("explicit LAC not delivered bookie=%s error=%s", b, exc)
 
