@@ -27,10 +27,7 @@ import os
 import select
 import threading
 import time
-from typing import TYPE_CHECKING, Callable
-
-if TYPE_CHECKING:
-    from pyspark_ledger.transport.add_streams import SocketAddStream
+from typing import Callable, Protocol, Sized
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +40,30 @@ POLL_SLICE_S = 0.05
 LEADER_RETRY_S = 0.002
 
 
+class _HasFileno(Protocol):
+    def fileno(self) -> int: ...
+
+
+class PolledStream(Protocol):
+    """What the poller needs of a connection it reads for (add_streams.SocketAddStream). The
+    streams import nothing from here: they register with anything that has register/unregister,
+    and this module never imports them, so the two stay one-way apart."""
+
+    @property
+    def sock(self) -> _HasFileno: ...
+
+    @property
+    def pending(self) -> Sized: ...  # answers owed: empty when nothing is in flight
+
+    def on_readable(self) -> None: ...  # read what arrived; called by one thread at a time
+
+    def finish(self, reason: str) -> None: ...  # the poller is closing: fail what is pending
+
+
 class AddPoller:
     def __init__(self, name: str = "add-poller"):
         self._epoll = select.epoll()
-        self._streams: dict[int, "SocketAddStream"] = {}
+        self._streams: dict[int, PolledStream] = {}
         self._lock = threading.Lock()  # registration
         self._lead = threading.Lock()  # held by the thread reading answers
         self._leader: int | None = None  # its thread ident
@@ -62,7 +79,7 @@ class AddPoller:
 
     # ---- streams ------------------------------------------------------------------------------
 
-    def register(self, stream: "SocketAddStream") -> None:
+    def register(self, stream: PolledStream) -> None:
         with self._lock:
             if self._closed:
                 raise OSError("add poller closed")
@@ -70,7 +87,7 @@ class AddPoller:
             self._streams[fd] = stream
             self._epoll.register(fd, select.EPOLLIN)
 
-    def unregister(self, stream: "SocketAddStream") -> None:
+    def unregister(self, stream: PolledStream) -> None:
         """Before the stream's socket closes (so its fd number cannot be reused under us)."""
         with self._lock:
             fd = stream.sock.fileno()

@@ -29,7 +29,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import Callable, Iterator, Protocol, Sequence
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -52,10 +52,6 @@ from bookie.proto.wire import encode_varint
 from bookie.status import Status
 from pyspark_ledger.errors import BookieUnavailableError
 
-if TYPE_CHECKING:
-    from pyspark_ledger.transport.add_poller import AddPoller
-    from pyspark_ledger.transport.bookie_client import BookieClient
-
 log = logging.getLogger(__name__)
 
 # One stream message carries at most this many payload bytes (several batches).
@@ -73,6 +69,15 @@ AddCallback = Callable[[Status, str], None]
 LedgerKey = tuple[int, int]
 
 _STATUS_BY_CODE = {int(s): s for s in Status}
+
+
+class StreamPoller(Protocol):
+    """Who reads a SocketAddStream's answers (transport.add_poller.AddPoller): declared here, so
+    a stream needs neither the poller's module nor the BookieClient that owns it."""
+
+    def register(self, stream: "SocketAddStream") -> None: ...
+
+    def unregister(self, stream: "SocketAddStream") -> None: ...
 
 # Request ids are unique per process, not per stream, so one encoded batch can go to every bookie
 # of a write set: the same id is unique on each of their streams.
@@ -121,8 +126,8 @@ class AddStream:
     """What both transports share: the table of unanswered batches (bounded), their callbacks,
     timeouts and failure."""
 
-    def __init__(self, client: "BookieClient"):
-        self.client = client
+    def __init__(self, bookie_id: str):
+        self.bookie_id = bookie_id  # all a stream knows of the client that owns it: for errors and logs
         self.pending: dict[int, _PendingAdd] = {}  # every queued and in-flight batch
         self.lock = threading.Lock()
         self.room = threading.Condition(self.lock)
@@ -139,9 +144,9 @@ class AddStream:
             finally:
                 self.room_waiters -= 1
             if not has_room:
-                raise BookieUnavailableError(self.client.bookie_id, "outbound add queue stayed full")
+                raise BookieUnavailableError(self.bookie_id, "outbound add queue stayed full")
         if self.dead:
-            raise BookieUnavailableError(self.client.bookie_id, "add stream is closed")
+            raise BookieUnavailableError(self.bookie_id, "add stream is closed")
         self.pending[batch.request_id] = _PendingAdd(callback, time.monotonic() + timeout_s)
 
     def _complete(self, results: Sequence[pb.AddResult]) -> None:
@@ -189,7 +194,7 @@ class AddStream:
             pending, self.pending = self.pending, {}
             self.room.notify_all()
         if pending:
-            log.info("failing pending adds bookie=%s count=%d reason=%s", self.client.bookie_id, len(pending), reason)
+            log.info("failing pending adds bookie=%s count=%d reason=%s", self.bookie_id, len(pending), reason)
         for p in pending.values():
             try:
                 p.callback(Status.INTERNAL_ERROR, f"transport: {reason}")
@@ -200,8 +205,8 @@ class AddStream:
 class GrpcAddStream(AddStream):
     """One live gRPC Add stream."""
 
-    def __init__(self, client: "BookieClient", add_method: Callable[[Iterator[bytes]], grpc.Call]):
-        super().__init__(client)
+    def __init__(self, bookie_id: str, add_method: Callable[[Iterator[bytes]], grpc.Call]):
+        super().__init__(bookie_id)
         # A SimpleQueue (C, no Python-level locking) on the per-add path; its bound is enforced
         # on `pending`, which holds every queued and in-flight batch.
         self.outbound: queue.SimpleQueue[EncodedAddBatch | None] = queue.SimpleQueue()
@@ -209,7 +214,7 @@ class GrpcAddStream(AddStream):
         # Fail fast: a stream into a channel that cannot connect fails at once (UNAVAILABLE), so a
         # dead bookie is replaced without waiting for add timeouts.
         self.call = add_method(self._requests())
-        self.receiver = threading.Thread(target=self._receive, name=f"add-recv {client.bookie_id}", daemon=True)
+        self.receiver = threading.Thread(target=self._receive, name=f"add-recv {bookie_id}", daemon=True)
         self.receiver.start()
 
     def _requests(self) -> Iterator[bytes]:
@@ -245,7 +250,7 @@ class GrpcAddStream(AddStream):
         except grpc.RpcError as exc:
             self.fail(f"add stream failed: {exc.code().name} {exc.details() or ''}".strip())
         except Exception as exc:  # noqa: BLE001 - never leave adds hanging
-            log.exception("add stream receiver crashed bookie=%s", self.client.bookie_id)
+            log.exception("add stream receiver crashed bookie=%s", self.bookie_id)
             self.fail(f"add stream receiver crashed: {exc!r}")
 
     def submit(self, batch: EncodedAddBatch, callback: AddCallback, timeout_s: float) -> Callable[[], None] | None:
@@ -271,14 +276,14 @@ class SocketAddStream(AddStream):
     threads may reach the bookie in either order, which is fine: answers are matched by request
     id, and the bookie's index is by entry id.
 
-    Answers are read by the client's AddPoller (pyspark_ledger.transport.add_poller): by whichever thread
-    waits for an add, or its background reader; one thread at a time, so `on_readable` never
-    runs twice at once. The socket is shut down (which makes it readable: the reader then fails
+    Answers are read by the client's AddPoller (transport.add_poller, seen here as a StreamPoller):
+    by whichever thread waits for an add, or its background reader; one thread at a time, so
+    `on_readable` never runs twice at once. The socket is shut down (which makes it readable: the reader then fails
     what is pending) by whoever notices trouble, and closed only once the reader is done with
     it and no sender can still be using it."""
 
-    def __init__(self, client: "BookieClient", address: str, poller: "AddPoller"):
-        super().__init__(client)
+    def __init__(self, bookie_id: str, address: str, poller: StreamPoller):
+        super().__init__(bookie_id)
         self.address = address
         self.poller = poller
         self.sock = self._connect(address)
@@ -294,14 +299,14 @@ class SocketAddStream(AddStream):
             poller.register(self)
         except OSError as exc:
             self.sock.close()
-            raise BookieUnavailableError(client.bookie_id, f"add listener {address}: {exc}") from None
+            raise BookieUnavailableError(bookie_id, f"add listener {address}: {exc}") from None
 
     def _connect(self, address: str) -> socket.socket:
         host, _, port = address.rpartition(":")
         try:
             sock = socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S)
         except (OSError, ValueError) as exc:
-            raise BookieUnavailableError(self.client.bookie_id, f"add listener {address}: {exc}") from None
+            raise BookieUnavailableError(self.bookie_id, f"add listener {address}: {exc}") from None
         try:
             prepare_socket(sock)
             sock.sendall(HELLO)
@@ -312,7 +317,7 @@ class SocketAddStream(AddStream):
             return sock
         except (OSError, FramingError) as exc:
             sock.close()
-            raise BookieUnavailableError(self.client.bookie_id, f"add listener {address}: {exc}") from None
+            raise BookieUnavailableError(self.bookie_id, f"add listener {address}: {exc}") from None
 
     def submit(self, batch: EncodedAddBatch, callback: AddCallback, timeout_s: float) -> Callable[[], None] | None:
         with self.lock:
@@ -384,7 +389,7 @@ class SocketAddStream(AddStream):
         except (FramingError, DecodeError) as exc:
             self.finish(f"add connection to {self.address} failed: {exc}")
         except Exception as exc:  # noqa: BLE001 - never leave adds hanging
-            log.exception("add answer handling crashed bookie=%s", self.client.bookie_id)
+            log.exception("add answer handling crashed bookie=%s", self.bookie_id)
             self.finish(f"add answer handling crashed: {exc!r}")
 
     def finish(self, reason: str) -> None:

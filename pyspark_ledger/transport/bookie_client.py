@@ -126,8 +126,8 @@ class BookieClient:
                 add_address = lookup() if callable(lookup) else lookup
                 if add_address and self.poller is None:
                     self.poller = AddPoller(f"add-poller {self.bookie_id}")
-                self._stream = (SocketAddStream(self, add_address, self.poller) if add_address
-                                else GrpcAddStream(self, self._add_method))
+                self._stream = (SocketAddStream(self.bookie_id, add_address, self.poller) if add_address
+                                else GrpcAddStream(self.bookie_id, self._add_method))
             return self._stream
 
     def _expire_loop(self) -> None:
