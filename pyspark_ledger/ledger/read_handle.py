@@ -17,6 +17,7 @@ from typing import Iterator
 from bookie.status import Status
 from metadata import LedgerId, LedgerMetadata, write_set
 from pyspark_ledger.protocol.digest import Digest
+from pyspark_ledger.protocol.distribution import covers_every_write_set
 from pyspark_ledger.protocol.entry_format import Entry, decode_entry
 from pyspark_ledger.errors import (
     BadPasswordError,
@@ -94,9 +95,12 @@ class ReadHandle:
             if self._ctx.pool.faults.drop("read_lac", b):
                 continue
             futures[pool.submit(self._lac_from, b, long_poll_min_lac, long_poll_ms)] = b
-        need = meta.write_quorum_size - meta.ack_quorum_size + 1
         answered: set[str] = set()
         best = floor
+
+        def covered(bookies: set[str]) -> bool:  # W-A+1 answers in every write set bound the LAC
+            return covers_every_write_set(seg.bookies, meta.write_quorum_size, meta.ack_quorum_size, bookies)
+
         deadline = time.monotonic() + LAC_READ_TIMEOUT_S + long_poll_ms / 1000
         pending = set(futures)
         while pending:
@@ -110,22 +114,13 @@ class ReadHandle:
                     best = max(best, lac)
             if long_poll_min_lac is not None and best >= long_poll_min_lac:
                 break
-            if long_poll_min_lac is None and self._covers(meta, answered, need):
+            if long_poll_min_lac is None and covered(answered):
                 break
-        if long_poll_min_lac is None and not self._covers(meta, answered, need):
+        if long_poll_min_lac is None and not covered(answered):
             raise ReadError(
                 f"ledger {self.ledger_id}: cannot determine the LAC, too few bookies answered ({sorted(answered)})"
             )
         return best
-
-    @staticmethod
-    def _covers(meta: LedgerMetadata, answered: set[str], need: int) -> bool:
-        ensemble = meta.segments[-1].bookies
-        for start in range(meta.ensemble_size):
-            members = write_set(start, meta.ensemble_size, meta.write_quorum_size)
-            if sum(1 for i in members if ensemble[i] in answered) < need:
-                return False
-        return True
 
     def _lac_from(self, bookie_id: str, long_poll_min_lac: int | None, long_poll_ms: int) -> int | None:
         try:

@@ -1,17 +1,15 @@
 """Ledger recovery ("Closing a ledger as a reader", reference/bookkeeper-protocol.md).
 
+The rules live in pyspark_ledger.protocol.recovery_plan; this module drives them with bookie
+RPCs and metadata compare-and-sets:
 1. Mark the ledger IN_RECOVERY by compare-and-set (a stalled recovery may be taken over).
-2. Fence every bookie of the last fragment until, in every write set, W-A+1 bookies answered:
-   then no write set can still gather A acks for the old writer.
-3. Start from the highest LAC they reported (and never before the last fragment's first entry:
-   everything earlier was acknowledged when that fragment was made).
-4. Read forward with fencing reads. An entry that any bookie returns intact is re-replicated to
-   its whole write set (recovery adds, accepted on fenced ledgers). Recovery stops at the first
-   entry that W-A+1 bookies of its write set answer NO_SUCH_ENTRY for: an acknowledged entry is
-   on A of them, so at least one of any W-A+1 would have it. UNKNOWN_ENTRY_STATE, corrupt copies,
-   errors and timeouts never count as absent (BookKeeper bugs 2908 and 2614).
-5. Close by compare-and-set at the last entry found. If another recovery closed it first, adopt
-   its result: concurrent recoveries agree on the ledger's end.
+2. Fence every bookie of the last fragment until, in every write set, W-A+1 bookies answered.
+3. Read forward from the highest LAC they reported in windows bounded in entries and bytes; a
+   short answer (the bookie's byte limit) moves the next window forward.
+4. Re-replicate every entry found to its write set in bounded batches; a dead replica moves
+   the tail to a new fragment, re-applied to the ensemble the metadata holds now so that two
+   concurrent recoveries never overwrite each other's replacement.
+5. Close by compare-and-set before the first absent entry, or adopt another recovery's close.
 """
 
 from __future__ import annotations
@@ -19,67 +17,79 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
+from typing import Sequence
 
 from bookie.status import Status
-from metadata import BadVersionError, LedgerId, LedgerMetadata, LedgerState, write_set
-from pyspark_ledger.protocol.digest import Digest, master_key
-from pyspark_ledger.protocol.entry_format import decode_entry
-from pyspark_ledger.errors import DigestMismatchError, EntryFormatError, LedgerError, ReadError
+from metadata import BadVersionError, LedgerId, LedgerMetadata, LedgerState
+from pyspark_ledger.errors import BadPasswordError, DigestMismatchError, EntryFormatError, LedgerError, ReadError
 from pyspark_ledger.ledger.context import LedgerContext
+from pyspark_ledger.protocol.digest import Digest, master_key
+from pyspark_ledger.protocol.distribution import byte_bounded_chunks, covers_every_write_set, write_set_of
+from pyspark_ledger.protocol.ensemble_change import rebase_replacements
+from pyspark_ledger.protocol.entry_format import Entry, decode_entry, encode_entry
+from pyspark_ledger.protocol.recovery_plan import (
+    REPLICATE_BATCH_BYTES_MAX,
+    REPLICATE_BATCH_ENTRIES_MAX,
+    STALLED_ROUNDS_MAX,
+    Answer,
+    ReadWindow,
+    decide_window,
+    merge_answers,
+    recovery_start,
+    window_from,
+)
 
 log = logging.getLogger(__name__)
 
 FENCE_ROUNDS_MAX = 5
 FENCE_TIMEOUT_S = 10.0
-READ_WINDOW_ENTRIES = 512
-READ_ROUNDS_MAX = 5
 REPLICATE_TIMEOUT_S = 30.0
 CAS_ATTEMPTS_MAX = 50
 ENSEMBLE_CHANGES_MAX = 3
+RETRY_DELAY_S = 0.2
+
+BookieAnswers = dict[int, tuple[Answer, "Entry | str | None"]]
 
 
 class RecoveryError(LedgerError):
     retriable = True
 
 
-def recover_ledger(context: LedgerContext, ledger: LedgerId, password: bytes) -> tuple[LedgerMetadata, int]:
+def recover_ledger(ctx: LedgerContext, ledger: LedgerId, password: bytes) -> tuple[LedgerMetadata, int]:
     """Recover (fence and close) a ledger; returns its CLOSED metadata and version."""
-    meta, version = context.ledgers.read(ledger)
+    meta, version = ctx.ledgers.read(ledger)
     if meta.is_closed:
         return meta, version
     if not meta.check_password(password):
-        from pyspark_ledger.errors import BadPasswordError
-
         raise BadPasswordError(f"wrong password for ledger {ledger}")
-    meta, version = context.ledgers.update(ledger, lambda m: None if m.state is not LedgerState.OPEN else m.start_recovery())
+    meta, version = ctx.ledgers.update(ledger, lambda m: None if m.state is not LedgerState.OPEN else m.start_recovery())
     if meta.is_closed:
         return meta, version
     log.warning("recovering ledger ledger=%s", ledger)
     with ThreadPoolExecutor(max_workers=max(8, meta.ensemble_size * 2), thread_name_prefix="recovery") as pool:
-        r = _Recovery(context, meta, password, pool)
+        r = _Recovery(ctx, meta, password, pool)
         start, length = r.fence()
         last, length = r.read_forward(start, length)
-    return _close(context, ledger, last, length)
+    return _close(ctx, ledger, last, length)
 
 
 class _Recovery:
-    def __init__(self, context: LedgerContext, meta: LedgerMetadata, password: bytes, pool: ThreadPoolExecutor):
-        self.ctx, self.meta, self.pool = context, meta, pool
+    def __init__(self, ctx: LedgerContext, meta: LedgerMetadata, password: bytes, pool: ThreadPoolExecutor):
+        self.ctx, self.meta, self.pool = ctx, meta, pool
         self.key = (meta.ledger_id.scope_id, meta.ledger_id.id)
         self.master_key = master_key(password)
         self.digest = Digest.for_ledger(meta.digest_type, password)
         self.seg = meta.segments[-1]
-        self.need = meta.write_quorum_size - meta.ack_quorum_size + 1
 
-    def _write_sets_covered(self, answered: set[str]) -> bool:
-        e, w = self.meta.ensemble_size, self.meta.write_quorum_size
-        return all(
-            sum(1 for i in write_set(s, e, w) if self.seg.bookies[i] in answered) >= self.need for s in range(e)
-        )
+    def members_of(self, entry_id: int) -> tuple[str, ...]:
+        return write_set_of(entry_id, self.seg.bookies, self.meta.write_quorum_size)
+
+    # ---- 2. fencing ---------------------------------------------------------------------------
 
     def fence(self) -> tuple[int, int]:
         """Fence the last fragment; returns (first entry to read, ledger length before it)."""
+        meta = self.meta
         answered: dict[str, int] = {}
         for round_ in range(FENCE_ROUNDS_MAX):
             todo = [b for b in self.seg.bookies if b not in answered]
@@ -88,20 +98,18 @@ class _Recovery:
                 lac = f.result()
                 if lac is not None:
                     answered[b] = lac
-            if self._write_sets_covered(set(answered)):
+            if covers_every_write_set(self.seg.bookies, meta.write_quorum_size, meta.ack_quorum_size, answered):
                 break
-            log.warning("fencing incomplete, retrying ledger=%s answered=%s round=%d", self.meta.ledger_id, sorted(answered), round_)
-            time.sleep(0.2 * (round_ + 1))
+            log.warning("fencing incomplete, retrying ledger=%s answered=%s round=%d", meta.ledger_id, sorted(answered), round_)
+            time.sleep(RETRY_DELAY_S * (round_ + 1))
         else:
             raise RecoveryError(
-                f"ledger {self.meta.ledger_id}: could not fence W-A+1={self.need} bookies in every write set "
-                f"of {list(self.seg.bookies)} (answered: {sorted(answered)})"
+                f"ledger {meta.ledger_id}: could not fence W-A+1={meta.write_quorum_size - meta.ack_quorum_size + 1} "
+                f"bookies in every write set of {list(self.seg.bookies)} (answered: {sorted(answered)})"
             )
-        max_lac = max(answered.values())
-        start = max(max_lac + 1, self.seg.first_entry_id)
-        length = self._length_before(start)
-        log.info("ledger fenced for recovery ledger=%s lacs=%s start=%d", self.meta.ledger_id, answered, start)
-        return start, length
+        start = recovery_start(answered, self.seg.first_entry_id)
+        log.info("ledger fenced for recovery ledger=%s lacs=%s start=%d", meta.ledger_id, answered, start)
+        return start, self._length_before(start)
 
     def _fence_one(self, bookie_id: str) -> int | None:
         if self.ctx.pool.faults.drop("fence", bookie_id):
@@ -122,90 +130,88 @@ class _Recovery:
         if start == 0:
             return 0
         e = start - 1
-        entry = self._read_known(e)
-        return entry.length
-
-    def _read_known(self, entry_id: int):  # type: ignore[no-untyped-def]
-        """Read one entry that is known to be acknowledged (at or below a reported LAC)."""
         meta = self.meta
-        ensemble = meta.ensemble_for(entry_id)
-        for i in write_set(entry_id, meta.ensemble_size, meta.write_quorum_size):
-            outcome, entry = self._read_copy(ensemble[i], entry_id, entry_id, fence=False).get(entry_id, ("error", None))
-            if outcome == "ok":
-                return entry
-        raise RecoveryError(f"ledger {meta.ledger_id}: acknowledged entry {entry_id} is unreadable on every replica")
+        for b in write_set_of(e, meta.ensemble_for(e), meta.write_quorum_size):
+            answer, entry = self._read_copy(b, ReadWindow(e, e, 1), fence=False).get(e, (Answer.UNKNOWN, None))
+            if answer is Answer.PRESENT:
+                return entry.length  # type: ignore[union-attr]
+        raise RecoveryError(f"ledger {meta.ledger_id}: acknowledged entry {e} is unreadable on every replica")
 
-    def _read_copy(self, bookie_id: str, first: int, last: int, fence: bool) -> dict[int, tuple[str, object]]:
-        """Per entry: ("ok", Entry) | ("absent", None) | ("unknown", reason)."""
-        out: dict[int, tuple[str, object]] = {}
+    # ---- 3. reading forward -------------------------------------------------------------------
+
+    def _read_copy(self, bookie_id: str, window: ReadWindow, fence: bool) -> BookieAnswers:
+        """One bookie's answers for a window: present (an intact copy), absent, or unknown. Entries
+        past the bookie's byte limit are simply not answered (the next window asks again)."""
+        first, last = window.first, window.last
         if self.ctx.pool.faults.drop("read", bookie_id):
-            return out
+            return {}
         try:
             resp = self.ctx.pool.get(bookie_id).read(
-                self.key, first, last, max_entries=last - first + 1, fence=fence, master_key=self.master_key,
-                timeout_s=FENCE_TIMEOUT_S,
+                self.key, first, last, max_entries=last - first + 1, max_bytes=window.max_bytes, fence=fence,
+                master_key=self.master_key, timeout_s=FENCE_TIMEOUT_S,
             )
         except LedgerError as exc:
-            return {e: ("unknown", str(exc)) for e in range(first, last + 1)}
+            return {first: (Answer.UNKNOWN, str(exc))}
         if resp.status == Status.NO_SUCH_LEDGER:
-            return {e: ("absent", None) for e in range(first, last + 1)}
+            return {e: (Answer.ABSENT, None) for e in range(first, last + 1)}
         if resp.status != Status.OK:
-            return {e: ("unknown", Status(resp.status).name) for e in range(first, last + 1)}
+            return {first: (Answer.UNKNOWN, Status(resp.status).name)}
+        out: BookieAnswers = {}
         for eid, st, data in zip(resp.entry_ids, resp.entry_status, resp.entries):
             if st == Status.OK:
                 try:
-                    out[eid] = ("ok", decode_entry(self.digest, data, self.key[0], self.key[1], eid))
+                    out[eid] = (Answer.PRESENT, decode_entry(self.digest, data, self.key[0], self.key[1], eid))
                 except (DigestMismatchError, EntryFormatError) as exc:
-                    out[eid] = ("unknown", f"corrupt copy: {exc}")  # a bad copy is not an absent one
+                    out[eid] = (Answer.UNKNOWN, f"corrupt copy: {exc}")  # a bad copy is not an absent one
             elif st == Status.NO_SUCH_ENTRY:
-                out[eid] = ("absent", None)
+                out[eid] = (Answer.ABSENT, None)
             else:
-                out[eid] = ("unknown", Status(st).name)
+                out[eid] = (Answer.UNKNOWN, Status(st).name)
         return out
 
     def read_forward(self, start: int, length: int) -> tuple[int, int]:
         """Find every recoverable entry from `start`, then re-replicate them; returns (last entry, length).
 
         Entries are collected first and replicated at the end, so that an ensemble change needed
-        for a dead replica (a new fragment from `start`) never changes where the reads look."""
-        meta, ensemble = self.meta, self.seg.bookies
-        nxt = start
-        found_all: list = []  # type: ignore[type-arg]
+        for a dead replica (a new fragment from `start`) never changes where the reads look. What
+        is collected is bounded by what a writer may have in flight (its pending-bytes limit)."""
+        meta = self.meta
+        nxt, stalled = start, 0
+        found_all: list[Entry] = []
+        answers: dict[int, dict[str, tuple[Answer, Entry | str | None]]] = {}
         while True:
-            window_last = nxt + READ_WINDOW_ENTRIES - 1
-            answers: dict[int, dict[str, tuple[str, object]]] = {}
-            for round_ in range(READ_ROUNDS_MAX):
-                futures: dict[str, Future] = {  # type: ignore[type-arg]
-                    b: self.pool.submit(self._read_copy, b, nxt, window_last, True) for b in ensemble
-                }
-                for b, f in futures.items():
-                    for eid, ans in f.result().items():
-                        prev = answers.setdefault(eid, {}).get(b)
-                        if prev is None or prev[0] == "unknown":
-                            answers[eid][b] = ans
-                decided, found, end = self._decide(nxt, window_last, answers)
-                if decided:
-                    break
-                time.sleep(0.2 * (round_ + 1))
-            else:
-                raise RecoveryError(
-                    f"ledger {meta.ledger_id}: cannot decide whether entry {end} exists: too few definite answers "
-                    "(bookies down or holding corrupt copies); refusing to guess"
-                )
-            found_all.extend(found)
-            if found:
-                length = found[-1].length  # type: ignore[attr-defined]
-            if end is not None:  # the first absent entry
+            window = window_from(nxt)
+            futures = {b: self.pool.submit(self._read_copy, b, window, True) for b in self.seg.bookies}
+            for b, f in futures.items():
+                merge_answers(answers, b, f.result())
+            d = decide_window(window, answers, self.members_of, write_quorum_size=meta.write_quorum_size,
+                              ack_quorum_size=meta.ack_quorum_size)
+            found_all.extend(d.found)  # type: ignore[arg-type]
+            if d.found:
+                length = d.found[-1].length  # type: ignore[attr-defined]
+            if d.end is not None:
                 self._replicate_all(start, found_all)
-                return end - 1, length
-            nxt = window_last + 1
+                return d.end - 1, length
+            if d.progressed:
+                stalled = 0
+            else:
+                stalled += 1
+                if stalled >= STALLED_ROUNDS_MAX:
+                    raise RecoveryError(
+                        f"ledger {meta.ledger_id}: cannot decide whether entry {d.undecided} exists: too few definite "
+                        "answers (bookies down or holding corrupt copies); refusing to guess"
+                    )
+                time.sleep(RETRY_DELAY_S * stalled)
+            for eid in [e for e in answers if e < d.next_entry]:
+                del answers[eid]  # decided: keep only what the next window still needs
+            nxt = d.next_entry
 
-    def _replicate_all(self, start: int, entries: list) -> None:  # type: ignore[type-arg]
+    # ---- 4. re-replication --------------------------------------------------------------------
+
+    def _replicate_all(self, start: int, entries: list[Entry]) -> None:
         """Re-replicate; if a replica is down, move the tail to a new fragment (IN_RECOVERY) and retry."""
         for attempt in range(ENSEMBLE_CHANGES_MAX + 1):
-            failed = set()
-            for i in range(0, len(entries), READ_WINDOW_ENTRIES):
-                failed |= self._replicate(entries[i : i + READ_WINDOW_ENTRIES])
+            failed = self._replicate(entries)
             if not failed:
                 return
             if attempt == ENSEMBLE_CHANGES_MAX:
@@ -214,102 +220,96 @@ class _Recovery:
         raise RecoveryError(f"ledger {self.meta.ledger_id}: recovered entries could not reach A={self.meta.ack_quorum_size} bookies")
 
     def _replace_in_last_fragment(self, start: int, failed: set[str]) -> None:
-        current = list(self.seg.bookies)
+        current = self.seg.bookies
         exclude = set(current) | failed
-        for b in failed:
+        replaced: dict[str, str] = {}
+        for b in sorted(failed):
             self.ctx.pool.quarantine(b)
             if b in current:
                 repl = self.ctx.placement.replacement(current, self.ctx.pool.writable(exclude=exclude))
-                current[current.index(b)] = repl
+                replaced[b] = repl
                 exclude.add(repl)
 
-        def change(m: LedgerMetadata) -> LedgerMetadata:
+        def change(m: LedgerMetadata) -> LedgerMetadata | None:
             if m.state is not LedgerState.IN_RECOVERY:
                 raise RecoveryError(f"ledger {m.ledger_id} left recovery ({m.state.value}) while this recovery ran")
-            return m.with_ensemble_change(max(start, m.segments[-1].first_entry_id), current)
+            # Another recovery may have replaced the same bookies meanwhile: theirs stands, and
+            # this recovery re-replicates to the ensemble the metadata holds now.
+            ensemble = rebase_replacements(m.segments[-1].bookies, replaced)
+            if ensemble is None:
+                return None
+            return m.with_ensemble_change(max(start, m.segments[-1].first_entry_id), ensemble)
 
         self.meta, _ = self.ctx.ledgers.update(self.meta.ledger_id, change)
         self.seg = self.meta.segments[-1]
         log.warning("recovery changed the ensemble ledger=%s from_entry=%d ensemble=%s failed=%s",
-                    self.meta.ledger_id, self.seg.first_entry_id, list(current), sorted(failed))
+                    self.meta.ledger_id, self.seg.first_entry_id, list(self.seg.bookies), sorted(failed))
 
-    def _decide(self, first: int, last: int, answers: dict[int, dict[str, tuple[str, object]]]):  # type: ignore[no-untyped-def]
-        """Walk entries in order: collect the present ones until the first definitely-absent one."""
-        meta, ensemble = self.meta, self.seg.bookies
-        found = []
-        for e in range(first, last + 1):
-            per = answers.get(e, {})
-            members = [ensemble[i] for i in write_set(e, meta.ensemble_size, meta.write_quorum_size)]
-            ok = [per[b][1] for b in members if b in per and per[b][0] == "ok"]
-            if ok:
-                found.append(ok[0])
-                continue
-            absent = sum(1 for b in members if b in per and per[b][0] == "absent")
-            if absent >= self.need:
-                return True, found, e
-            return False, found, e  # undecided: ask again
-        return True, found, None
-
-    def _replicate(self, entries: list) -> set[str]:  # type: ignore[type-arg]
-        """Recovery adds: write each found entry to its whole write set and wait (bounded) for the
-        answers. Returns the bookies that failed if some entry reached fewer than A of them."""
+    def _replicate(self, entries: list[Entry]) -> set[str]:
+        """Recovery adds: write each found entry to its whole write set in batches bounded in
+        entries and bytes, and wait (bounded) for the answers. Returns the bookies that failed if
+        some entry reached fewer than A of them."""
         if not entries:
             return set()
-        meta, ensemble = self.meta, self.seg.bookies
-        failed: set[str] = set()
+        meta = self.meta
         per_bookie: dict[str, list[tuple[int, int, bytes]]] = {}
-        raw = {}
         for entry in entries:
-            data = _reencode(self.digest, self.key, entry)
-            raw[entry.entry_id] = data
-            for i in write_set(entry.entry_id, meta.ensemble_size, meta.write_quorum_size):
-                per_bookie.setdefault(ensemble[i], []).append((entry.entry_id, entry.last_add_confirmed, data))
-        acks: dict[int, int] = {e.entry_id: 0 for e in entries}
-        cond = threading.Condition()
-        outstanding = [len(per_bookie)]
-
-        def cb_for(bookie_id: str, batch: list[tuple[int, int, bytes]]):  # type: ignore[no-untyped-def]
-            def cb(status: Status, message: str) -> None:
-                with cond:
-                    if status == Status.OK:
-                        for eid, _, _ in batch:
-                            acks[eid] += 1
-                    else:
-                        failed.add(bookie_id)
-                    outstanding[0] -= 1
-                    cond.notify_all()
-            return cb
-
-        for b, batch in per_bookie.items():
-            if self.ctx.pool.faults.drop("add", b):
-                with cond:
-                    outstanding[0] -= 1
-                    failed.add(b)
-                continue
-            try:
-                self.ctx.pool.get(b).add_batch(self.key, self.master_key, batch, cb_for(b, batch), recovery=True,
-                                                  timeout_s=REPLICATE_TIMEOUT_S)
-            except LedgerError:
-                with cond:
-                    outstanding[0] -= 1
-                    failed.add(b)
-        with cond:
-            cond.wait_for(lambda: outstanding[0] == 0, timeout=REPLICATE_TIMEOUT_S + 5)
-        if all(n >= meta.ack_quorum_size for n in acks.values()):
+            data = encode_entry(self.digest, self.key[0], self.key[1], entry.entry_id, entry.last_add_confirmed,
+                                entry.length, entry.payload)
+            for b in self.members_of(entry.entry_id):
+                per_bookie.setdefault(b, []).append((entry.entry_id, entry.last_add_confirmed, data))
+        batches = [(b, chunk) for b, items in per_bookie.items()
+                   for chunk in byte_bounded_chunks(items, lambda item: len(item[2]),
+                                                    REPLICATE_BATCH_ENTRIES_MAX, REPLICATE_BATCH_BYTES_MAX)]
+        acks, failed = _send_recovery_adds(self.ctx, self.key, self.master_key, batches)
+        if all(acks.get(e.entry_id, 0) >= meta.ack_quorum_size for e in entries):
             return set()
         log.warning("recovered entries short of the ack quorum ledger=%s failed_bookies=%s", meta.ledger_id, sorted(failed))
-        return failed or set(ensemble)
+        return failed or set(self.seg.bookies)
 
 
-def _reencode(digest: Digest, key: tuple[int, int], entry) -> bytes:  # type: ignore[no-untyped-def]
-    from pyspark_ledger.protocol.entry_format import encode_entry
+def _send_recovery_adds(ctx: LedgerContext, key: tuple[int, int], mk: bytes,
+                        batches: Sequence[tuple[str, list[tuple[int, int, bytes]]]]) -> tuple[dict[int, int], set[str]]:
+    """Send every batch (recovery adds are accepted on fenced ledgers); returns acks per entry and
+    the bookies that failed a batch. A bookie counts for an entry only if its batch succeeded."""
+    acks: dict[int, int] = {}
+    failed: set[str] = set()
+    cond = threading.Condition()
+    outstanding = [len(batches)]
 
-    return encode_entry(digest, key[0], key[1], entry.entry_id, entry.last_add_confirmed, entry.length, entry.payload)
+    def cb_for(bookie_id: str, batch: list[tuple[int, int, bytes]]):  # type: ignore[no-untyped-def]
+        def cb(status: Status, message: str) -> None:
+            with cond:
+                if status == Status.OK:
+                    for eid, _, _ in batch:
+                        acks[eid] = acks.get(eid, 0) + 1
+                else:
+                    failed.add(bookie_id)
+                outstanding[0] -= 1
+                cond.notify_all()
+        return cb
+
+    for b, batch in batches:
+        if b in failed or ctx.pool.faults.drop("add", b):
+            with cond:
+                outstanding[0] -= 1
+                failed.add(b)
+            continue
+        try:
+            ctx.pool.get(b).add_batch(key, mk, batch, cb_for(b, batch), recovery=True, timeout_s=REPLICATE_TIMEOUT_S)
+        except LedgerError:
+            with cond:
+                outstanding[0] -= 1
+                failed.add(b)
+    with cond:
+        cond.wait_for(lambda: outstanding[0] == 0, timeout=REPLICATE_TIMEOUT_S + 5)
+    return acks, failed
 
 
-def _close(context: LedgerContext, ledger: LedgerId, last: int, length: int) -> tuple[LedgerMetadata, int]:
+def _close(ctx: LedgerContext, ledger: LedgerId, last: int, length: int) -> tuple[LedgerMetadata, int]:
+    """Close at `last`, or adopt the end another recovery closed the ledger at."""
     for _ in range(CAS_ATTEMPTS_MAX):
-        meta, version = context.ledgers.read(ledger)
+        meta, version = ctx.ledgers.read(ledger)
         if meta.is_closed:
             if meta.last_entry_id != last:
                 log.warning("another recovery closed the ledger first; adopting its end ledger=%s ours=%d theirs=%s",
@@ -317,7 +317,7 @@ def _close(context: LedgerContext, ledger: LedgerId, last: int, length: int) -> 
             return meta, version
         try:
             new = meta.close(last, length)
-            version = context.ledgers.compare_and_set(new, version)
+            version = ctx.ledgers.compare_and_set(new, version)
             log.warning("ledger recovered and closed ledger=%s last_entry=%d length=%d", ledger, last, length)
             return new, version
         except BadVersionError:
