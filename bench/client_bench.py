@@ -18,7 +18,6 @@ import sys
 import tempfile
 import time
 from collections import deque
-from concurrent.futures import Future
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -29,6 +28,7 @@ from machine_speed import machine_speed_line  # noqa: E402
 from pyspark_ledger.client import LedgerClient  # noqa: E402
 from pyspark_ledger.testing.local_cluster import LocalCluster  # noqa: E402
 from pyspark_ledger.testing.zookeeper_server import LocalZooKeeper  # noqa: E402
+from pyspark_ledger.transport.add_future import AddFuture  # noqa: E402
 
 INFLIGHT_MAX = 5_000
 
@@ -38,7 +38,7 @@ def throughput(client: LedgerClient, size: int, total: int) -> float:
     oldest add once the window is full (the usual way to bound a pipeline, and the cheapest)."""
     w = client.create_ledger(3, 3, 2)
     payload = b"p" * size
-    window: deque[Future[int]] = deque()
+    window: deque[AddFuture] = deque()
     start = time.perf_counter()
     for _ in range(total):
         if len(window) >= INFLIGHT_MAX:

@@ -27,6 +27,7 @@ from pyspark_ledger.errors import LedgerError, LedgerFencedError
 if TYPE_CHECKING:
     from pyspark_ledger.ledger.read_handle import ReadHandle
     from pyspark_ledger.ledger.write_handle import WriteHandle
+    from pyspark_ledger.transport.add_future import AddFuture
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +217,7 @@ class LogWriter:
         out: Future[Position] = Future()
         lid = handle.ledger_id
 
-        def done(f: "Future[int]") -> None:
+        def done(f: "AddFuture") -> None:
             exc = f.exception()
             if exc is None:
                 out.set_result(Position(seq, f.result(), lid))

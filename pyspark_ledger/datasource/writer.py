@@ -61,10 +61,9 @@ from pyspark_ledger.datasource.planning import LedgerSourceError, open_client
 from pyspark_ledger.errors import LedgerError
 
 if TYPE_CHECKING:
-    from concurrent.futures import Future
-
     from pyspark_ledger.client import LedgerClient
     from pyspark_ledger.ledger.write_handle import WriteHandle
+    from pyspark_ledger.transport.add_future import AddFuture
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +240,7 @@ class _TaskLedger:
             _remove_implicit_parents(client, job)
             raise
         self.entries = 0
-        self._inflight: deque[tuple["Future[int]", int]] = deque()
+        self._inflight: deque[tuple["AddFuture", int]] = deque()
         self._inflight_bytes = 0
 
     def add(self, payload: bytes) -> None:

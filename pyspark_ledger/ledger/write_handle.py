@@ -21,22 +21,11 @@ import logging
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future
-from concurrent.futures._base import FINISHED as _FINISHED  # noqa: PLC2701 - see _AddFuture
-from concurrent.futures._base import PENDING as _PENDING  # noqa: PLC2701
-from concurrent.futures._base import CANCELLED as _CANCELLED  # noqa: PLC2701
-from concurrent.futures._base import CANCELLED_AND_NOTIFIED as _CANCELLED_AND_NOTIFIED  # noqa: PLC2701
 from operator import attrgetter
-
-_DONE_STATES = (_FINISHED, _CANCELLED, _CANCELLED_AND_NOTIFIED)
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from bookie.status import Status
 from metadata import BadVersionError, CloseContext, LedgerId, LedgerMetadata, LedgerState, MetadataError, write_set
-from pyspark_ledger.transport.add_poller import LEADER_RETRY_S
-from pyspark_ledger.transport.add_streams import EncodedAddBatch
-from pyspark_ledger.protocol.digest import Digest, master_key
-from pyspark_ledger.protocol.entry_format import entry_encoder
 from pyspark_ledger.errors import (
     AddTimeoutError,
     LedgerClosedError,
@@ -46,9 +35,10 @@ from pyspark_ledger.errors import (
 )
 from pyspark_ledger.ledger.context import LedgerContext
 from pyspark_ledger.ledger.read_handle import ReadHandle
-
-if TYPE_CHECKING:
-    from pyspark_ledger.transport.add_poller import AddPoller
+from pyspark_ledger.protocol.digest import Digest, master_key
+from pyspark_ledger.protocol.entry_format import entry_encoder
+from pyspark_ledger.transport.add_future import AddFuture, AddFutureGroup, complete_run
+from pyspark_ledger.transport.add_streams import EncodedAddBatch
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +59,7 @@ class _Pending:
 
     __slots__ = ("entry_id", "data", "lac", "size", "future", "bookies", "acked", "sent")
 
-    def __init__(self, entry_id: int, data: bytes, lac: int, size: int, future: "Future[int]", bookies: tuple[str, ...]):
+    def __init__(self, entry_id: int, data: bytes, lac: int, size: int, future: AddFuture, bookies: tuple[str, ...]):
         self.entry_id = entry_id
         self.data = data  # the encoded entry
         self.lac = lac  # the LAC carried in `data`
@@ -78,73 +68,6 @@ class _Pending:
         self.bookies = bookies  # current write set
         self.acked: list[str] = []
         self.sent: list[str] = []
-
-
-class _AddFuture(Future):  # type: ignore[type-arg]
-    """A concurrent.futures.Future that shares one Condition with its handle's other adds, and
-    whose waiter reads the bookies' answers itself when it can (pyspark_ledger.transport.add_poller).
-
-    A Future normally builds its own Condition (and RLock): a third of the cost of an add. Sharing
-    one also lets the handle complete a whole run of adds under one lock (see _complete_run)."""
-
-    def __init__(self, condition: threading.Condition, poller: "AddPoller"):  # noqa: D107 - deliberately not calling super().__init__
-        self._condition = condition
-        self._poller = poller
-        self._state = _PENDING
-        self._result = None
-        self._exception = None
-        self._waiters: list = []  # type: ignore[type-arg]
-        self._done_callbacks: list = []  # type: ignore[type-arg]
-
-    def _wait_done(self, timeout: float | None) -> None:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self._state not in _DONE_STATES:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError()
-            # Read the answers in this thread if no other thread does: no hand-off, no wake-up.
-            if self._poller.drive(self.done, deadline, self._condition):
-                continue
-            # Another thread reads (or the answer comes from elsewhere): it completes this future
-            # and notifies; try to lead again now and then, as it may stop reading.
-            with self._condition:
-                if self._state not in _DONE_STATES:
-                    slice_s = LEADER_RETRY_S if deadline is None else min(deadline - time.monotonic(), LEADER_RETRY_S)
-                    self._condition.wait(max(slice_s, 0.0))
-
-    def cancel(self) -> bool:
-        """An add cannot be taken back once queued (as in BookKeeper): skipping it would leave a
-        hole in the entry ids that every later add waits behind. Always False."""
-        return False
-
-    def done(self) -> bool:
-        return self._state in _DONE_STATES  # a finished future never changes again: no lock
-
-    def result(self, timeout: float | None = None) -> int:
-        if self._state == _FINISHED and self._exception is None:  # acknowledged: no lock needed
-            return self._result  # type: ignore[no-any-return]
-        self._wait_done(timeout)
-        return super().result(0)  # type: ignore[no-any-return]
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        self._wait_done(timeout)
-        return super().exception(0)
-
-
-def _complete_run(condition: threading.Condition, run: list["_Pending"]) -> None:
-    """Resolve many futures with their entry ids: one lock and one notify for the whole run, then
-    their callbacks in order."""
-    with condition:
-        for p in run:
-            f = p.future
-            if f._state == _PENDING:
-                f._result = p.entry_id
-                f._state = _FINISHED
-                for waiter in f._waiters:
-                    waiter.add_result(f)
-        if condition._waiters:  # type: ignore[attr-defined] # notify_all is Python code: skip it when nobody waits (a reading caller does not)
-            condition.notify_all()
-    for p in run:
-        p.future._invoke_callbacks()
 
 
 _data_of = attrgetter("data")
@@ -187,8 +110,8 @@ class WriteHandle(ReadHandle):
         self._sender_wake = threading.Condition(lock)
         self._submit_lock = threading.Lock()  # serialises callers: ids, encoding, order of `_pending`
         self._sender_idle = False  # the sender waits for work (under the lock): adds must wake it
-        self._future_cond = threading.Condition()  # shared by this handle's add futures
         self._poller = context.pool.poller
+        self._futures = AddFutureGroup(self._poller)  # one condition for all of this handle's adds
         self._write_sets: tuple[tuple[str, ...], ...] = ()
         self._refresh_write_sets()
         self._next_entry_id = 0
@@ -232,14 +155,14 @@ class WriteHandle(ReadHandle):
         """Add one entry and wait until it is acknowledged; returns its entry id."""
         return self.add_entry_async(payload).result(timeout=timeout_s if timeout_s is not None else BACKPRESSURE_TIMEOUT_S + self._add_timeout_s * 4)
 
-    def add_entry_async(self, payload: bytes) -> "Future[int]":
+    def add_entry_async(self, payload: bytes) -> AddFuture:
         """Queue one entry; the future resolves to its entry id once acknowledged (in order)."""
         if not isinstance(payload, (bytes, bytearray, memoryview)):
             raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
         payload = bytes(payload)
         if len(payload) > ENTRY_BYTES_MAX:
             raise LedgerError(f"entry of {len(payload)} bytes exceeds the maximum {ENTRY_BYTES_MAX}")
-        fut: Future[int] = _AddFuture(self._future_cond, self._poller)
+        fut = AddFuture(self._futures)
         size = len(payload)
         with self._submit_lock:
             eid = self._next_entry_id
@@ -450,7 +373,7 @@ class WriteHandle(ReadHandle):
                         p.acked.append(bookie_id)
                 if not self._collect_completed():
                     return  # no entry completed: nobody to wake, nothing to resolve
-                if self._cond._waiters:  # type: ignore[attr-defined] # as in _complete_run
+                if self._cond._waiters:  # type: ignore[attr-defined] # notify_all is Python code: skip it when nobody waits
                     self._cond.notify_all()  # room freed: wake add callers and close, not the sender
             elif status in (Status.FENCED, Status.UNAUTHORIZED):
                 fenced = LedgerFencedError(
@@ -497,7 +420,7 @@ class WriteHandle(ReadHandle):
                         return
                     run = list(self._completing)
                     self._completing.clear()
-                _complete_run(self._future_cond, run)
+                complete_run(self._futures, run)
                 self._poller.wake()  # a caller reading in another thread may wait for one of these
 
     # ---- failures and ensemble changes --------------------------------------------------------

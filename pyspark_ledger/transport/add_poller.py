@@ -1,9 +1,9 @@
 """Who reads the bookies' add answers: the thread that waits for them.
 
 Every plain-TCP add connection of one client (SocketAddStream) is in one epoll set here. A thread
-waiting for an add (`_AddFuture.result`) does not sleep while another thread reads the answer
-and wakes it: it reads the answers itself (`drive`), as an event loop would, so a synchronous add
-costs no thread hand-off at all on the client. Every wake-up of another thread is a context
+waiting for an add (`AddFuture.result`, transport/add_future.py) does not sleep while another
+thread reads the answer and wakes it: it reads the answers itself (`drive`), as an event loop
+would, so a synchronous add costs no thread hand-off at all on the client. Every wake-up of another thread is a context
 switch, which the hypervisor makes expensive on this project's 2-core VM: with a receiver thread
 per connection a synchronous add cost the client 6.8 context switches and ~340 us of CPU, with
 this about 3 and ~280 us, and pipelined adds gain 5-25% throughput (bench/client_bench.py).
