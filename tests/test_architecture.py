@@ -66,3 +66,121 @@ def test_packages_import_without_pyspark_or_grpc_side_effects() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "", f"importing the base packages pulled in {out.stdout.strip()}"
+
+
+# ---- the client's rooms (DESIGN.md "Layers") ------------------------------------------------------
+
+CLIENT = "pyspark_ledger"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, known: set[str]) -> set[str]:
+    """Every module `path` imports, wherever the import stands: top level, inside a function,
+    under TYPE_CHECKING. `from P import X` counts as importing P.X when X is a submodule (and
+    then not P itself: that import runs P's __init__ only as a parent package, and a package's
+    __init__ re-exporting its own modules is no circle; the __init__'s own imports still count)."""
+    name = module_name(path)
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            subs = {f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in known}
+            out.update(subs)
+            if len(subs) < len(node.names):
+                out.add(base)
+    return out
+
+
+def client_import_graph() -> dict[str, set[str]]:
+    """Module -> the client modules it imports. Left out: a package __init__'s imports of its own
+    submodules, which are re-exports (pyspark_ledger.datasource loads .source on first use of
+    DefaultSource, and source imports SOURCE_NAME from the package): Python runs the __init__
+    first either way, so such a pair is no circle a caller could trip over."""
+    files = {module_name(f): f for f in py_files(CLIENT)}
+    known = set(files)
+    graph = {}
+    for m, f in files.items():
+        own = f"{m}." if f.name == "__init__.py" else None
+        graph[m] = {d for d in imported_modules(f, known) if d in known and d != m and not (own and d.startswith(own))}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle as a path (first module repeated at the end), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: finished
+    path: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        path.append(m)
+        for d in sorted(graph[m]):
+            if state.get(d) == 1:
+                return path[path.index(d):] + [d]
+            if d not in state and (found := visit(d)):
+                return found
+        path.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state and (found := visit(m)):
+            return found
+    return None
+
+
+def test_find_cycle_finds_one() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_import_circles_in_the_client() -> None:
+    cycle = find_cycle(client_import_graph())
+    assert cycle is None, "import circle: " + " -> ".join(cycle or [])
+
+
+# The protocol room is pure (DESIGN.md): no I/O, threads, clocks or metadata store, so the
+# deterministic simulator can drive the very code production runs. `random` is allowed: the
+# simulator passes seeded Random objects. The bare `metadata` package is out too: it re-exports
+# the stores and the registry, so `from metadata import X` would hide which part is used (name
+# the module: metadata.ledger, metadata.quorum, ...). This checks what the room declares; the
+# metadata package's __init__ still runs (and loads its stores) as a parent package.
+PROTOCOL_FORBIDDEN_ROOTS = {"socket", "select", "threading", "concurrent", "time", "asyncio", "grpc", "kazoo",
+                            "sqlite3", "subprocess"}
+PROTOCOL_FORBIDDEN_MODULES = ("metadata.store", "metadata.zookeeper_store", "metadata.embedded_store",
+                              "metadata.registry", "pyspark_ledger.transport", "pyspark_ledger.ledger",
+                              "pyspark_ledger.testing", "pyspark_ledger.client", "pyspark_ledger.log")
+
+
+def test_protocol_room_is_pure() -> None:
+    known = {module_name(f) for package in (CLIENT, "metadata") for f in py_files(package)}
+    bad = []
+    for f in py_files(f"{CLIENT}/protocol"):
+        for name in imported_modules(f, known):
+            forbidden = name.split(".")[0] in PROTOCOL_FORBIDDEN_ROOTS or name == "metadata" or any(
+                name == m or name.startswith(m + ".") for m in PROTOCOL_FORBIDDEN_MODULES)
+            if forbidden:
+                bad.append(f"{f.relative_to(REPO)} imports {name}")
+    assert not bad, "\n".join(bad)
+
+
+ROOM_FILE_LINES_MAX = 500
+SMALL_ROOMS = ("protocol", "ledger", "transport", "testing")
+
+
+def test_room_files_stay_small() -> None:
+    big = [
+        f"{f.relative_to(REPO)}: {n} lines"
+        for room in SMALL_ROOMS
+        for f in py_files(f"{CLIENT}/{room}")
+        if (n := len(f.read_text().splitlines())) > ROOM_FILE_LINES_MAX
+    ]
+    assert not big, f"files over {ROOM_FILE_LINES_MAX} lines:\n" + "\n".join(big)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import crc32c
 
-from metadata import DigestType
+from metadata.ledger import DigestType  # the module, not the package that re-exports the stores too
 
 # BookKeeper's DigestType numbering, kept for the entry flags byte (bits 0-3).
 DIGEST_CODES = {DigestType.MAC: 0, DigestType.CRC32C: 2, DigestType.NONE: 3}

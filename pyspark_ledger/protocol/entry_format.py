@@ -23,7 +23,7 @@ from typing import Callable
 
 import crc32c
 
-from metadata import DigestType
+from metadata.ledger import DigestType  # the module, not the package that re-exports the stores too
 from pyspark_ledger.protocol.digest import DIGEST_BY_CODE, Digest
 from pyspark_ledger.errors import DigestMismatchError, EntryFormatError
 
