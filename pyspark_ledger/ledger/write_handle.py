@@ -5,9 +5,11 @@
   has completed: completions are strictly in entry-id order, and the LAC moves only then.
 - A sender thread drains new entries and sends one batch per bookie per round (greedy batching:
   under load batches grow, at low load an entry goes out alone at once).
-- A bookie error or timeout triggers an ensemble change: a new fragment from the first
-  unacknowledged entry, written by compare-and-set; unacknowledged entries are re-sent to the
-  replacement. If no replacement exists but every write set can still reach A acks, the handle
+- A bookie error or timeout triggers an ensemble change (protocol.ensemble_change): a new fragment
+  from the first unacknowledged entry, written by compare-and-set; unacknowledged entries are
+  re-sent to the replacement. From the failure until the new fragment is recorded no add
+  completes (protocol.pending_adds), so no entry is acknowledged on the word of a bookie that
+  the metadata is about to stop naming for it. If no replacement exists but every write set can still reach A acks, the handle
   carries on without the failed bookie (BookKeeper's delayed ensemble change) and says so.
 - FENCED from a bookie or a non-OPEN ledger on a metadata conflict means another client is
   recovering the ledger: every outstanding and later add fails with LedgerFencedError.
@@ -25,7 +27,7 @@ from operator import attrgetter
 from typing import Callable, Iterator, Sequence
 
 from bookie.status import Status
-from metadata import BadVersionError, CloseContext, LedgerId, LedgerMetadata, LedgerState, MetadataError, write_set
+from metadata import CloseContext, LedgerId, LedgerMetadata
 from pyspark_ledger.errors import (
     AddTimeoutError,
     LedgerClosedError,
@@ -35,8 +37,12 @@ from pyspark_ledger.errors import (
 )
 from pyspark_ledger.ledger.context import LedgerContext
 from pyspark_ledger.ledger.read_handle import ReadHandle
+from pyspark_ledger.ledger.writer_metadata import append_fragment, seal
 from pyspark_ledger.protocol.digest import Digest, master_key
+from pyspark_ledger.protocol.distribution import byte_bounded_chunks, write_sets
+from pyspark_ledger.protocol.ensemble_change import plan_ensemble_change
 from pyspark_ledger.protocol.entry_format import entry_encoder
+from pyspark_ledger.protocol.pending_adds import PendingAdd, PendingAdds
 from pyspark_ledger.transport.add_future import AddFuture, AddFutureGroup, complete_run
 from pyspark_ledger.transport.add_streams import EncodedAddBatch
 
@@ -51,23 +57,19 @@ BATCH_ENTRIES_MAX = 2_000
 BATCH_BYTES_MAX = 4 * 2**20
 ENSEMBLE_CHANGES_MAX = 32  # consecutive changes without an add completing
 CLOSE_DRAIN_TIMEOUT_S = 60.0
-METADATA_CAS_ATTEMPTS_MAX = 50
 
 
-class _Pending:
-    """One entry in flight. Lists, not sets: a write set has a handful of bookies."""
+class _Pending(PendingAdd):
+    """One entry in flight: the protocol's view (id, size, write set, acks) plus what sending
+    and completing need."""
 
-    __slots__ = ("entry_id", "data", "lac", "size", "future", "bookies", "acked", "sent")
+    __slots__ = ("data", "lac", "future")
 
     def __init__(self, entry_id: int, data: bytes, lac: int, size: int, future: AddFuture, bookies: tuple[str, ...]):
-        self.entry_id = entry_id
+        PendingAdd.__init__(self, entry_id, size, bookies)
         self.data = data  # the encoded entry
         self.lac = lac  # the LAC carried in `data`
-        self.size = size  # payload bytes
         self.future = future
-        self.bookies = bookies  # current write set
-        self.acked: list[str] = []
-        self.sent: list[str] = []
 
 
 _data_of = attrgetter("data")
@@ -81,16 +83,11 @@ def _batches(entries: list[_Pending]) -> Iterator[list[_Pending]]:
     if len(entries) <= BATCH_ENTRIES_MAX and sum(map(len, map(_data_of, entries))) <= BATCH_BYTES_MAX:
         yield entries  # the common case, checked with C-level loops
         return
-    chunk: list[_Pending] = []
-    size = 0
-    for p in entries:
-        if chunk and (len(chunk) >= BATCH_ENTRIES_MAX or size + len(p.data) > BATCH_BYTES_MAX):
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(p)
-        size += len(p.data)
-    if chunk:
-        yield chunk
+    yield from byte_bounded_chunks(entries, _encoded_size, BATCH_ENTRIES_MAX, BATCH_BYTES_MAX)
+
+
+def _encoded_size(p: _Pending) -> int:
+    return len(p.data)
 
 
 class WriteHandle(ReadHandle):
@@ -108,25 +105,22 @@ class WriteHandle(ReadHandle):
         # the sender thread, which would otherwise wake for nothing on every ack of every bookie.
         self._cond = threading.Condition(lock)
         self._sender_wake = threading.Condition(lock)
-        self._submit_lock = threading.Lock()  # serialises callers: ids, encoding, order of `_pending`
+        self._submit_lock = threading.Lock()  # serialises callers: ids, encoding, order of pending adds
         self._sender_idle = False  # the sender waits for work (under the lock): adds must wake it
         self._poller = context.pool.poller
         self._futures = AddFutureGroup(self._poller)  # one condition for all of this handle's adds
-        self._write_sets: tuple[tuple[str, ...], ...] = ()
-        self._refresh_write_sets()
+        # The protocol's pending adds: acks in, ordered completions and the LAC out, completions
+        # held while the ensemble changes. Touched only under self._lock.
+        self._adds = PendingAdds(metadata.ack_quorum_size, self._refresh_write_sets())
         self._next_entry_id = 0
-        self._lac = -1
-        self._length = 0
         self._length_sent = 0
-        self._pending: deque[_Pending] = deque()  # in entry-id order, not yet completed
-        self._by_id: dict[int, _Pending] = {}
         self._outbox: list[_Pending] = []  # pending entries with bookies still to send to
-        self._pending_bytes = 0
         self._failed_bookies: set[str] = set()  # failures not yet handled by an ensemble change
         self._dead_bookies: set[str] = set()  # bookies we carry on without (no replacement)
         self._error: LedgerError | None = None
         self._closing = False
         self._closed = False
+        self._close_error: BaseException | None = None  # a failed close stays failed
         self._changes_without_progress = 0
         self._last_lac_sent = -1
         self._last_add_time = time.monotonic()
@@ -145,11 +139,11 @@ class WriteHandle(ReadHandle):
         return self._metadata.ledger_id
 
     def last_add_confirmed(self) -> int:
-        return self._lac
+        return self._adds.lac
 
     @property
     def length(self) -> int:
-        return self._length
+        return self._adds.length
 
     def add_entry(self, payload: bytes, timeout_s: float | None = None) -> int:
         """Add one entry and wait until it is acknowledged; returns its entry id."""
@@ -168,13 +162,14 @@ class WriteHandle(ReadHandle):
             eid = self._next_entry_id
             # The LAC read without the lock is at most stale, never ahead: any value <= the true
             # LAC is valid to piggyback. `length` is the ledger's length through this entry.
-            lac = self._lac
+            lac = self._adds.lac
             length = self._length_sent + size
             data = self._encode(eid, lac, length, payload)
             now = time.monotonic()
             with self._lock:
                 deadline = now + BACKPRESSURE_TIMEOUT_S
-                while (len(self._pending) >= PENDING_ENTRIES_MAX or self._pending_bytes + size > PENDING_BYTES_MAX) \
+                adds = self._adds
+                while (len(adds.entries) >= PENDING_ENTRIES_MAX or adds.pending_bytes + size > PENDING_BYTES_MAX) \
                         and self._error is None and not self._closing:
                     left = deadline - time.monotonic()
                     if left <= 0:
@@ -187,16 +182,14 @@ class WriteHandle(ReadHandle):
                     raise LedgerClosedError(f"ledger {self.ledger_id} is closed for adds")
                 self._next_entry_id = eid + 1
                 self._length_sent = length
-                p = _Pending(eid, data, lac, size, fut, self._write_sets[eid % len(self._write_sets)])
-                self._pending.append(p)
-                self._by_id[eid] = p
+                p = _Pending(eid, data, lac, size, fut, adds.write_set_for(eid))
+                adds.append(p)
                 # Low load: the sender thread is idle and nothing is queued, so send from this
                 # thread and save a thread hop of latency. Under load, queue for the sender,
                 # which batches whatever accumulated.
-                direct = self._sender_idle and len(self._pending) == 1 and not self._outbox and not self._failed_bookies
+                direct = self._sender_idle and len(adds.entries) == 1 and not self._outbox and not adds.changing
                 if not direct:
                     self._outbox.append(p)
-                self._pending_bytes += size
                 self._last_add_time = now
                 if lac > self._last_lac_sent:
                     self._last_lac_sent = lac
@@ -210,23 +203,27 @@ class WriteHandle(ReadHandle):
         """Wait (bounded) for outstanding adds, then seal the ledger at the last acknowledged entry."""
         with self._cond:
             if self._closed:
+                if self._close_error is not None:
+                    raise self._close_error  # asking again never turns a failed close into a success
                 return
             self._closing = True
             deadline = time.monotonic() + CLOSE_DRAIN_TIMEOUT_S
-            while self._pending and self._error is None:
+            while self._adds.entries and self._error is None:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 self._cond.wait(min(left, 0.1))
-            stuck = list(self._pending)
+            stuck = list(self._adds.entries)
             error = self._error
         if stuck:
             self._fail_all(LedgerClosedError(f"ledger {self.ledger_id} closed with adds still outstanding"))
         try:
-            if not isinstance(error, LedgerFencedError):
-                self._seal(close_context)
-            elif error is not None:
+            if isinstance(error, LedgerFencedError):
                 raise error
+            self._seal(close_context)
+        except BaseException as exc:
+            self._close_error = exc
+            raise
         finally:
             with self._cond:
                 self._closed = True
@@ -237,59 +234,33 @@ class WriteHandle(ReadHandle):
     def _close_quietly(self) -> None:
         """Client shutdown: stop the sender without sealing (an open ledger is recovered by its next reader)."""
         with self._cond:
+            if not self._closed:
+                self._close_error = LedgerClosedError(
+                    f"ledger {self.ledger_id} was not sealed: its client shut down (the next reader recovers it)")
             self._closed = True
             self._notify_all()
         self._sender.join(timeout=5)
         ReadHandle.close(self)
 
     def _seal(self, close_context: CloseContext | None) -> None:
-        """Close by compare-and-set as the writer (reference: "Closing a ledger as a writer")."""
-        last, length = self._lac, self._length
-        for _ in range(METADATA_CAS_ATTEMPTS_MAX):
-            meta, version = self._metadata, self._version
-            if meta.state is LedgerState.OPEN:
-                try:
-                    new = meta.close(last, length, close_context=close_context)
-                    self._version = self._ctx.ledgers.compare_and_set(new, version)
-                    self._metadata = new
-                    log.info("ledger closed ledger=%s last_entry=%d length=%d", self.ledger_id, last, length)
-                    return
-                except BadVersionError:
-                    self._metadata, self._version = self._ctx.ledgers.read(self.ledger_id)
-                    continue
-            if meta.state is LedgerState.IN_RECOVERY:
-                raise LedgerFencedError(f"ledger {self.ledger_id} is being recovered by another client; close refused")
-            if meta.last_entry_id == last:
-                return  # somebody closed it exactly where we would have
-            raise LedgerFencedError(
-                f"ledger {self.ledger_id} was closed by another client at entry {meta.last_entry_id}, "
-                f"but this writer had acknowledged up to {last}"
-            )
-        raise LedgerError(f"ledger {self.ledger_id}: close kept conflicting")
+        self._metadata, self._version = seal(self._ctx.ledgers, self._metadata, self._version, self._adds.lac,
+                                             self._adds.length, close_context)
 
     # ---- write sets and sending ---------------------------------------------------------------
 
-    def _refresh_write_sets(self) -> None:
-        """Cache the E distinct write sets of the current ensemble (entry e uses set e mod E)."""
+    def _refresh_write_sets(self) -> tuple[tuple[str, ...], ...]:
+        """Under the lock: the E distinct write sets of the current ensemble (entry e uses set
+        e mod E), and their sorted forms, which _send uses to group entries."""
         meta = self._metadata
-        ensemble = meta.segments[-1].bookies
-        self._write_sets = tuple(
-            tuple(ensemble[i] for i in write_set(start, meta.ensemble_size, meta.write_quorum_size))
-            for start in range(meta.ensemble_size)
-        )
-        # Sorted, as _send groups entries: entry e's write set is a rotation of the same bookies.
-        self._sorted_write_sets = {ws: tuple(sorted(ws)) for ws in self._write_sets}
-
-    def _assign_write_set(self, p: _Pending) -> None:
-        p.bookies = self._write_sets[p.entry_id % len(self._write_sets)]
-        p.acked = [b for b in p.acked if b in p.bookies]
-        p.sent = [b for b in p.sent if b in p.bookies]
+        sets = write_sets(meta.segments[-1].bookies, meta.write_quorum_size)
+        self._sorted_write_sets = {ws: tuple(sorted(ws)) for ws in sets}
+        return sets
 
     def _run_sender(self) -> None:
         while True:
             with self._cond:
                 while True:
-                    if self._closed or (self._error is not None and not self._pending):
+                    if self._closed or (self._error is not None and not self._adds.entries):
                         return
                     if self._failed_bookies and self._error is None:
                         break
@@ -312,7 +283,7 @@ class WriteHandle(ReadHandle):
                     self._send_explicit_lac()
             except Exception as exc:  # noqa: BLE001 - a sender crash must fail adds, not hang them
                 log.exception("ledger sender failed ledger=%s", self.ledger_id)
-                self._fail_all(exc if isinstance(exc, LedgerError) else LedgerError(f"sender failed: {exc!r}"))
+                self._set_error(exc if isinstance(exc, LedgerError) else LedgerError(f"sender failed: {exc!r}"))
                 return
 
     def _send(self, outbox: list[_Pending]) -> None:
@@ -366,13 +337,11 @@ class WriteHandle(ReadHandle):
             if self._closed:
                 return  # shutting down: late answers no longer matter
             if status == Status.OK:
-                by_id = self._by_id
-                for eid in entry_ids:
-                    p = by_id.get(eid)
-                    if p is not None and bookie_id in p.bookies and bookie_id not in p.acked:
-                        p.acked.append(bookie_id)
-                if not self._collect_completed():
+                done = self._adds.on_acks(bookie_id, entry_ids)
+                if not done:
                     return  # no entry completed: nobody to wake, nothing to resolve
+                self._completing.extend(done)
+                self._changes_without_progress = 0
                 if self._cond._waiters:  # type: ignore[attr-defined] # notify_all is Python code: skip it when nobody waits
                     self._cond.notify_all()  # room freed: wake add callers and close, not the sender
             elif status in (Status.FENCED, Status.UNAUTHORIZED):
@@ -385,31 +354,13 @@ class WriteHandle(ReadHandle):
                 # means later entries would be under-replicated: replace it (ensemble change).
                 log.warning("bookie failed an add ledger=%s bookie=%s status=%s %s",
                             self.ledger_id, bookie_id, status.name, message)
-                for eid in entry_ids:
-                    p = self._by_id.get(eid)
-                    if p is not None and bookie_id in p.sent:
-                        p.sent.remove(bookie_id)
+                self._adds.on_send_failed(bookie_id, entry_ids)  # and hold completions until the change
                 self._failed_bookies.add(bookie_id)
             if status != Status.OK:
                 self._notify_all()
         if fenced is not None:
             self._set_error(fenced)
         self._drain_completions()
-
-    def _collect_completed(self) -> bool:
-        """Under the lock: pop entries whose quorum is complete, in order, advancing the LAC.
-        True if any completed."""
-        ack_quorum = self._metadata.ack_quorum_size
-        queued_before = len(self._completing)
-        while self._pending and len(self._pending[0].acked) >= ack_quorum:
-            p = self._pending.popleft()
-            del self._by_id[p.entry_id]
-            self._lac = p.entry_id
-            self._length += p.size
-            self._pending_bytes -= p.size
-            self._changes_without_progress = 0
-            self._completing.append(p)
-        return len(self._completing) > queued_before
 
     def _drain_completions(self) -> None:
         # One thread at a time resolves futures, FIFO, so callbacks fire in entry-id order.
@@ -426,101 +377,62 @@ class WriteHandle(ReadHandle):
     # ---- failures and ensemble changes --------------------------------------------------------
 
     def _handle_failures(self, failed: set[str]) -> None:
+        """Sender thread: replace failed bookies of the current fragment (protocol.ensemble_change).
+        Completions stay held (PendingAdds) from the failure until the new write sets are known."""
         meta = self._metadata
-        current = list(meta.segments[-1].bookies)
-        failed_in_ensemble = [b for b in current if b in failed]
+        current = meta.segments[-1].bookies
         for b in failed:
             self._ctx.pool.quarantine(b)
         with self._cond:
-            idle_close = self._closing and not self._pending
-        if not failed_in_ensemble or idle_close:
-            # Nothing left to write (or not our ensemble): no ensemble change needed.
-            with self._cond:
+            first_unacked = self._adds.begin_change()
+            if not any(b in current for b in failed) or (self._closing and not self._adds.entries):
+                # Not our ensemble, or nothing left to write: no ensemble change needed.
                 self._failed_bookies -= failed
-            return
-        with self._cond:
+                self._end_change(None)
+                return
             self._changes_without_progress += 1
             stuck = self._changes_without_progress > ENSEMBLE_CHANGES_MAX
-            first_unacked = self._lac + 1
+            dead = frozenset(self._dead_bookies)
         if stuck:
             self._set_error(LedgerError(f"ledger {self.ledger_id}: {ENSEMBLE_CHANGES_MAX} ensemble changes without progress"))
             return
-        exclude = set(current) | failed | self._dead_bookies
-        new_ensemble = list(current)
-        replaced: dict[str, str] = {}
-        for b in failed_in_ensemble:
+        plan = plan_ensemble_change(
+            current, failed, dead, self._ctx.pool.writable(exclude=set(current) | failed | dead), self._pick_replacement,
+            write_quorum_size=meta.write_quorum_size, ack_quorum_size=meta.ack_quorum_size, first_entry_id=first_unacked,
+        )
+        if plan.error is not None:
+            self._set_error(NotEnoughBookiesError(f"ledger {self.ledger_id}: {plan.error}"))
+            return
+        if plan.needs_metadata_change:
             try:
-                candidates = self._ctx.pool.writable(exclude=exclude)
-                repl = self._ctx.placement.replacement(new_ensemble, candidates)
-            except NotEnoughBookiesError:
-                continue
-            new_ensemble[new_ensemble.index(b)] = repl
-            replaced[b] = repl
-            exclude.add(repl)
-        if replaced:
-            try:
-                self._change_ensemble(first_unacked, new_ensemble)
+                self._metadata, self._version = append_fragment(self._ctx.ledgers, self._metadata, self._version,
+                                                                plan.first_entry_id, plan.ensemble)
             except LedgerError as exc:
                 self._set_error(exc)
                 return
-            log.warning("ensemble changed ledger=%s from_entry=%d replaced=%s", self.ledger_id, first_unacked, replaced)
-        unreplaced = [b for b in failed_in_ensemble if b not in replaced]
-        unreachable: LedgerError | None = None
+            log.warning("ensemble changed ledger=%s from_entry=%d replaced=%s", self.ledger_id, first_unacked, dict(plan.replaced))
         with self._cond:
             self._failed_bookies -= failed
-            if unreplaced:
-                self._dead_bookies |= set(unreplaced)
-                if not self._quorum_reachable():
-                    unreachable = NotEnoughBookiesError(
-                        f"ledger {self.ledger_id}: bookies {unreplaced} failed, no replacement is available and "
-                        f"some write sets can no longer reach the ack quorum {self._metadata.ack_quorum_size}"
-                    )
-                else:
-                    log.warning("carrying on without failed bookies (no replacement available) ledger=%s bookies=%s",
-                                self.ledger_id, unreplaced)
-            if unreachable is None:
-                self._requeue_pending()
-        if unreachable is not None:
-            self._set_error(unreachable)
-            return
+            if plan.unreplaced:
+                self._dead_bookies |= set(plan.unreplaced)
+                log.warning("carrying on without failed bookies (no replacement available) ledger=%s bookies=%s",
+                            self.ledger_id, list(plan.unreplaced))
+            self._end_change(self._refresh_write_sets() if plan.needs_metadata_change else None)
         self._drain_completions()
 
-    def _requeue_pending(self) -> None:
-        """Under the lock, after an ensemble change: every unacknowledged entry gets its (possibly
-        new) write set and is re-sent where needed."""
-        self._refresh_write_sets()
-        for p in self._pending:
-            self._assign_write_set(p)
-        self._outbox = list(self._pending)
-        self._collect_completed()
+    def _end_change(self, sets: tuple[tuple[str, ...], ...] | None) -> None:
+        """Under the lock: the change is recorded (or not needed): every unacknowledged entry
+        takes its new write set and is re-sent where needed; held completions are released."""
+        completed, resend = self._adds.end_change(sets)
+        self._completing.extend(completed)
+        self._outbox = resend
         self._notify_all()
 
-    def _quorum_reachable(self) -> bool:
-        meta = self._metadata
-        ensemble = meta.segments[-1].bookies
-        for start in range(meta.ensemble_size):
-            members = write_set(start, meta.ensemble_size, meta.write_quorum_size)
-            alive = sum(1 for i in members if ensemble[i] not in self._dead_bookies)
-            if alive < meta.ack_quorum_size:
-                return False
-        return True
-
-    def _change_ensemble(self, first_entry_id: int, ensemble: list[str]) -> None:
-        """Append a fragment by compare-and-set; on conflict re-read and retry while still OPEN."""
-        for _ in range(METADATA_CAS_ATTEMPTS_MAX):
-            meta, version = self._metadata, self._version
-            if meta.state is not LedgerState.OPEN:
-                raise LedgerFencedError(f"ledger {self.ledger_id} is {meta.state.value}: another client is recovering it")
-            new = meta.with_ensemble_change(first_entry_id, ensemble)
-            try:
-                self._version = self._ctx.ledgers.compare_and_set(new, version)
-                self._metadata = new
-                return
-            except BadVersionError:
-                self._metadata, self._version = self._ctx.ledgers.read(self.ledger_id)
-            except MetadataError as exc:
-                raise LedgerError(f"ledger {self.ledger_id}: ensemble change failed: {exc}") from exc
-        raise LedgerError(f"ledger {self.ledger_id}: ensemble change kept conflicting")
+    def _pick_replacement(self, ensemble: Sequence[str], candidates: Sequence[str]) -> str | None:
+        try:
+            return self._ctx.placement.replacement(ensemble, candidates)
+        except NotEnoughBookiesError:
+            return None
 
     def _notify_all(self) -> None:
         """Under the lock: wake everyone, the sender included (work queued, failures, closing)."""
@@ -537,11 +449,8 @@ class WriteHandle(ReadHandle):
 
     def _fail_all(self, err: BaseException) -> None:
         with self._cond:
-            victims = list(self._pending)
-            self._pending.clear()
-            self._by_id.clear()
+            victims = self._adds.fail_all()
             self._outbox = []
-            self._pending_bytes = 0
             self._notify_all()
         self._drain_completions()  # whatever completed before the failure keeps its order
         for p in victims:
@@ -554,13 +463,13 @@ class WriteHandle(ReadHandle):
     def _lac_due(self) -> bool:
         return (
             self._explicit_lac_interval_s is not None
-            and self._lac > self._last_lac_sent
+            and self._adds.lac > self._last_lac_sent
             and not self._outbox
             and time.monotonic() - self._last_add_time >= self._explicit_lac_interval_s
         )
 
     def _send_explicit_lac(self) -> None:
-        lac = self._lac
+        lac = self._adds.lac
         self._last_lac_sent = lac
         for b in self._metadata.segments[-1].bookies:
             if b in self._dead_bookies or b in self._failed_bookies or self._ctx.pool.is_quarantined(b) \

@@ -123,6 +123,26 @@ def test_fenced_writer_gets_no_more_acks(client: LedgerClient) -> None:
     assert client.ledger_metadata(w.ledger_id).last_entry_id == 4
     with pytest.raises(LedgerFencedError):
         w.close()
+    with pytest.raises(LedgerFencedError):  # a failed close stays failed when asked again
+        w.close()
+
+
+def test_fenced_writer_close_checks_the_metadata(client: LedgerClient) -> None:
+    """A writer that never noticed the fence (no add after it) still learns it on close: the
+    ledger was closed by recovery at a different entry, so close() must not report success."""
+    w = client.create_ledger(3, 3, 2)
+    w.add_entry(b"acknowledged")
+    w.add_entry_async(b"in flight when recovery runs")
+    r = client.open_ledger(w.ledger_id, recovery=True)
+    end = r.metadata.last_entry_id
+    if end == w.last_add_confirmed():
+        w.close()  # recovery closed exactly where the writer would have: that is a success
+    else:
+        with pytest.raises(LedgerFencedError):
+            w.close()
+        with pytest.raises(LedgerFencedError):
+            w.close()
+    assert client.ledger_metadata(w.ledger_id).last_entry_id == end
 
 
 def test_concurrent_recovery_agrees(client: LedgerClient, cluster3: LocalCluster) -> None:
