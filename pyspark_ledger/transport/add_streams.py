@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import logging
 import queue
+import select
 import socket
 import threading
 import time
@@ -120,6 +121,7 @@ def ledger_ref(ledger: LedgerKey) -> pb.LedgerRef:
 class _PendingAdd:
     callback: AddCallback
     deadline: float
+    timeout_s: float
 
 
 class AddStream:
@@ -147,7 +149,7 @@ class AddStream:
                 raise BookieUnavailableError(self.bookie_id, "outbound add queue stayed full")
         if self.dead:
             raise BookieUnavailableError(self.bookie_id, "add stream is closed")
-        self.pending[batch.request_id] = _PendingAdd(callback, time.monotonic() + timeout_s)
+        self.pending[batch.request_id] = _PendingAdd(callback, time.monotonic() + timeout_s, timeout_s)
 
     def _complete(self, results: Sequence[pb.AddResult]) -> None:
         with self.lock:  # one acquisition for a whole response
@@ -172,9 +174,22 @@ class AddStream:
         """Break the transport; the stream's threads wind down on their own."""
         raise NotImplementedError
 
+    def answers_waiting(self) -> bool:
+        """Whether answers have arrived that nobody has read yet (the transport knows)."""
+        return False
+
     def expire(self, now: float) -> None:
+        """Time out the adds past their deadline.
+
+        Answers already waiting to be read are read first: after a pause of the whole process
+        (a GC pause, SIGSTOP) the timer thread may run before the reader, and would otherwise
+        time out adds that healthy bookies answered long ago, making the whole write set look
+        failed at once. While answers wait, an add gets at most one more timeout's grace (the
+        reader takes them within a tick; a bookie dribbling answers forever still times out)."""
+        waiting = self.answers_waiting()
         with self.lock:
-            expired = [rid for rid, p in self.pending.items() if p.deadline <= now]
+            expired = [rid for rid, p in self.pending.items()
+                       if p.deadline <= now and not (waiting and now < p.deadline + p.timeout_s)]
             if not expired:
                 return
             callbacks = [self.pending.pop(rid).callback for rid in expired]
@@ -318,6 +333,15 @@ class SocketAddStream(AddStream):
         except (OSError, FramingError) as exc:
             sock.close()
             raise BookieUnavailableError(self.bookie_id, f"add listener {address}: {exc}") from None
+
+    def answers_waiting(self) -> bool:
+        if self._reader_done:
+            return False
+        try:
+            readable, _, _ = select.select([self.sock], [], [], 0)
+        except (OSError, ValueError):
+            return False  # closed under us: the reader fails what is pending
+        return bool(readable)
 
     def submit(self, batch: EncodedAddBatch, callback: AddCallback, timeout_s: float) -> Callable[[], None] | None:
         with self.lock:

@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 
 GRPC_MESSAGE_BYTES_MAX = 64 * 2**20
 _TIMER_INTERVAL_S = 0.05
+# A timer tick this late means the process (not one bookie) stalled: see _expire_loop.
+_PAUSE_DETECT_S = 1.0
 _SERVICE = pb.DESCRIPTOR.services_by_name["Bookie"].full_name
 ADD_METHOD = f"/{_SERVICE}/Add"
 READ_METHOD = f"/{_SERVICE}/Read"
@@ -131,10 +133,19 @@ class BookieClient:
             return self._stream
 
     def _expire_loop(self) -> None:
+        last = time.monotonic()
         while not self._closed.wait(_TIMER_INTERVAL_S):
+            now = time.monotonic()
+            overslept = now - last > _PAUSE_DETECT_S
+            last = now
+            if overslept:
+                # The whole process was paused (this thread slept far past its interval): the
+                # readers woke at the same moment and get one tick to read the answers that
+                # arrived meanwhile before anything is judged late.
+                continue
             stream = self._stream
             if stream is not None:
-                stream.expire(time.monotonic())
+                stream.expire(now)
 
     # ---- unary calls --------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from bookie.proto import bookie_pb2 as pb
 from bookie.proto.add_framing import HELLO, HELLO_BYTES, FrameReader, FramingError, frame, recv_exactly
 from bookie.status import Status
 from pyspark_ledger.ledger import write_handle
-from pyspark_ledger.transport.add_streams import SocketAddStream
+from pyspark_ledger.transport.add_streams import EncodedAddBatch, SocketAddStream
 from pyspark_ledger.transport.bookie_client import BookieClient
 from pyspark_ledger.errors import BookieUnavailableError
 from pyspark_ledger.testing.zookeeper_server import free_port
@@ -231,6 +231,51 @@ def test_an_add_made_from_a_timeout_callback_goes_out_on_a_new_connection(fake_l
         assert acks.failed == [(Status.TIMEOUT, "add timed out")]
         assert acks.ok == [entry(1)]
     assert fake.batch_counts() == [(1, 1), (2, 1)]
+
+
+class _NobodyReads:
+    """A StreamPoller that never reads: the state of a process whose reader has not run yet
+    after a pause (SIGSTOP, a long GC pause), while its timer thread already has."""
+
+    def register(self, stream: object) -> None:
+        pass
+
+    def unregister(self, stream: object) -> None:
+        pass
+
+
+def test_answers_waiting_on_the_socket_are_read_before_their_adds_time_out(fake_listener: MakeFake) -> None:
+    fake = fake_listener(lambda conn, number: "answer")
+    stream = SocketAddStream("paused", fake.address, _NobodyReads())  # type: ignore[arg-type]
+    try:
+        acks = Acks()
+        send = stream.submit(EncodedAddBatch((0, 1), KEY, entry(0)), acks.callback(entry(0)), 0.5)
+        assert send is not None
+        send()
+        deadline = time.monotonic() + WAIT_S
+        while not stream.answers_waiting():  # the bookie answered; nobody has read it yet
+            assert time.monotonic() < deadline, "the fake's answer never arrived"
+            time.sleep(0.01)
+        # The timer thread runs first, well past the add's deadline: the answer waiting on the
+        # socket is not judged late, and the stream stays up...
+        stream.expire(time.monotonic() + 0.6)
+        assert acks.count == 0 and not stream.dead
+        # ...so when the reader runs, the add is acknowledged.
+        stream.on_readable()
+        assert acks.ok == [entry(0)] and not acks.failed and not stream.dead
+
+        # The grace is bounded: answers that keep waiting unread do not hold an add for ever.
+        send = stream.submit(EncodedAddBatch((0, 1), KEY, entry(1)), acks.callback(entry(1)), 0.5)
+        assert send is not None
+        send()
+        while not stream.answers_waiting():
+            assert time.monotonic() < deadline, "the fake's answer never arrived"
+            time.sleep(0.01)
+        stream.expire(time.monotonic() + 1.1)
+        assert acks.failed == [(Status.TIMEOUT, "add timed out")] and stream.dead
+    finally:
+        stream.close()
+        stream.finish("test over")
 
 
 def test_a_status_code_this_client_does_not_know_fails_that_batch_only(fake_listener: MakeFake) -> None:
