@@ -37,6 +37,9 @@ class BookieConfig:
     port: int = 3181
     add_port: int = 0  # the plain-TCP add listener: 0 = a free port (advertised), -1 = none
     bookie_id: str | None = None  # default: host:port
+    # host:port clients are told to use instead of the listening ones (e.g. a proxy in front)
+    advertised_address: str | None = None
+    advertised_add_address: str | None = None
     metrics_port: int | None = None
     grpc_workers: int = 32
     grpc_max_concurrent_rpcs: int = 256
@@ -76,6 +79,10 @@ _FLAG_HELP = {
     "add_port": "port of the plain-TCP add listener, the fast path for adds (default 0: a free port, advertised "
                 "in the bookie's registration; -1: none, clients then add over gRPC)",
     "bookie_id": "identity in metadata (default host:port)",
+    "advertised_address": "host:port registered for the gRPC service instead of --host:--port, for a proxy or NAT "
+                          "in front of the bookie (default: the listening address)",
+    "advertised_add_address": "host:port registered for the plain-TCP add listener instead of the listening one "
+                              "(default: the listening address; ignored with --add-port -1)",
     "metrics_port": "serve Prometheus metrics on this port (off by default)",
     "disk_usage_threshold": "turn read-only at this disk usage fraction (default 0.95)",
     "disk_usage_lwm_threshold": "turn writable again at or below this fraction (default 0.90)",

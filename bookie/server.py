@@ -107,8 +107,9 @@ class BookieServer:
             self.registration = registry.register(
                 BookieInfo(
                     bookie_id=self.bookie_id,
-                    address=f"{cfg.host}:{self.port}",
-                    add_address=f"{cfg.host}:{self.add_listener.port}" if self.add_listener else "",
+                    address=cfg.advertised_address or f"{cfg.host}:{self.port}",
+                    add_address=(cfg.advertised_add_address or f"{cfg.host}:{self.add_listener.port}")
+                    if self.add_listener else "",
                     read_only=False,
                     version=_version(),
                     metrics_address=f"{cfg.host}:{cfg.metrics_port}" if cfg.metrics_port else "",
