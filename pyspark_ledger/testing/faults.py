@@ -34,7 +34,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 WAIT_EXIT_S = 15.0
-ENTRY_LOG_NAME_DIGITS = 16  # bookie/storage/entry_log.py: <id:016x>.log
+# bookie/storage/engine.py ENTRIES_DIR and entry_log.py's <id:016x>.log (the client may not import bookie internals)
+ENTRIES_DIR = "entries"
+ENTRY_LOG_NAME_DIGITS = 16
 
 
 class FaultUnavailable(RuntimeError):
@@ -99,10 +101,11 @@ def expire_zk_session(hosts: str, session_id: int, password: bytes, timeout_s: f
 
 
 def entry_log_files(data_dir: Path) -> list[Path]:
-    """The entry log files under a bookie's data dir (bookie/storage/entry_log.py names them
-    <id:016x>.log; the journal and index use other names)."""
+    """The entry log files of a bookie's data dir: <data dir>/entries/<id:016x>.log
+    (bookie/storage/engine.py ENTRIES_DIR, entry_log.py). The journal's files have the same
+    form of name in journal/ and are left alone: a replica is corrupted where it is read from."""
     out = []
-    for p in sorted(Path(data_dir).rglob("*.log")):
+    for p in sorted((Path(data_dir) / ENTRIES_DIR).glob("*.log")):
         stem = p.stem
         if len(stem) == ENTRY_LOG_NAME_DIGITS and all(c in "0123456789abcdef" for c in stem):
             out.append(p)

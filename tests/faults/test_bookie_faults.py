@@ -1,0 +1,141 @@
+"""Bookie faults under a writing log, on real bookie processes and a real ZooKeeper: kill -9, a
+pause past the add timeout, a partition through the test's proxy, a full disk, a corrupted
+replica. The writer (its own process, E3 W3 A2 over four bookies) must carry on to the end of
+its workload; everything acknowledged reads back intact, once, in order; a tailing reader never
+sees an entry the final log does not hold. `pytest -s` prints the counters."""
+
+from __future__ import annotations
+
+import time
+
+from pyspark_ledger.testing.fault_check import FaultCounters
+from pyspark_ledger.testing.faults import ProxyMode, corrupt_entry_logs, kill9, paused
+from pyspark_ledger.testing.fault_check import MARKER
+from tests.faults.harness import ROUNDS, FaultCluster, ProxiedBookie, report
+from tests.faults.rounds import FAULT_S, Round, run_round
+
+PARTITION_MODES = (ProxyMode.BLACKHOLE, ProxyMode.DROP, ProxyMode.PAUSE)
+
+
+def _victim(rnd: Round) -> ProxiedBookie:
+    """A bookie the writer is writing to now (the first of its current ensemble)."""
+    return rnd.fc.by_id(rnd.fc.current_ensemble(rnd.log_name)[0])
+
+
+def _rounds(fc: FaultCluster, kind: str, fault, **kw) -> FaultCounters:  # type: ignore[no-untyped-def]
+    total = FaultCounters()
+    for i in range(ROUNDS):
+        counters, outcomes = run_round(fc, kind, lambda rnd: fault(rnd, i), **kw)
+        total.add(counters)
+        assert all(o.startswith("DONE") for o in outcomes), f"{kind} round {i}: the writer did not finish: {outcomes}"
+        assert not counters.violations(), f"{kind} round {i}: {counters}"
+        fc.ensure_running()
+    return total
+
+
+def test_kill9_bookie(fault_cluster: FaultCluster) -> None:
+    started = time.monotonic()
+
+    def fault(rnd: Round, i: int) -> None:
+        victim = _victim(rnd)
+        assert victim.bookie.proc is not None
+        kill9(victim.bookie.proc)
+        victim.bookie.proc = None
+        rnd.writers[0].wait_acks(rnd.workload.total // 2)  # it goes on without the bookie
+        victim.bookie.start()  # back, with what it had on disk
+
+    counters = _rounds(fault_cluster, "kill9-bookie", fault)
+    report("kill -9 of a bookie", {"kill9-bookie": counters}, started)
+
+
+def test_sigstop_bookie_past_add_timeout(fault_cluster: FaultCluster) -> None:
+    started = time.monotonic()
+
+    def fault(rnd: Round, i: int) -> None:
+        victim = _victim(rnd)
+        assert victim.bookie.proc is not None
+        with paused(victim.bookie.proc, FAULT_S):
+            pass
+
+    counters = _rounds(fault_cluster, "sigstop-bookie", fault)
+    report("SIGSTOP of a bookie past the add timeout", {"sigstop-bookie": counters}, started)
+
+
+def test_partition_client_bookie_then_heal(fault_cluster: FaultCluster) -> None:
+    started = time.monotonic()
+    rows: dict[str, FaultCounters] = {}
+
+    def fault(rnd: Round, i: int) -> None:
+        victim = _victim(rnd)
+        victim.partition(PARTITION_MODES[i % len(PARTITION_MODES)])
+        try:
+            time.sleep(FAULT_S)
+        finally:
+            victim.heal()
+
+    for i in range(max(ROUNDS, 2)):  # at least a blackhole and a reset partition
+        mode = PARTITION_MODES[i % len(PARTITION_MODES)]
+        counters, outcomes = run_round(fault_cluster, f"partition-{mode.value}", lambda rnd, i=i: fault(rnd, i))
+        rows.setdefault(f"partition-{mode.value}", FaultCounters()).add(counters)
+        assert all(o.startswith("DONE") for o in outcomes), f"partition {mode.value}: {outcomes}"
+        assert not counters.violations(), f"partition {mode.value}: {counters}"
+    report("partition client <-> bookie through the proxy, then heal", rows, started)
+
+
+def test_full_disk_bookie_goes_read_only(small_fs_cluster: FaultCluster) -> None:
+    started = time.monotonic()
+    fc = small_fs_cluster
+
+    def fault(rnd: Round, i: int) -> None:
+        victim = _victim(rnd)
+        assert victim.fs is not None
+        victim.fs.fill(leave_bytes=victim.fs.size_bytes // 20)  # 95% used: over the 90% threshold
+        try:
+            _wait_read_only(fc, victim.bookie_id)
+            rnd.writers[0].wait_acks(rnd.workload.total // 2)  # it goes on without the full bookie
+        finally:
+            victim.fs.drain()
+
+    counters = _rounds(fc, "full-disk", fault)
+    report("full disk on a bookie (tmpfs)", {"full-disk": counters}, started)
+
+
+def _wait_read_only(fc: FaultCluster, bookie_id: str, bound_s: float = 30.0) -> None:
+    from pyspark_ledger.client import LedgerClient
+
+    deadline = time.monotonic() + bound_s
+    with LedgerClient(fc.metadata_uri) as c:
+        while time.monotonic() < deadline:
+            if any(b.bookie_id == bookie_id for b in c.bookies(writable=False, read_only=True)):
+                return
+            time.sleep(0.1)
+    raise AssertionError(f"bookie {bookie_id} did not turn read-only within {bound_s:g} s")
+
+
+def test_corrupted_replica_reads_intact_copies(fault_cluster: FaultCluster) -> None:
+    """Every entry of the log is corrupted on two of its three bookies (each flipped byte in
+    the payload on disk); the read-back must still give every entry intact from the third."""
+    started = time.monotonic()
+    flipped: list[int] = []
+
+    def no_fault(rnd: Round, i: int) -> None:
+        pass
+
+    def corrupt(rnd: Round) -> None:
+        two = rnd.fc.current_ensemble(rnd.log_name)[:2]
+        for bid in two:
+            pb = rnd.fc.by_id(bid)
+            pb.bookie.stop()  # graceful: entries checkpointed into the entry logs
+            flipped.append(corrupt_entry_logs(pb.bookie.data_dir, MARKER, flip_offset=40))
+            pb.bookie.start()
+
+    total = FaultCounters()
+    for i in range(ROUNDS):
+        counters, outcomes = run_round(fault_cluster, "corrupt-replica", lambda rnd, i=i: no_fault(rnd, i),
+                                       after=corrupt)
+        total.add(counters)
+        assert all(o.startswith("DONE") for o in outcomes), outcomes
+        assert not counters.violations(), f"corrupt replica round {i}: {counters}"
+    assert min(flipped) > 0, f"nothing was corrupted: {flipped}"
+    print(f"entries corrupted per bookie: {flipped}")
+    report("corrupted replicas (2 of 3 copies of every entry)", {"corrupt-replica": total}, started)
