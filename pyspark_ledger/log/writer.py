@@ -1,0 +1,363 @@
+"""The single writer of a named log: open (take over), append, roll over, close.
+
+Two failures must never leave the log in a state that no later writer repairs:
+- a seal (close) of the old ledger that fails during rollover: the writer recovers (fences and
+  closes) that ledger itself, a bounded number of times, and if that fails too it stops, so
+  that the old ledger is still one of the log's unsealed ledgers that the next writer's
+  takeover recovers (it recovers every unsealed ledger, not only the last two). Carrying on
+  would strand an OPEN ledger with no writer in the middle of the log;
+- a compare-and-set adding a ledger to the log whose outcome is unknown (timeout, connection
+  loss: it may have been applied): the record is re-read, and the ledger deleted only when the
+  record is known not to reference it. Unknown is not absent.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from metadata import CloseContext, CreateContext, LedgerId, LedgerMetadata, MetadataError, NoSuchLedgerError
+from metadata.log_record import LogRecord
+from metadata.logs import LogExistsError
+from pyspark_ledger.errors import LedgerError, LedgerFencedError
+from pyspark_ledger.log.errors import LogFencedError, LogWriterStoppedError
+from pyspark_ledger.log.position import Position
+from pyspark_ledger.log.service import LedgerService
+
+if TYPE_CHECKING:
+    from pyspark_ledger.ledger.write_handle import WriteHandle
+    from pyspark_ledger.transport.add_future import AddFuture
+
+log = logging.getLogger(__name__)
+
+# A seal that failed during rollover is retried as a recovery (fence + close) this many times,
+# waiting SEAL_RECOVERY_BACKOFF_S, then twice that, ... in between; then the writer stops.
+SEAL_RECOVERY_ATTEMPTS_MAX = 3
+SEAL_RECOVERY_BACKOFF_S = 0.25
+APPEND_TIMEOUT_S = 120.0
+
+
+@dataclass
+class LedgerOptions:
+    ensemble_size: int = 3
+    write_quorum_size: int = 3
+    ack_quorum_size: int = 2
+    digest_type: str = "crc32c"
+    password: bytes = b""
+
+
+class LogWriter:
+    """The single writer of a log. `append` returns the position of the acknowledged entry."""
+
+    def __init__(
+        self,
+        client: LedgerService,
+        name: str,
+        *,
+        create: bool = True,
+        options: LedgerOptions | None = None,
+        rollover_entries: int | None = None,
+        rollover_bytes: int | None = None,
+        rollover_age_s: float | None = None,
+        crash_hook: Callable[[str], None] | None = None,
+    ):
+        self.client = client
+        self.name = name
+        self.options = options or LedgerOptions()
+        self.rollover_entries = rollover_entries
+        self.rollover_bytes = rollover_bytes
+        self.rollover_age_s = rollover_age_s
+        self._crash = crash_hook or (lambda step: None)
+        self._lock = threading.RLock()
+        self._stopped: LedgerError | None = None
+        self._closed = False
+        self._ledger: "WriteHandle | None" = None
+        self._seq = -1
+        self._entries = 0
+        self._bytes = 0
+        self._opened_at = 0.0
+        # Ledgers this writer closed whose end the log record does not show yet (the record's
+        # update failed): written with the next change of the record.
+        self._unrecorded_seals: dict[LedgerId, tuple[int, int]] = {}
+        self.epoch = -1
+        self._open(create)
+
+    # -- opening --
+
+    def _open(self, create: bool) -> None:
+        logs = self.client.logs
+        if create:
+            try:
+                logs.create(LogRecord(self.name))
+            except LogExistsError:
+                pass
+        rec, _ = logs.update(self.name, lambda r: r.with_epoch(r.writer_epoch + 1))
+        self.epoch = rec.writer_epoch
+        log.warning("log writer opening log=%s epoch=%d", self.name, self.epoch)
+        # Every unsealed ledger, not only the last two: a writer that stopped after a failed
+        # seal left one behind its newest ledger, and no ledger may stay OPEN without a writer.
+        for lg in rec.ledgers:
+            if lg.sealed:
+                continue
+            try:
+                reader = self.client.open_ledger(lg.ledger_id, recovery=True, password=self.options.password)
+            except NoSuchLedgerError:
+                continue  # deleted by a trim; nothing to recover
+            self._note_sealed(reader.metadata)
+            reader.close()
+        previous = rec.ledgers[-1].ledger_id if rec.ledgers else None
+        handle = self._new_ledger(previous)
+        rec = self._add_to_record(handle)
+        self._switch_to(handle, rec)
+
+    def _check_epoch(self, r: LogRecord) -> None:
+        if r.writer_epoch != self.epoch:
+            raise LogFencedError(
+                f"log {self.name!r}: another writer took over (epoch {r.writer_epoch}, this writer has {self.epoch})"
+            )
+
+    def _new_ledger(self, previous: LedgerId | None) -> "WriteHandle":
+        o = self.options
+        ctx = CreateContext.builder().part_of_data_set(f"log:{self.name}")
+        if previous is not None:
+            ctx = ctx.follows_ledger(previous)
+        return self.client.create_ledger(
+            o.ensemble_size, o.write_quorum_size, o.ack_quorum_size, o.digest_type, o.password,
+            create_context=ctx.build(),
+        )
+
+    # -- the log record --
+
+    def _with_unrecorded_seals(self, r: LogRecord) -> LogRecord:
+        for lid, (count, size) in self._unrecorded_seals.items():
+            i = r.index_of(lid)
+            if i is not None and not r.ledgers[i].sealed:
+                r = r.with_sealed(lid, count, size)
+        return r
+
+    def _forget_recorded_seals(self, rec: LogRecord) -> None:
+        for lid in list(self._unrecorded_seals):
+            i = rec.index_of(lid)
+            if i is None or rec.ledgers[i].sealed:
+                del self._unrecorded_seals[lid]
+
+    def _add_to_record(self, handle: "WriteHandle") -> LogRecord:
+        """Append `handle`'s ledger to the log record (with any seals not recorded yet), checking
+        the epoch. On failure the record is re-read: the ledger is deleted only if the record is
+        known not to reference it; if the change was applied after all, it stands."""
+        lid = handle.ledger_id
+
+        def change(r: LogRecord) -> LogRecord:
+            self._check_epoch(r)
+            return self._with_unrecorded_seals(r).with_ledger(lid)
+
+        try:
+            rec, _ = self.client.logs.update(self.name, change)
+        except Exception as exc:  # noqa: BLE001 - every failure is decided by re-reading below
+            rec = self._decide_failed_add(handle, exc)
+        self._forget_recorded_seals(rec)
+        return rec
+
+    def _decide_failed_add(self, handle: "WriteHandle", exc: Exception) -> LogRecord:
+        """The compare-and-set adding `handle` raised `exc`. A timeout or connection loss leaves
+        its outcome unknown: only the record says whether it was applied."""
+        lid = handle.ledger_id
+        try:
+            rec, _ = self.client.logs.read(self.name)
+        except Exception as read_exc:  # noqa: BLE001 - unknown is not absent: keep the ledger
+            handle._close_quietly()  # noqa: SLF001 - unsealed; whoever finds it in the log recovers it
+            log.warning("could not tell whether a ledger was added to the log; keeping it log=%s ledger=%s "
+                        "error=%s reread_error=%s", self.name, lid, exc, read_exc)
+            raise self._stop(LogWriterStoppedError(
+                f"log {self.name!r}: adding ledger {lid} to the log failed ({exc}) and re-reading the log failed "
+                f"({read_exc}): the ledger is kept, as the log may reference it; open a new writer")) from exc
+        if rec.index_of(lid) is None:
+            self._discard(handle)
+            if isinstance(exc, LogFencedError):
+                raise self._stop(exc) from exc
+            raise exc
+        log.warning("adding a ledger to the log reported %s but was applied log=%s ledger=%s", type(exc).__name__,
+                    self.name, lid)
+        if rec.writer_epoch != self.epoch:
+            handle._close_quietly()  # noqa: SLF001 - in the log: the writer that took over recovers it
+            fenced = LogFencedError(f"log {self.name!r}: another writer took over (epoch {rec.writer_epoch}, "
+                                    f"this writer has {self.epoch})")
+            raise self._stop(fenced) from exc
+        return rec
+
+    def _discard(self, handle: "WriteHandle") -> None:
+        """A ledger the log record is known not to reference: remove it rather than leak it."""
+        try:
+            handle._close_quietly()  # noqa: SLF001
+            self.client.delete_ledger(handle.ledger_id)
+        except Exception as exc:  # noqa: BLE001 - best effort; the orphan auditor finds leftovers
+            log.warning("could not delete an unused ledger ledger=%s error=%s", handle.ledger_id, exc)
+
+    def _switch_to(self, handle: "WriteHandle", rec: LogRecord) -> None:
+        i = rec.index_of(handle.ledger_id)
+        if i is None:
+            raise LedgerError(f"log {self.name!r}: ledger {handle.ledger_id} is not in the log it was added to")
+        self._ledger, self._seq = handle, rec.ledgers[i].seq
+        self._entries, self._bytes, self._opened_at = 0, 0, time.monotonic()
+
+    # -- appending --
+
+    def append(self, payload: bytes, timeout_s: float | None = None) -> Position:
+        return self.append_async(payload).result(timeout=timeout_s if timeout_s is not None else APPEND_TIMEOUT_S)
+
+    def append_async(self, payload: bytes) -> "Future[Position]":
+        with self._lock:
+            if self._stopped is not None:
+                raise self._stopped
+            if self._closed:
+                raise LedgerError(f"log writer for {self.name!r} is closed")
+            if self._rollover_due(len(payload)):
+                self._rollover()
+            handle, seq = self._ledger, self._seq
+            assert handle is not None
+            try:
+                inner = handle.add_entry_async(payload)
+            except LedgerFencedError as exc:
+                raise self._stop(exc) from exc
+            self._entries += 1
+            self._bytes += len(payload)
+        out: Future[Position] = Future()
+        lid = handle.ledger_id
+
+        def done(f: "AddFuture") -> None:
+            exc = f.exception()
+            if exc is None:
+                out.set_result(Position(seq, f.result(), lid))
+            else:
+                out.set_exception(self._stop(exc) if isinstance(exc, LedgerFencedError) else exc)
+
+        inner.add_done_callback(done)
+        return out
+
+    def _stop(self, exc: BaseException) -> LedgerError:
+        """Stop appending for good; every later append raises the first reason."""
+        err = exc if isinstance(exc, LogWriterStoppedError) else LogFencedError(f"log {self.name!r}: writer fenced: {exc}")
+        if self._stopped is None:
+            self._stopped = err
+            log.warning("log writer stopped log=%s epoch=%d reason=%s", self.name, self.epoch, exc)
+        return self._stopped
+
+    def _rollover_due(self, next_size: int) -> bool:
+        if self._entries == 0:
+            return False
+        return bool(
+            (self.rollover_entries is not None and self._entries >= self.rollover_entries)
+            or (self.rollover_bytes is not None and self._bytes + next_size > self.rollover_bytes)
+            or (self.rollover_age_s is not None and time.monotonic() - self._opened_at >= self.rollover_age_s)
+        )
+
+    def roll_over(self) -> None:
+        """Start a new ledger now (the current one is closed)."""
+        with self._lock:
+            if self._stopped is not None:
+                raise self._stopped
+            self._rollover()
+
+    def _rollover(self) -> None:
+        old, old_seq = self._ledger, self._seq
+        assert old is not None
+        self._crash("before_create")
+        new = self._new_ledger(old.ledger_id)
+        self._crash("after_create")
+        self._crash("before_cas")
+        rec = self._add_to_record(new)
+        self._crash("after_cas")
+        self._switch_to(new, rec)
+        log.info("log rolled over log=%s from_seq=%d to_seq=%d", self.name, old_seq, self._seq)
+        self._crash("before_close")
+        self._seal_rolled_over(old)
+        self._crash("after_close")
+
+    # -- sealing --
+
+    def _seal_rolled_over(self, handle: "WriteHandle") -> None:
+        """Close the ledger a rollover left behind. If its close fails, recover it (fence + close,
+        bounded); if that fails too, stop: it is then still among the log's unsealed ledgers,
+        which the next writer's takeover recovers."""
+        try:
+            handle.close(CloseContext.builder().because_max_entry_count_reached().build())
+            meta = handle.metadata
+        except LedgerFencedError as exc:
+            raise self._stop(exc) from exc
+        except (LedgerError, MetadataError) as exc:
+            log.warning("closing a rolled-over ledger failed; recovering it log=%s ledger=%s error=%s",
+                        self.name, handle.ledger_id, exc)
+            meta = self._recover_rolled_over(handle.ledger_id, exc)
+        self._note_sealed(meta)
+        try:
+            rec, _ = self.client.logs.update(self.name, self._sealing_change)
+            self._forget_recorded_seals(rec)
+        except LogFencedError as exc:
+            raise self._stop(exc) from exc  # the next writer records the end when it recovers the ledger
+        except MetadataError as exc:
+            log.warning("could not record a sealed ledger's end in the log yet; it goes with the next change "
+                        "log=%s ledger=%s error=%s", self.name, handle.ledger_id, exc)
+
+    def _recover_rolled_over(self, lid: LedgerId, cause: BaseException) -> LedgerMetadata:
+        last: BaseException = cause
+        delay_s = SEAL_RECOVERY_BACKOFF_S
+        for attempt in range(1, SEAL_RECOVERY_ATTEMPTS_MAX + 1):
+            try:
+                reader = self.client.open_ledger(lid, recovery=True, password=self.options.password)
+            except (LedgerError, MetadataError) as exc:
+                last = exc
+                log.warning("recovering a rolled-over ledger failed log=%s ledger=%s attempt=%d error=%s",
+                            self.name, lid, attempt, exc)
+                if attempt < SEAL_RECOVERY_ATTEMPTS_MAX:
+                    time.sleep(delay_s)
+                    delay_s *= 2
+                continue
+            meta = reader.metadata
+            reader.close()
+            return meta
+        raise self._stop(LogWriterStoppedError(
+            f"log {self.name!r}: ledger {lid} could not be sealed at rollover ({cause}) nor recovered in "
+            f"{SEAL_RECOVERY_ATTEMPTS_MAX} attempts (last: {last}); this writer stops rather than leave it OPEN "
+            "behind a newer ledger: open a new writer, whose takeover recovers it"))
+
+    def _note_sealed(self, meta: LedgerMetadata) -> None:
+        if meta.last_entry_id is None:
+            raise LedgerError(f"ledger {meta.ledger_id} has no end after closing")
+        self._unrecorded_seals[meta.ledger_id] = (meta.last_entry_id + 1, meta.length_bytes)
+
+    def _sealing_change(self, r: LogRecord) -> LogRecord | None:
+        self._check_epoch(r)
+        return self._with_unrecorded_seals(r)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._ledger is None or self._stopped is not None:
+                return
+            handle = self._ledger
+            try:
+                handle.close(CloseContext.builder().because_client_shutdown().build())
+            except LedgerFencedError as exc:
+                raise self._stop(exc) from exc
+            self._note_sealed(handle.metadata)
+            try:
+                rec, _ = self.client.logs.update(self.name, self._sealing_change)
+            except LogFencedError:
+                return  # the next writer records it when it recovers the ledger
+            self._forget_recorded_seals(rec)
+
+    @property
+    def current_ledger(self) -> LedgerId | None:
+        return None if self._ledger is None else self._ledger.ledger_id
+
+    def __enter__(self) -> "LogWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
