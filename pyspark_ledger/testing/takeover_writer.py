@@ -1,0 +1,54 @@
+"""A log writer process for takeover runs (pyspark_ledger.testing.takeover): it appends
+`acked_first` entries one by one (each acknowledged), says READY, waits for GO on stdin, then
+calls append_async for `count` entries of `size` bytes without waiting and says SENT; it then
+only prints acknowledgements until it is killed. Payloads: fault_check.encode("old", seq, size).
+
+  OPENED <epoch> / ACK <seq> / READY / SENT <n> / ERROR <seq> <error>
+
+Usage: python -m pyspark_ledger.testing.takeover_writer URI LOG COUNT SIZE ACKED_FIRST
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from concurrent.futures import Future
+
+from pyspark_ledger.client import LedgerClient
+from pyspark_ledger.testing.fault_check import encode
+
+ADD_TIMEOUT_S = 60.0  # no ensemble change while the test holds bookies stopped
+LIFETIME_S = 300.0  # bounded even if nobody kills it
+
+
+def main() -> None:
+    uri, name = sys.argv[1], sys.argv[2]
+    count, size, acked_first = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    out_lock = threading.Lock()
+
+    def say(line: str) -> None:
+        with out_lock:
+            print(line, flush=True)
+
+    client = LedgerClient(uri, add_timeout_s=ADD_TIMEOUT_S)
+    writer = client.open_log_writer(name)
+    say(f"OPENED {writer.epoch}")
+    for seq in range(acked_first):
+        writer.append(encode("old", seq, size), timeout_s=ADD_TIMEOUT_S)
+        say(f"ACK {seq}")
+    say("READY")
+    if sys.stdin.readline().strip() != "GO":
+        return
+
+    def report(seq: int, fut: "Future[object]") -> None:
+        exc = fut.exception()
+        say(f"ACK {seq}" if exc is None else f"ERROR {seq} {type(exc).__name__}")
+
+    for seq in range(acked_first, acked_first + count):
+        writer.append_async(encode("old", seq, size)).add_done_callback(lambda f, s=seq: report(s, f))
+    say(f"SENT {count}")
+    threading.Event().wait(LIFETIME_S)
+
+
+if __name__ == "__main__":
+    main()
