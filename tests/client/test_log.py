@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from metadata import LedgerId, LedgerState, NoSuchLedgerError
+from metadata import LedgerId, LedgerState, MetadataUnavailableError, NoSuchLedgerError
 from metadata.log_record import LogRecord
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.testing.local_cluster import LocalCluster
-from pyspark_ledger.log import LogFencedError, Position, choose_trim
+from pyspark_ledger.log import LogFencedError, LogWriter, Position, choose_trim
 from tests.client import log_workers
 
 REPO = Path(__file__).resolve().parents[2]
@@ -115,9 +115,69 @@ def test_writer_killed_at_each_rollover_step(cluster3: LocalCluster, step: str) 
         content = [e.payload for e in client.open_log_reader("crashy").read()]
         assert content == [b"entry-%d" % i for i in range(len(content) - 1)] + [b"after recovery"]
         assert set(range(7)) <= {int(p.split(b"-")[1]) for p in content[:-1]}
-        # A ledger created but never appended is removed (or at least not referenced): no entries are lost either way.
-        in_log = {lg.ledger_id for lg in rec.ledgers}
-        assert all(lid in in_log or client.ledger_metadata(lid).create_context is not None for lid in client.list_ledgers())
+        # A ledger the log does not reference is a leak, except the one a writer killed between
+        # creating its next ledger and adding it to the log left behind: it holds no entry.
+        leaked = leaked_ledgers(client, "crashy", killed_before_adding=step in ("after_create", "before_cas"))
+        assert not leaked, f"ledgers leaked by the writer killed at {step}: {leaked}"
+
+
+def leaked_ledgers(client: LedgerClient, name: str, *, killed_before_adding: bool) -> list[str]:
+    """Ledgers that exist but that the log does not reference, each with why it counts as a leak.
+    With `killed_before_adding`, the one ledger a writer killed between creating its next ledger
+    and adding it to the log is allowed: of this log, following a ledger of the log, and empty
+    (the killed process could not delete it; nothing was acknowledged in it)."""
+    rec = client.describe_log(name)
+    in_log = {lg.ledger_id for lg in rec.ledgers}
+    outside = sorted(lid for lid in client.list_ledgers() if lid not in in_log)
+    leaks: list[str] = []
+    for lid in outside:
+        meta = client.ledger_metadata(lid)
+        ctx = meta.create_context
+        allowed = (
+            killed_before_adding and len(outside) == 1 and ctx is not None and ctx.data_set == f"log:{name}"
+            and ctx.follows_ledger in in_log and client.open_ledger(lid).last_add_confirmed() == -1
+        )
+        if not allowed:
+            leaks.append(f"{lid} ({meta.state.value}, data set {ctx.data_set if ctx else None})")
+    return leaks
+
+
+def test_leak_check_catches_a_planted_leak(client: LedgerClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The leak check must be able to fail: plant a writer that forgets to delete a ledger the log
+    never referenced (its compare-and-set failed before applying) and the check names that ledger."""
+    real_cas = client.logs.compare_and_set
+    failed_adds: list[LedgerId] = []
+
+    def cas_failing_the_second_add(record: LogRecord, expected_version: int) -> int:
+        if record.next_seq == 2 and not failed_adds:  # the first rollover's add, not applied
+            failed_adds.append(record.ledgers[-1].ledger_id)
+            raise MetadataUnavailableError("injected: metadata service unreachable")
+        return real_cas(record, expected_version)
+
+    monkeypatch.setattr(client.logs, "compare_and_set", cas_failing_the_second_add)
+    monkeypatch.setattr(LogWriter, "_discard", lambda self, handle: handle._close_quietly())  # the planted leak
+    w = client.open_log_writer("leaky", rollover_entries=2)
+    for i in range(2):
+        w.append(b"x-%d" % i)
+    with pytest.raises(MetadataUnavailableError):
+        w.append(b"x-2")
+    w.append(b"x-2")
+    w.close()
+    assert len(failed_adds) == 1
+    leaked = leaked_ledgers(client, "leaky", killed_before_adding=False)
+    assert len(leaked) == 1 and leaked[0].startswith(f"{failed_adds[0]} (OPEN"), leaked
+    monkeypatch.undo()  # the product's own _discard: the same failure leaks nothing
+    client.delete_log("leaky")
+    client.delete_ledger(failed_adds[0])
+    w = client.open_log_writer("tight", rollover_entries=2)
+    monkeypatch.setattr(client.logs, "compare_and_set", cas_failing_the_second_add)
+    failed_adds.clear()
+    for i in range(2):
+        w.append(b"y-%d" % i)
+    with pytest.raises(MetadataUnavailableError):
+        w.append(b"y-2")
+    w.close()
+    assert len(failed_adds) == 1 and leaked_ledgers(client, "tight", killed_before_adding=False) == []
 
 
 def test_tailing_reader_across_five_rollovers(cluster3: LocalCluster) -> None:
