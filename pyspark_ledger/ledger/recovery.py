@@ -5,7 +5,8 @@ RPCs and metadata compare-and-sets:
 1. Mark the ledger IN_RECOVERY by compare-and-set (a stalled recovery may be taken over).
 2. Fence every bookie of the last fragment until, in every write set, W-A+1 bookies answered.
 3. Read forward from the highest LAC they reported in windows bounded in entries and bytes; a
-   short answer (the bookie's byte limit) moves the next window forward.
+   short answer (the bookie's byte limit) moves the next window forward (the loop's decisions
+   are protocol.recovery_reader's pure state machine, which the simulator drives too).
 4. Re-replicate every entry found to its write set in bounded batches; a dead replica moves
    the tail to a new fragment, re-applied to the ensemble the metadata holds now so that two
    concurrent recoveries never overwrite each other's replacement.
@@ -31,14 +32,11 @@ from pyspark_ledger.protocol.entry_format import Entry, decode_entry, encode_ent
 from pyspark_ledger.protocol.recovery_plan import (
     REPLICATE_BATCH_BYTES_MAX,
     REPLICATE_BATCH_ENTRIES_MAX,
-    STALLED_ROUNDS_MAX,
     Answer,
     ReadWindow,
-    decide_window,
-    merge_answers,
     recovery_start,
-    window_from,
 )
+from pyspark_ledger.protocol.recovery_reader import Fail, Read, ReaderCommand, RecoveryReader, RetryAfter
 
 log = logging.getLogger(__name__)
 
@@ -172,39 +170,30 @@ class _Recovery:
     def read_forward(self, start: int, length: int) -> tuple[int, int]:
         """Find every recoverable entry from `start`, then re-replicate them; returns (last entry, length).
 
-        Entries are collected first and replicated at the end, so that an ensemble change needed
-        for a dead replica (a new fragment from `start`) never changes where the reads look. What
-        is collected is bounded by what a writer may have in flight (its pending-bytes limit)."""
+        The decisions (windows, merging, stalls) are protocol.recovery_reader's; this drives its
+        reads. Entries are collected first and replicated at the end, so that an ensemble change
+        needed for a dead replica (a new fragment from `start`) never changes where the reads
+        look. What is collected is bounded by what a writer may have in flight."""
         meta = self.meta
-        nxt, stalled = start, 0
-        found_all: list[Entry] = []
-        answers: dict[int, dict[str, tuple[Answer, Entry | str | None]]] = {}
-        while True:
-            window = window_from(nxt)
-            futures = {b: self.pool.submit(self._read_copy, b, window, True) for b in self.seg.bookies}
+        reader: RecoveryReader[Entry] = RecoveryReader(
+            start, self.members_of, bookies=self.seg.bookies, write_quorum_size=meta.write_quorum_size,
+            ack_quorum_size=meta.ack_quorum_size)
+        cmd: ReaderCommand = reader.first_command()
+        while isinstance(cmd, (Read, RetryAfter)):
+            if isinstance(cmd, RetryAfter):
+                time.sleep(RETRY_DELAY_S * cmd.stalled)
+            window = cmd.window
+            futures = {b: self.pool.submit(self._read_copy, b, window, True) for b in cmd.bookies}
             for b, f in futures.items():
-                merge_answers(answers, b, f.result())
-            d = decide_window(window, answers, self.members_of, write_quorum_size=meta.write_quorum_size,
-                              ack_quorum_size=meta.ack_quorum_size)
-            found_all.extend(d.found)  # type: ignore[arg-type]
-            if d.found:
-                length = d.found[-1].length  # type: ignore[attr-defined]
-            if d.end is not None:
-                self._replicate_all(start, found_all)
-                return d.end - 1, length
-            if d.progressed:
-                stalled = 0
-            else:
-                stalled += 1
-                if stalled >= STALLED_ROUNDS_MAX:
-                    raise RecoveryError(
-                        f"ledger {meta.ledger_id}: cannot decide whether entry {d.undecided} exists: too few definite "
-                        "answers (bookies down or holding corrupt copies); refusing to guess"
-                    )
-                time.sleep(RETRY_DELAY_S * stalled)
-            for eid in [e for e in answers if e < d.next_entry]:
-                del answers[eid]  # decided: keep only what the next window still needs
-            nxt = d.next_entry
+                reader.on_answers(b, f.result())  # type: ignore[arg-type]
+            cmd = reader.end_round()
+        if isinstance(cmd, Fail):
+            raise RecoveryError(f"ledger {meta.ledger_id}: {cmd.message}")
+        found: list[Entry] = cmd.found
+        if found:
+            length = found[-1].length
+        self._replicate_all(start, found)
+        return cmd.last_entry, length
 
     # ---- 4. re-replication --------------------------------------------------------------------
 
