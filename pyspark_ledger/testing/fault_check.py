@@ -73,6 +73,7 @@ class FaultCounters:
     read_back: int = 0
     unacked_present: int = 0
     writers_stopped: int = 0  # writers that ended with an error (expected only when fenced)
+    tailed: int = 0  # entries the tailing reader was given (what past_lac was checked on)
     rounds: int = 0
 
     SAFETY = ("lost", "duplicated", "reordered", "corrupt", "past_lac", "stalled")
@@ -100,7 +101,7 @@ class RunRecord:
 def check(record: RunRecord, log_entries: Sequence[tuple[tuple[int, int], bytes]]) -> FaultCounters:
     """Count violations of `record` against the whole log read back at the end, given as
     ((ledger seq, entry id), payload) in log order."""
-    c = FaultCounters(rounds=1, stalled=len(record.stalled), read_back=len(log_entries))
+    c = FaultCounters(rounds=1, stalled=len(record.stalled), read_back=len(log_entries), tailed=len(record.tailed))
     seen: dict[tuple[str, int], int] = {}
     last_seq: dict[str, int] = {}
     writer_rank = {w: i for i, w in enumerate(record.writers)}
@@ -140,7 +141,7 @@ _LABELS = {"unacked_present": "unacked", "writers_stopped": "w_stopped", "read_b
 
 
 def format_table(rows: dict[str, FaultCounters]) -> str:
-    cols = ("rounds", "acked", "read_back", "unacked_present", "writers_stopped") + FaultCounters.SAFETY
+    cols = ("rounds", "acked", "read_back", "tailed", "unacked_present", "writers_stopped") + FaultCounters.SAFETY
     width = max([len("fault")] + [len(k) for k in rows])
     head = "fault".ljust(width) + "".join(f" {_LABELS.get(c, c):>10}" for c in cols)
     lines = [head, "-" * len(head)]

@@ -29,6 +29,7 @@ def _rounds(fc: FaultCluster, kind: str, fault, **kw) -> FaultCounters:  # type:
         total.add(counters)
         assert all(o.startswith("DONE") for o in outcomes), f"{kind} round {i}: the writer did not finish: {outcomes}"
         assert not counters.violations(), f"{kind} round {i}: {counters}"
+        assert counters.tailed > 0, "the tailing reader saw nothing: past-LAC was not checked"
         fc.ensure_running()
     return total
 
@@ -73,12 +74,13 @@ def test_partition_client_bookie_then_heal(fault_cluster: FaultCluster) -> None:
         finally:
             victim.heal()
 
-    for i in range(max(ROUNDS, 2)):  # at least a blackhole and a reset partition
+    for i in range(max(ROUNDS, 2)):  # at least a blackhole and a reset partition; a stall from 3 rounds
         mode = PARTITION_MODES[i % len(PARTITION_MODES)]
         counters, outcomes = run_round(fault_cluster, f"partition-{mode.value}", lambda rnd, i=i: fault(rnd, i))
         rows.setdefault(f"partition-{mode.value}", FaultCounters()).add(counters)
         assert all(o.startswith("DONE") for o in outcomes), f"partition {mode.value}: {outcomes}"
         assert not counters.violations(), f"partition {mode.value}: {counters}"
+        assert counters.tailed > 0, "the tailing reader saw nothing: past-LAC was not checked"
     report("partition client <-> bookie through the proxy, then heal", rows, started)
 
 
@@ -136,6 +138,7 @@ def test_corrupted_replica_reads_intact_copies(fault_cluster: FaultCluster) -> N
         total.add(counters)
         assert all(o.startswith("DONE") for o in outcomes), outcomes
         assert not counters.violations(), f"corrupt replica round {i}: {counters}"
+        assert counters.tailed > 0, "the tailing reader saw nothing: past-LAC was not checked"
     assert min(flipped) > 0, f"nothing was corrupted: {flipped}"
     print(f"entries corrupted per bookie: {flipped}")
     report("corrupted replicas (2 of 3 copies of every entry)", {"corrupt-replica": total}, started)

@@ -38,6 +38,7 @@ def test_sigstop_writer_past_add_timeout(fault_cluster: FaultCluster) -> None:
         total.add(counters)
         assert outcomes[0].startswith("DONE"), f"round {i}: the paused writer did not finish: {outcomes}"
         assert not counters.violations(), f"round {i}: {counters}"
+        assert counters.tailed > 0, "the tailing reader saw nothing: past-LAC was not checked"
     report("SIGSTOP of the writer past its add timeout", {"sigstop-writer": total}, started)
 
 
@@ -68,4 +69,5 @@ def test_zk_session_expiry_of_the_writer_then_takeover(fault_cluster: FaultClust
             f"round {i}: the old writer did not stop fenced: {old}"
         assert new.startswith("DONE"), f"round {i}: the new writer did not finish: {new}"
         assert not counters.violations(), f"round {i}: {counters}"
+        assert counters.tailed > 0, "the tailing reader saw nothing: past-LAC was not checked"
     report("ZooKeeper session expiry of the writer, then a new writer", {"zk-expiry": total}, started)
