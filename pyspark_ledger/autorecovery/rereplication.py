@@ -3,23 +3,45 @@
 Copy first, then compare-and-set the ensemble: a crash in between leaves only an unreferenced copy
 on the new bookie (garbage, never a hole). Only sealed (CLOSED) ledgers are re-replicated; open
 ones must be recovered first, which is what `ledger recover --bookie` does.
+
+Copies go in batches bounded in entries and bytes (a bookie refuses a batch over its pending-add
+limit, 64 MiB by default: MiB-sized Arrow entries made 1,000-entry batches fail). The swap is
+re-applied to the ensemble the metadata holds when the compare-and-set runs (rebase_replacements):
+a concurrent re-replication of the same fragment may have replaced the same bookie (theirs
+stands), or placed our replacement bookie in another slot (then this one picks another and
+copies again, a bounded number of times).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from typing import TYPE_CHECKING, Iterator
+
 from bookie.status import Status
 from metadata import LedgerId, LedgerMetadata, write_set
-from pyspark_ledger.protocol.digest import master_key
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.ledger.context import LedgerContext
 from pyspark_ledger.ledger.read_handle import ReadHandle
+from pyspark_ledger.protocol.digest import master_key
+from pyspark_ledger.protocol.distribution import byte_bounded_chunks
+from pyspark_ledger.protocol.ensemble_change import rebase_replacements
+from pyspark_ledger.protocol.entry_format import encode_entry
+from pyspark_ledger.protocol.recovery_plan import REPLICATE_BATCH_BYTES_MAX, REPLICATE_BATCH_ENTRIES_MAX
+
+if TYPE_CHECKING:
+    from pyspark_ledger.transport.bookie_client import BookieClient
 
 log = logging.getLogger(__name__)
 
-COPY_BATCH_ENTRIES = 1_000
 COPY_TIMEOUT_S = 60.0
+# Copies read the fragment in windows of about this many bytes: half a bookie's read answer cap
+# (ledger/read_handle.py READ_CHUNK_BYTES_MAX, 8 MiB), so entry sizes around the average never
+# make an answer come back byte-capped.
+COPY_READ_WINDOW_BYTES = 4 * 2**20
+# A fragment's replacement is chosen (and copied) again at most this many times when concurrent
+# re-replications took the chosen bookie for another slot of the same fragment.
+REPLACEMENT_ATTEMPTS_MAX = 3
 
 
 def fragments_on(meta: LedgerMetadata, bookie_id: str) -> list[int]:
@@ -27,22 +49,54 @@ def fragments_on(meta: LedgerMetadata, bookie_id: str) -> list[int]:
 
 
 def rereplicate(context: LedgerContext, ledger: LedgerId, lost: str, password: bytes = b"", *, dry_run: bool = False) -> list[tuple[int, str]]:
-    """Replace `lost` in every fragment of a CLOSED ledger. Returns [(fragment index, new bookie)]."""
-    meta, version = context.ledgers.read(ledger)
+    """Replace `lost` in every fragment of a CLOSED ledger. Returns [(fragment index, the bookie
+    that holds the fragment's copy now)]: ours, or a concurrent re-replication's."""
+    meta, _ = context.ledgers.read(ledger)
     if not meta.is_closed:
         raise LedgerError(f"ledger {ledger} is {meta.state.value}: recover it before re-replicating")
     done: list[tuple[int, str]] = []
     for index in fragments_on(meta, lost):
-        seg = meta.segments[index]
-        new = context.placement.replacement(seg.bookies, context.pool.writable(exclude={lost}))
         if dry_run:
-            done.append((index, new))
+            seg = meta.segments[index]
+            done.append((index, context.placement.replacement(seg.bookies, context.pool.writable(exclude={lost}))))
             continue
-        _copy_fragment(context, meta, version, index, lost, new, password)
-        meta, version = context.ledgers.update(ledger, lambda m: m.with_replaced_bookie(index, lost, new) if lost in m.segments[index].bookies else None)
-        log.warning("fragment re-replicated ledger=%s fragment=%d lost=%s new=%s", ledger, index, lost, new)
-        done.append((index, new))
+        holder = _rereplicate_fragment(context, ledger, index, lost, password)
+        if holder is not None:
+            done.append((index, holder))
     return done
+
+
+def _rereplicate_fragment(context: LedgerContext, ledger: LedgerId, index: int, lost: str, password: bytes) -> str | None:
+    """Copy fragment `index` off `lost` and swap the copy in. Returns the bookie in `lost`'s slot
+    afterwards (None if the fragment no longer names `lost` when this starts)."""
+    for _ in range(REPLACEMENT_ATTEMPTS_MAX):
+        meta, version = context.ledgers.read(ledger)
+        before = meta.segments[index].bookies
+        if lost not in before:
+            return None  # another re-replication replaced it first
+        slot = before.index(lost)
+        new = context.placement.replacement(before, context.pool.writable(exclude={lost}))
+        _copy_fragment(context, meta, version, index, lost, new, password)
+
+        def change(m: LedgerMetadata) -> LedgerMetadata | None:
+            if rebase_replacements(m.segments[index].bookies, {lost: new}) is None:
+                return None  # replaced by someone else, or our bookie took another slot meanwhile
+            return m.with_replaced_bookie(index, lost, new)
+
+        meta, _ = context.ledgers.update(ledger, change)
+        now = meta.segments[index].bookies
+        if lost not in now:
+            holder = now[slot]  # a replacement keeps the slot (with_replaced_bookie)
+            if holder == new:
+                log.warning("fragment re-replicated ledger=%s fragment=%d lost=%s new=%s", ledger, index, lost, new)
+            else:
+                log.warning("a concurrent re-replication replaced the bookie first; its copy stands "
+                            "ledger=%s fragment=%d lost=%s theirs=%s ours_unused=%s", ledger, index, lost, holder, new)
+            return holder
+        log.warning("the chosen replacement joined the fragment in another slot meanwhile; choosing again "
+                    "ledger=%s fragment=%d lost=%s taken=%s", ledger, index, lost, new)
+    raise LedgerError(f"ledger {ledger} fragment {index}: no replacement for {lost} stuck after "
+                      f"{REPLACEMENT_ATTEMPTS_MAX} attempts (concurrent re-replications kept taking them)")
 
 
 def _copy_fragment(context: LedgerContext, meta: LedgerMetadata, version: int, index: int, lost: str, new: str,
@@ -58,26 +112,40 @@ def _copy_fragment(context: LedgerContext, meta: LedgerMetadata, version: int, i
     reader = ReadHandle(context, meta, version, password)
     key = (meta.ledger_id.scope_id, meta.ledger_id.id)
     mk = master_key(password)
-    from pyspark_ledger.protocol.entry_format import encode_entry
-
     target = context.pool.get(new)
     wanted = set(needed)
-    batch: list[tuple[int, int, bytes]] = []
-    for entry in reader.read_planned(needed[0], needed[-1]):
-        if entry.entry_id not in wanted:
-            continue
-        data = encode_entry(reader._read_digest, key[0], key[1], entry.entry_id, entry.last_add_confirmed,  # noqa: SLF001
-                            entry.length, entry.payload)
-        batch.append((entry.entry_id, entry.last_add_confirmed, data))
-        if len(batch) >= COPY_BATCH_ENTRIES:
+
+    def encoded() -> Iterator[tuple[int, int, bytes]]:
+        for window_first, window_last in _read_windows(meta, needed[0], needed[-1]):
+            if not any(e in wanted for e in range(window_first, window_last + 1)):
+                continue
+            for entry in reader.read_planned(window_first, window_last):
+                if entry.entry_id in wanted:
+                    yield entry.entry_id, entry.last_add_confirmed, encode_entry(
+                        reader._read_digest, key[0], key[1], entry.entry_id, entry.last_add_confirmed,  # noqa: SLF001
+                        entry.length, entry.payload)
+
+    try:
+        for batch in byte_bounded_chunks(encoded(), lambda item: len(item[2]),
+                                         REPLICATE_BATCH_ENTRIES_MAX, REPLICATE_BATCH_BYTES_MAX):
             _write(target, key, mk, batch)
-            batch = []
-    if batch:
-        _write(target, key, mk, batch)
-    reader.close()
+    finally:
+        reader.close()
 
 
-def _write(target, key: tuple[int, int], mk: bytes, batch: list[tuple[int, int, bytes]]) -> None:  # type: ignore[no-untyped-def]
+def _read_windows(meta: LedgerMetadata, first: int, last: int) -> Iterator[tuple[int, int]]:
+    """first..last in windows of about COPY_READ_WINDOW_BYTES, from the ledger's average entry size.
+    Why: a read answer is capped in bytes, and when the first replica of a range is the lost
+    bookie, a read handle asked for a long range of MiB entries gets only capped answers from
+    the others and gives up on entries past the caps (see the report on ReadHandle._read_chunk)."""
+    count = (meta.last_entry_id or 0) + 1
+    average_bytes = max(1, meta.length_bytes // max(count, 1))
+    per_window = max(1, min(REPLICATE_BATCH_ENTRIES_MAX, COPY_READ_WINDOW_BYTES // average_bytes))
+    for start in range(first, last + 1, per_window):
+        yield start, min(last, start + per_window - 1)
+
+
+def _write(target: "BookieClient", key: tuple[int, int], mk: bytes, batch: list[tuple[int, int, bytes]]) -> None:
     done = threading.Event()
     result: list[tuple[Status, str]] = []
 
@@ -88,4 +156,4 @@ def _write(target, key: tuple[int, int], mk: bytes, batch: list[tuple[int, int, 
     target.add_batch(key, mk, batch, cb, recovery=True, timeout_s=COPY_TIMEOUT_S)
     if not done.wait(COPY_TIMEOUT_S + 5) or result[0][0] != Status.OK:
         detail = result[0] if result else "timeout"
-        raise LedgerError(f"copying entries to bookie {target.bookie_id} failed: {detail}")
+        raise LedgerError(f"copying entries {batch[0][0]}..{batch[-1][0]} to bookie {target.bookie_id} failed: {detail}")
