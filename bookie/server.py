@@ -61,6 +61,7 @@ class BookieServer:
         self.port = cfg.port
         self.bookie_id = cfg.bookie_id or f"{cfg.host}:{cfg.port}"
         self._stopped = threading.Event()
+        self._publish_lock = threading.Lock()  # the disk monitor and the journal both publish
 
     def start(self) -> "BookieServer":
         cfg = self.cfg
@@ -110,7 +111,7 @@ class BookieServer:
                     address=cfg.advertised_address or f"{cfg.host}:{self.port}",
                     add_address=(cfg.advertised_add_address or f"{cfg.host}:{self.add_listener.port}")
                     if self.add_listener else "",
-                    read_only=False,
+                    read_only=self.storage.read_only,
                     version=_version(),
                     metrics_address=f"{cfg.host}:{cfg.metrics_port}" if cfg.metrics_port else "",
                     # The storage lock proves no other process serves this data dir, so a stale
@@ -118,6 +119,9 @@ class BookieServer:
                     instance_id=cookie.instance_id,
                 )
             )
+            # A failed journal takes no more adds: stop advertising this bookie as writable at
+            # once, so that no new ensemble picks it (it keeps serving reads).
+            self.storage.on_journal_failure(lambda error: self._publish_read_only())
             self.disk_monitor = DiskMonitor(
                 self.storage.disk_usage, self._set_read_only,
                 cfg.disk_usage_threshold, cfg.disk_usage_lwm_threshold, cfg.disk_check_interval_s,
@@ -142,12 +146,20 @@ class BookieServer:
 
         self.metrics.gauge("bookie_journal_fsyncs", "journal fsyncs (one per group commit)", fsync_count)
 
-    def _set_read_only(self, read_only: bool) -> None:
+    def _set_read_only(self, disk_full: bool) -> None:
+        """The disk monitor's verdict."""
         if self.storage is not None:
-            self.storage.set_read_only(read_only)
-        if self.registration is not None:
+            self.storage.set_read_only(disk_full)
+        self._publish_read_only()
+
+    def _publish_read_only(self) -> None:
+        """Advertise what the storage takes: read-only while the disk is full or once the journal
+        failed (whichever way the disk monitor goes)."""
+        if self.storage is None or self.registration is None:
+            return
+        with self._publish_lock:
             try:
-                self.registration.set_read_only(read_only)
+                self.registration.set_read_only(self.storage.read_only)
             except MetadataError as exc:
                 log.warning("could not publish read-only state error=%s", exc)
 

@@ -209,7 +209,9 @@ class BookieStorage:
         self._uncertain = False
         self._read_only = False
         self._closed = False
-        self._failed = False
+        self._failed = False  # the journal failed: read-only (today until a restart)
+        self._failure: BaseException | None = None
+        self._failure_listeners: list[Callable[[BaseException], None]] = []
         self._reads_inflight = 0
         self._corrupt_log_next = 0.0
         self._corrupt_log_suppressed = 0
@@ -328,7 +330,28 @@ class BookieStorage:
 
     def _on_journal_failure(self, error: BaseException) -> None:
         with self._lock:
+            first = not self._failed
             self._failed = True
+            self._failure = self._failure or error
+            listeners = list(self._failure_listeners) if first else []
+        if first:
+            log.error("journal failed: read-only (adds refused, reads served) until restarted data_dir=%s "
+                      "error=%r", self._data_dir, error)
+        for callback in listeners:
+            try:
+                callback(error)
+            except Exception:  # noqa: BLE001 - one listener must not keep the others from hearing it
+                log.exception("journal failure listener raised")
+
+    def on_journal_failure(self, callback: Callable[[BaseException], None]) -> None:
+        """Call `callback(error)` when the journal fails (at once if it has already failed), so
+        the bookie can stop advertising itself writable."""
+        with self._lock:
+            failure = self._failure
+            if failure is None:
+                self._failure_listeners.append(callback)
+        if failure is not None:
+            callback(failure)
 
     @property
     def _logs(self) -> EntryLogs:
@@ -345,8 +368,10 @@ class BookieStorage:
     # ---- write path ---------------------------------------------------------------------
 
     def _write_refusal(self, allowed_when_read_only: bool) -> Status | None:
-        if self._closed or self._failed:
+        if self._closed:
             return Status.INTERNAL_ERROR
+        if self._failed:
+            return Status.READ_ONLY  # recovery writes too: the journal takes nothing any more
         if self._read_only and not allowed_when_read_only:
             return Status.READ_ONLY
         return None
@@ -733,9 +758,15 @@ class BookieStorage:
 
     @property
     def read_only(self) -> bool:
-        return self._read_only
+        """Refusing adds: the disk is full (set_read_only) or the journal failed."""
+        return self._read_only or self._failed
+
+    @property
+    def journal_failed(self) -> bool:
+        return self._failed
 
     def set_read_only(self, read_only: bool) -> None:
+        """The disk monitor's verdict. It never makes a bookie whose journal failed writable."""
         if read_only != self._read_only:
             log.warning("storage read_only=%s data_dir=%s", read_only, self._data_dir)
         self._read_only = read_only
@@ -775,7 +806,7 @@ class BookieStorage:
                 dirty_ledgers=len(self._dirty),
                 applied_journal_position=tuple(self._applied_pos),
                 uncertain=self._uncertain,
-                read_only=self._read_only,
+                read_only=self._read_only or self._failed,
                 failed=self._failed,
             )
         return out

@@ -104,10 +104,13 @@ def test_journal_write_failure_fails_adds_and_the_engine_stays_readable(
             raise OSError(errno.EIO, "injected journal write failure")
 
         monkeypatch.setattr(JournalWriter, "append", broken_append)
-        assert add_ids(engine, (0, 1), range(10, 20)) == Status.INTERNAL_ERROR
-        assert add_ids(engine, (0, 1), range(10, 20)) == Status.INTERNAL_ERROR
-        assert engine.fence((0, 1), KEY)[0] == Status.INTERNAL_ERROR
-        assert engine.stats()["failed"]
+        assert add_ids(engine, (0, 1), range(10, 20)) == Status.INTERNAL_ERROR  # the add that met the failure
+        # From then on the engine is read-only: adds, recovery adds and fences are refused as such.
+        assert add_ids(engine, (0, 1), range(10, 20)) == Status.READ_ONLY
+        assert engine.fence((0, 1), KEY)[0] == Status.READ_ONLY
+        assert engine.stats()["failed"] and engine.read_only and engine.journal_failed
+        engine.set_read_only(False)  # the disk monitor finding room cannot make it writable
+        assert engine.read_only and add_ids(engine, (0, 1), range(10, 20)) == Status.READ_ONLY
         read_all_ok(engine, (0, 1), range(10))
         assert engine.read_entry((0, 1), 10).status == Status.NO_SUCH_ENTRY
         monkeypatch.undo()
