@@ -225,19 +225,17 @@ class ReadHandle:
             for f in futures:
                 if not f.done():
                     continue
-                result, errs = f.result()
+                result, errs, reach = f.result()
                 for eid, entry in result.items():
                     got.setdefault(eid, entry)
                 for eid, msgs in errs.items():
                     errors.setdefault(eid, []).extend(msgs)
-            # A bytes-bounded response may end early: keep only the contiguous prefix, unless the
-            # gap comes from errors (then the other replicas are tried).
-            if attempt == 0 and got:
-                contiguous = first
-                while contiguous in got:
-                    contiguous += 1
-                if contiguous > first and contiguous - 1 < upto and all(e not in errors for e in range(contiguous, upto + 1)):
-                    upto = contiguous - 1
+                # A bytes-bounded answer ends early: what lies past it was not reached, which
+                # says nothing against those entries. This chunk ends there (the caller reads on
+                # from the next entry), so a long read of MiB entries with a replica down is not
+                # mistaken for unreadable entries.
+                if reach is not None:
+                    upto = max(first, min(upto, reach))
         out = []
         for e in range(first, upto + 1):
             if e not in got:
@@ -249,20 +247,24 @@ class ReadHandle:
     def _inflight_ids(f: Future) -> list[int]:  # type: ignore[type-arg]
         return list(getattr(f, "entry_ids", []))
 
-    def _read_from(self, bookie_id: str, first: int, last: int, wanted: set[int]) -> tuple[dict[int, Entry], dict[int, list[str]]]:
+    def _read_from(self, bookie_id: str, first: int, last: int,
+                   wanted: set[int]) -> tuple[dict[int, Entry], dict[int, list[str]], int | None]:
+        """One range read: (intact copies, errors per entry, the last entry the answer reached if
+        the bookie stopped at its byte limit before `last`, else None)."""
         out: dict[int, Entry] = {}
         errors: dict[int, list[str]] = {}
         if self._ctx.pool.faults.drop("read", bookie_id):
-            return out, {e: [f"{bookie_id}: dropped"] for e in wanted}
+            return out, {e: [f"{bookie_id}: dropped"] for e in wanted}, None
         try:
             resp = self._ctx.pool.get(bookie_id).read(
                 self._read_key, first, last, max_entries=READ_CHUNK_ENTRIES_MAX, max_bytes=READ_CHUNK_BYTES_MAX,
                 timeout_s=self._rpc_timeout_s(),
             )
         except LedgerError as exc:
-            return out, {e: [str(exc)] for e in wanted}
+            return out, {e: [str(exc)] for e in wanted}, None
         if resp.status != Status.OK:
-            return out, {e: [f"{bookie_id}: {Status(resp.status).name}"] for e in wanted}
+            return out, {e: [f"{bookie_id}: {Status(resp.status).name}"] for e in wanted}, None
+        reach = resp.entry_ids[-1] if resp.entry_ids and resp.entry_ids[-1] < last else None
         scope, lid = self._read_key
         digest = self._read_digest
         for eid, st, data in zip(resp.entry_ids, resp.entry_status, resp.entries):
@@ -276,7 +278,7 @@ class ReadHandle:
             except (DigestMismatchError, EntryFormatError) as exc:
                 log.warning("bad copy of an entry, trying another replica bookie=%s error=%s", bookie_id, exc)
                 errors.setdefault(eid, []).append(f"{bookie_id}: {exc}")
-        return out, errors
+        return out, errors, reach
 
     # ---- tailing ------------------------------------------------------------------------------
 
