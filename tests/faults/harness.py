@@ -193,15 +193,32 @@ class FaultCluster:
     metadata_uri: str
     cluster: LocalCluster
     bookies: list[ProxiedBookie] = field(default_factory=list)
+    _client: LedgerClient | None = None
+
+    @property
+    def client(self) -> LedgerClient:
+        """A client kept open for metadata questions (a new ZooKeeper session costs ~0.5 s)."""
+        if self._client is None:
+            self._client = LedgerClient(self.metadata_uri)
+        return self._client
 
     def by_id(self, bookie_id: str) -> ProxiedBookie:
         return next(b for b in self.bookies if b.bookie_id == bookie_id)
 
     def current_ensemble(self, log_name: str) -> list[str]:
         """The bookies of the last fragment of the log's last ledger (the writer's, now)."""
-        with LedgerClient(self.metadata_uri) as c:
-            lid = c.describe_log(log_name).ledgers[-1].ledger_id
-            return list(c.ledger_metadata(lid).segments[-1].bookies)
+        lid = self.client.describe_log(log_name).ledgers[-1].ledger_id
+        return list(self.client.ledger_metadata(lid).segments[-1].bookies)
+
+    def wait_moved_off(self, log_name: str, bookie_id: str, writer: "WriterProcess", bound_s: float = WAIT_S) -> None:
+        """Wait until the writer's current fragment no longer names the bookie (an ensemble
+        change); fails if the writer ended first or the bound passed."""
+        deadline = time.monotonic() + bound_s
+        while bookie_id in (ensemble := self.current_ensemble(log_name)):
+            if writer.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"no ensemble change away from {bookie_id} ({ensemble}); writer: {writer.outcome()}"
+                                     f", {len(writer.acked())} acks")
+            time.sleep(0.05)
 
     def ensure_running(self) -> None:
         for b in self.bookies:
@@ -210,6 +227,8 @@ class FaultCluster:
             b.heal()
 
     def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
         for b in self.bookies:
             b.heal()
         # Graceful stops in parallel (each drains and checkpoints for most of a second).

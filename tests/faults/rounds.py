@@ -18,10 +18,10 @@ _names = itertools.count()
 
 @dataclass
 class Workload:
-    total: int = 1200
+    total: int = 1600
     size: int = 1024
     window: int = 16
-    pause_s: float = 0.005
+    pause_s: float = 0.02  # ~100 windows: the fault lands while the writer still writes
 
 
 @dataclass

@@ -22,6 +22,11 @@ def _victim(rnd: Round) -> ProxiedBookie:
     return rnd.fc.by_id(rnd.fc.current_ensemble(rnd.log_name)[0])
 
 
+def _assert_moved_off(rnd: Round, victim: ProxiedBookie) -> None:
+    """The fault forced an ensemble change while the writer was writing."""
+    rnd.fc.wait_moved_off(rnd.log_name, victim.bookie_id, rnd.writers[0])
+
+
 def _rounds(fc: FaultCluster, kind: str, fault, **kw) -> FaultCounters:  # type: ignore[no-untyped-def]
     total = FaultCounters()
     for i in range(ROUNDS):
@@ -42,7 +47,7 @@ def test_kill9_bookie(fault_cluster: FaultCluster) -> None:
         assert victim.bookie.proc is not None
         kill9(victim.bookie.proc)
         victim.bookie.proc = None
-        rnd.writers[0].wait_acks(rnd.workload.total // 2)  # it goes on without the bookie
+        _assert_moved_off(rnd, victim)  # it goes on without the bookie
         victim.bookie.start()  # back, with what it had on disk
 
     counters = _rounds(fault_cluster, "kill9-bookie", fault)
@@ -57,6 +62,7 @@ def test_sigstop_bookie_past_add_timeout(fault_cluster: FaultCluster) -> None:
         assert victim.bookie.proc is not None
         with paused(victim.bookie.proc, FAULT_S):
             pass
+        _assert_moved_off(rnd, victim)
 
     counters = _rounds(fault_cluster, "sigstop-bookie", fault)
     report("SIGSTOP of a bookie past the add timeout", {"sigstop-bookie": counters}, started)
@@ -73,6 +79,7 @@ def test_partition_client_bookie_then_heal(fault_cluster: FaultCluster) -> None:
             time.sleep(FAULT_S)
         finally:
             victim.heal()
+        _assert_moved_off(rnd, victim)
 
     for i in range(max(ROUNDS, 2)):  # at least a blackhole and a reset partition; a stall from 3 rounds
         mode = PARTITION_MODES[i % len(PARTITION_MODES)]
@@ -94,7 +101,7 @@ def test_full_disk_bookie_goes_read_only(small_fs_cluster: FaultCluster) -> None
         victim.fs.fill(leave_bytes=victim.fs.size_bytes // 20)  # 95% used: over the 90% threshold
         try:
             _wait_read_only(fc, victim.bookie_id)
-            rnd.writers[0].wait_acks(rnd.workload.total // 2)  # it goes on without the full bookie
+            _assert_moved_off(rnd, victim)  # it goes on without the full bookie
         finally:
             victim.fs.drain()
 
