@@ -13,6 +13,7 @@ first, its end is adopted, so concurrent recoveries agree on where the ledger en
 from __future__ import annotations
 
 import enum
+from typing import Sequence
 
 
 class CloseVerdict(enum.Enum):
@@ -35,3 +36,44 @@ def recovery_close_point(found_last: int | None, start: int) -> int:
     """The last entry of a recovered ledger: the last present entry found reading forward from
     `start`, or start - 1 (everything up to the highest LAC) if none was found."""
     return found_last if found_last is not None else start - 1
+
+
+class RecoveryCloseVerdict(enum.Enum):
+    CLOSE = "close"  # compare-and-set the close on the version read
+    ADOPT = "adopt"  # already closed (by another recovery or the writer): that end is the result
+    REPLICATE_AGAIN = "replicate again"  # the fragments changed since this recovery's copies were made
+
+
+def recovery_close_verdict(state: str, fragments_now: Sequence[tuple[int, Sequence[str]]],
+                           fragments_replicated: Sequence[tuple[int, Sequence[str]]]) -> RecoveryCloseVerdict:
+    """What a recovery does when it is about to close, given the metadata as it holds now.
+
+    A concurrent recovery may have replaced a bookie of the last fragment after this one
+    re-replicated its entries: closing then would seal a ledger whose metadata names, for the
+    recovered entries, a bookie that never received them (fewer than A named copies; the
+    simulator found it, seed 598). So the close is written only on the fragments the copies
+    were made to; otherwise the recovery reads again from `first_changed_entry` (the other
+    recovery's entries there may not have reached its newcomer yet either) and replicates to
+    the fragments as they are now. Fragments are (first entry id, ensemble) pairs."""
+    if state == "CLOSED":
+        return RecoveryCloseVerdict.ADOPT
+    now = [(first, tuple(ensemble)) for first, ensemble in fragments_now]
+    replicated = [(first, tuple(ensemble)) for first, ensemble in fragments_replicated]
+    if now != replicated:
+        return RecoveryCloseVerdict.REPLICATE_AGAIN
+    return RecoveryCloseVerdict.CLOSE
+
+
+def first_changed_entry(fragments_now: Sequence[tuple[int, Sequence[str]]],
+                        fragments_then: Sequence[tuple[int, Sequence[str]]]) -> int | None:
+    """The first entry whose ensemble differs between two fragment lists (None: same lists).
+    A recovery that finds the fragments changed re-reads and re-replicates from there."""
+    now = [(first, tuple(ensemble)) for first, ensemble in fragments_now]
+    then = [(first, tuple(ensemble)) for first, ensemble in fragments_then]
+    for i, (a, b) in enumerate(zip(now, then)):
+        if a != b:
+            return min(a[0], b[0]) if i else 0
+    if len(now) == len(then):
+        return None
+    longer = now if len(now) > len(then) else then
+    return longer[min(len(now), len(then))][0]
