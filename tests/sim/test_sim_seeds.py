@@ -8,7 +8,7 @@ import os
 
 from pyspark_ledger.testing.sim.cli import replay_command, run_many
 
-SEEDS = int(os.environ.get("SIM_CI_SEEDS", "3000"))
+SEEDS = int(os.environ.get("SIM_CI_SEEDS", "5000"))
 
 
 def test_thousands_of_seeds_keep_every_invariant() -> None:

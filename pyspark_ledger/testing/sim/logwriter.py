@@ -18,7 +18,7 @@ from pyspark_ledger.testing.sim.writer import SimWriter
 
 class SimLogWriter(Actor):
     def __init__(self, cluster: Cluster, name: str, *, ledgers_total: int, entries_per_ledger: int,
-                 quorum: tuple[int, int, int], attempts_max: int, retry_s: float,
+                 quorum: tuple[int, int, int], attempts_max: int, retry_s: float, give_up_at_s: float,
                  on_end: Callable[["SimLogWriter", str | None], None]):
         super().__init__(cluster, name)
         self.session = cluster.store.new_session()
@@ -26,6 +26,7 @@ class SimLogWriter(Actor):
         self.ensemble_size, self.w, self.a = quorum
         self.attempts_left = attempts_max
         self.retry_s = retry_s
+        self.give_up_at_s = give_up_at_s  # no new attempt after this (simulated) time
         self.written = 0
         self.writer: SimWriter | None = None
         self.recoveries = 0
@@ -48,7 +49,7 @@ class SimLogWriter(Actor):
 
     def _retry(self, why: str) -> None:
         self.attempts_left -= 1
-        if self.attempts_left <= 0:
+        if self.attempts_left <= 0 or self.world.now_s >= self.give_up_at_s:
             self._end(f"gave up: {why}")
         else:
             self.later(self.retry_s, self._attempt, f"retry ({why})")

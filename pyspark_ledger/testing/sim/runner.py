@@ -87,10 +87,12 @@ def _populate(cluster: Cluster):  # type: ignore[no-untyped-def]
         ended.append(w.name)
 
     primary = SimLogWriter(cluster, "primary", ledgers_total=2, entries_per_ledger=rng.randint(5, 14),
-                           quorum=quorum, attempts_max=30, retry_s=0.3, on_end=log_end)
+                           quorum=quorum, attempts_max=30, retry_s=0.3, give_up_at_s=HEAL_S + 6.0,
+                           on_end=log_end)
     primary.start()
     standby = SimLogWriter(cluster, "standby", ledgers_total=1, entries_per_ledger=rng.randint(2, 6),
-                           quorum=quorum, attempts_max=int((HEAL_S + 6.0) / 0.3), retry_s=0.3, on_end=log_end)
+                           quorum=quorum, attempts_max=int((HEAL_S + 6.0) / 0.3), retry_s=0.3,
+                           give_up_at_s=HEAL_S + 6.0, on_end=log_end)
     standby.later(0.1, standby.start, "start")
     tailer = SimTailer(cluster, "tailer", stop_s=HEAL_S + 6.0)
     tailer.start()
