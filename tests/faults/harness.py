@@ -194,6 +194,7 @@ class FaultCluster:
     cluster: LocalCluster
     bookies: list[ProxiedBookie] = field(default_factory=list)
     _client: LedgerClient | None = None
+    disk_mode: str = ""  # small_fs_cluster's: "threshold" or "enospc"
 
     @property
     def client(self) -> LedgerClient:

@@ -81,7 +81,7 @@ def test_partition_client_bookie_then_heal(fault_cluster: FaultCluster) -> None:
             victim.heal()
         _assert_moved_off(rnd, victim)
 
-    for i in range(max(ROUNDS, 2)):  # at least a blackhole and a reset partition; a stall from 3 rounds
+    for i in range(max(ROUNDS, len(PARTITION_MODES))):  # each mode at least once
         mode = PARTITION_MODES[i % len(PARTITION_MODES)]
         counters, outcomes = run_round(fault_cluster, f"partition-{mode.value}", lambda rnd, i=i: fault(rnd, i))
         rows.setdefault(f"partition-{mode.value}", FaultCounters()).add(counters)
@@ -92,21 +92,28 @@ def test_partition_client_bookie_then_heal(fault_cluster: FaultCluster) -> None:
 
 
 def test_full_disk_bookie_goes_read_only(small_fs_cluster: FaultCluster) -> None:
+    """A bookie's tmpfs is filled by a ballast file: to 95% (over its 90% threshold: the disk
+    monitor turns it read-only) or to the last byte (its writes fail with ENOSPC: the journal
+    failure turns it read-only). Either way it registers read-only and the writer moves on."""
     started = time.monotonic()
     fc = small_fs_cluster
+    enospc = fc.disk_mode == "enospc"
 
     def fault(rnd: Round, i: int) -> None:
         victim = _victim(rnd)
         assert victim.fs is not None
-        victim.fs.fill(leave_bytes=victim.fs.size_bytes // 20)  # 95% used: over the 90% threshold
+        victim.fs.fill(leave_bytes=0 if enospc else victim.fs.size_bytes // 20)
         try:
             _wait_read_only(fc, victim.bookie_id)
             _assert_moved_off(rnd, victim)  # it goes on without the full bookie
         finally:
             victim.fs.drain()
+        if enospc:
+            victim.bookie.restart()  # a failed journal stays read-only until the bookie restarts
 
-    counters = _rounds(fc, "full-disk", fault)
-    report("full disk on a bookie (tmpfs)", {"full-disk": counters}, started)
+    kind = f"full-disk-{fc.disk_mode}"
+    counters = _rounds(fc, kind, fault)
+    report(f"full disk on a bookie (tmpfs, {fc.disk_mode})", {kind: counters}, started)
 
 
 def _wait_read_only(fc: FaultCluster, bookie_id: str, bound_s: float = 30.0) -> None:
