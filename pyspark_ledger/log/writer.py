@@ -338,9 +338,12 @@ class LogWriter:
             if self._closed:
                 return
             self._closed = True
-            if self._ledger is None or self._stopped is not None:
+            if self._ledger is None:
                 return
             handle = self._ledger
+            if self._stopped is not None:
+                handle._close_quietly()  # noqa: SLF001 - stop its sender; unsealed, the next writer recovers it
+                return
             try:
                 handle.close(CloseContext.builder().because_client_shutdown().build())
             except LedgerFencedError as exc:
