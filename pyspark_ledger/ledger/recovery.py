@@ -25,6 +25,7 @@ from bookie.status import Status
 from metadata import BadVersionError, LedgerId, LedgerMetadata, LedgerState
 from pyspark_ledger.errors import BadPasswordError, DigestMismatchError, EntryFormatError, LedgerError, ReadError
 from pyspark_ledger.ledger.context import LedgerContext
+from pyspark_ledger.protocol.close_rules import RecoveryCloseVerdict, first_changed_entry, recovery_close_verdict
 from pyspark_ledger.protocol.digest import Digest, master_key
 from pyspark_ledger.protocol.distribution import byte_bounded_chunks, covers_every_write_set, write_set_of
 from pyspark_ledger.protocol.ensemble_change import rebase_replacements
@@ -45,6 +46,7 @@ FENCE_TIMEOUT_S = 10.0
 REPLICATE_TIMEOUT_S = 30.0
 CAS_ATTEMPTS_MAX = 50
 ENSEMBLE_CHANGES_MAX = 3
+REREADS_MAX = 3  # fragments changed under the recovery's copies: read again at most this often
 RETRY_DELAY_S = 0.2
 
 BookieAnswers = dict[int, tuple[Answer, "Entry | str | None"]]
@@ -68,8 +70,24 @@ def recover_ledger(ctx: LedgerContext, ledger: LedgerId, password: bytes) -> tup
     with ThreadPoolExecutor(max_workers=max(8, meta.ensemble_size * 2), thread_name_prefix="recovery") as pool:
         r = _Recovery(ctx, meta, password, pool)
         start, length = r.fence()
-        last, length = r.read_forward(start, length)
-    return _close(ctx, ledger, last, length)
+        for _ in range(REREADS_MAX + 1):
+            last, length = r.read_forward(start, length)
+            closed = _close(ctx, ledger, last, length, r.meta)
+            if closed is not None:
+                return closed
+            # A concurrent recovery changed the fragments under this one's copies: read again
+            # from where they part, on the fragments as they are now (close_rules).
+            now, _ = ctx.ledgers.read(ledger)
+            changed = first_changed_entry(_fragments(now), _fragments(r.meta))
+            start = start if changed is None else min(start, changed)
+            r.meta, r.seg = now, now.segments[-1]
+            length = r._length_before(start)
+            log.warning("fragments changed under the recovery; reading again ledger=%s from_entry=%d", ledger, start)
+    raise RecoveryError(f"ledger {ledger}: its fragments kept changing under the recovery")
+
+
+def _fragments(meta: LedgerMetadata) -> list[tuple[int, tuple[str, ...]]]:
+    return [(seg.first_entry_id, tuple(seg.bookies)) for seg in meta.segments]
 
 
 class _Recovery:
@@ -81,7 +99,15 @@ class _Recovery:
         self.seg = meta.segments[-1]
 
     def members_of(self, entry_id: int) -> tuple[str, ...]:
-        return write_set_of(entry_id, self.seg.bookies, self.meta.write_quorum_size)
+        """The entry's write set in the fragment that holds it (not always the last one: a
+        recovery reading again after a concurrent change may start in an earlier fragment)."""
+        return write_set_of(entry_id, self.meta.ensemble_for(entry_id), self.meta.write_quorum_size)
+
+    def bookies_from(self, start: int) -> tuple[str, ...]:
+        """Every bookie of a fragment that holds entries from `start` on."""
+        segs = self.meta.segments
+        return tuple(sorted({b for i, seg in enumerate(segs)
+                             if i + 1 == len(segs) or segs[i + 1].first_entry_id > start for b in seg.bookies}))
 
     # ---- 2. fencing ---------------------------------------------------------------------------
 
@@ -176,7 +202,7 @@ class _Recovery:
         look. What is collected is bounded by what a writer may have in flight."""
         meta = self.meta
         reader: RecoveryReader[Entry] = RecoveryReader(
-            start, self.members_of, bookies=self.seg.bookies, write_quorum_size=meta.write_quorum_size,
+            start, self.members_of, bookies=self.bookies_from(start), write_quorum_size=meta.write_quorum_size,
             ack_quorum_size=meta.ack_quorum_size)
         cmd: ReaderCommand = reader.first_command()
         while isinstance(cmd, (Read, RetryAfter)):
@@ -295,15 +321,20 @@ def _send_recovery_adds(ctx: LedgerContext, key: tuple[int, int], mk: bytes,
     return acks, failed
 
 
-def _close(ctx: LedgerContext, ledger: LedgerId, last: int, length: int) -> tuple[LedgerMetadata, int]:
-    """Close at `last`, or adopt the end another recovery closed the ledger at."""
+def _close(ctx: LedgerContext, ledger: LedgerId, last: int, length: int,
+           replicated: LedgerMetadata) -> tuple[LedgerMetadata, int] | None:
+    """Close at `last`, or adopt the end another recovery closed the ledger at. None if the
+    fragments are no longer those the entries were replicated to (recovery_close_verdict)."""
     for _ in range(CAS_ATTEMPTS_MAX):
         meta, version = ctx.ledgers.read(ledger)
-        if meta.is_closed:
+        verdict = recovery_close_verdict(meta.state.value, _fragments(meta), _fragments(replicated))
+        if verdict is RecoveryCloseVerdict.ADOPT:
             if meta.last_entry_id != last:
                 log.warning("another recovery closed the ledger first; adopting its end ledger=%s ours=%d theirs=%s",
                             ledger, last, meta.last_entry_id)
             return meta, version
+        if verdict is RecoveryCloseVerdict.REPLICATE_AGAIN:
+            return None
         try:
             new = meta.close(last, length)
             version = ctx.ledgers.compare_and_set(new, version)
