@@ -23,6 +23,7 @@ class Cluster:
         self.bookie_ids = tuple(sorted(bookies))
         self.read_bytes_max = read_bytes_max
         self.read_entries_max = read_entries_max
+        self.recovering: dict[int, list[str]] = {}  # ledger -> recoveries running now
         self.writers: list[Any] = []  # every ledger writer started (the checker asks which are live)
 
     def writable_bookies(self) -> list[str]:

@@ -16,7 +16,8 @@ FAILURES_SHOWN_MAX = 5
 
 
 def _run_range(bounds: tuple[int, int]) -> tuple[int, Counter[str], list[SeedResult], int]:
-    """Seeds [first, last) in one process: (seeds run, faults, failing results, events)."""
+    """Seeds [first, last) in one process: (seeds run, faults and activity, failing results,
+    events). Activity counters are kept apart by a "+" prefix."""
     first, last = bounds
     faults: Counter[str] = Counter()
     failures: list[SeedResult] = []
@@ -24,6 +25,7 @@ def _run_range(bounds: tuple[int, int]) -> tuple[int, Counter[str], list[SeedRes
     for seed in range(first, last):
         r = run_seed(seed)
         faults.update(r.faults)
+        faults.update({f"+{k}": v for k, v in r.stats.items()})
         events += r.events
         if r.violation is not None:
             failures.append(r)
@@ -63,7 +65,12 @@ def print_report(total: int, faults: Counter[str], failures: Sequence[SeedResult
     print(f"seeds per second: {total / max(elapsed_s, 1e-9):.1f} ({elapsed_s:.1f} s, {events} events)")
     print("faults injected by kind:")
     for kind, n in sorted(faults.items(), key=lambda kv: (-kv[1], kv[0])):
-        print(f"  {kind:<16} {n:>10}")
+        if not kind.startswith("+"):
+            print(f"  {kind:<24} {n:>10}")
+    print("what the histories exercised:")
+    for kind, n in sorted(faults.items()):
+        if kind.startswith("+"):
+            print(f"  {kind[1:]:<24} {n:>10}")
     print(f"violations: {len(failures)}")
     for r in failures[:FAILURES_SHOWN_MAX]:
         print(f"\nseed {r.seed}: {r.violation}")

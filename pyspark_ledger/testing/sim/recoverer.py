@@ -69,6 +69,11 @@ class SimRecovery(Actor):
         self.rereads = 0
 
     def start(self) -> None:
+        active = self.cluster.recovering.setdefault(self.ledger, [])
+        self.world.stats["recoveries"] += 1
+        if active:
+            self.world.stats["recoveries_concurrent"] += 1
+        active.append(self.name)
         def then(result: object) -> None:
             self.meta, self.version = result  # type: ignore[misc]
             self._mark_in_recovery(CAS_ATTEMPTS_MAX)
@@ -78,6 +83,8 @@ class SimRecovery(Actor):
     def _finish(self, error: str | None) -> None:
         if not self.done:
             self.done = True
+            self.cluster.recovering[self.ledger].remove(self.name)
+            self.world.stats["recoveries_failed" if error else "recoveries_closed"] += 1
             self.world.note(f"{self.name} recovery of {self.ledger} ends: {error or self.result}")
             self.on_end(self, error)
 
@@ -178,7 +185,10 @@ class SimRecovery(Actor):
         def arrived(b: str, reply: object) -> None:
             waiting.discard(b)
             if reply is not None:
-                reader.on_answers(b, answers_of(reply))  # type: ignore[arg-type]
+                answers = answers_of(reply)  # type: ignore[arg-type]
+                if len(answers) < window.last - window.first + 1 and answers[max(answers)][0] is not Answer.ABSENT:
+                    self.world.stats["recovery_short_answers"] += 1
+                reader.on_answers(b, answers)
             if not waiting:
                 self._run(reader, reader.end_round(), start)
 
@@ -279,6 +289,7 @@ class SimRecovery(Actor):
         self.world.note(f"{self.name}: fragments of {self.ledger} changed from {changed}; reading again from {new_start}")
         self.meta, self.version = meta, version
         self.rereads += 1
+        self.world.stats["recovery_rereads"] += 1
         if self.rereads > REREADS_MAX:
             self._finish(f"ledger {self.ledger}: fragments kept changing under the recovery")
         else:

@@ -31,6 +31,7 @@ class SeedResult:
     seed: int
     violation: str | None
     faults: Counter[str] = field(default_factory=Counter)
+    stats: Counter[str] = field(default_factory=Counter)
     events: int = 0
     trace_hash: int = 0
     trace_tail: Sequence[str] = ()
@@ -54,7 +55,7 @@ def run_seed(seed: int, *, trace: bool = False) -> SeedResult:
         violation = f"{type(exc).__name__}: {exc}"
         world.note(f"VIOLATION {violation}")
     del rng
-    return SeedResult(seed, violation, world.faults, world.events, world.trace_hash, list(world.trace_tail),
+    return SeedResult(seed, violation, world.faults, world.stats, world.events, world.trace_hash, list(world.trace_tail),
                       world.trace_all, checker.checks if checker else 0,
                       sum(v + 1 for v in checker.acked.values()) if checker else 0)
 

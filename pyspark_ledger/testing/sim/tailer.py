@@ -97,6 +97,7 @@ class SimTailer(Actor):
                 return
             self.cluster.checker.on_read(self.name, copy)
             self.entries_read += 1
+            self.world.stats["reader_entries"] += 1
             self.next_entry = eid + 1
             if budget > 1 and self.next_entry <= through:
                 members_next = list(meta.write_set(self.next_entry))

@@ -37,6 +37,7 @@ class World:
         self.trace_all: list[str] | None = [] if trace_all else None
         self.trace_hash = 0
         self.faults: Counter[str] = Counter()
+        self.stats: Counter[str] = Counter()  # what the history exercised (not faults)
 
     # ---- scheduling ---------------------------------------------------------------------------
 

@@ -45,6 +45,10 @@ class SimWriter(Actor):
         self.on_end = on_end
 
     @property
+    def was_paused(self) -> bool:
+        return self.paused_until_s > 0.0
+
+    @property
     def live(self) -> bool:
         return self.state in ("writing", "closing")
 
@@ -104,6 +108,9 @@ class SimWriter(Actor):
 
     def _completed(self, done: Sequence[PendingAdd]) -> None:
         if done:
+            self.world.stats["entries_acked"] += len(done)
+            if self.was_paused:
+                self.world.stats["zombie_late_acks"] += len(done)
             lac_before = done[0].entry_id - 1
             self.cluster.checker.on_completed(self.name, self.ledger, lac_before, [p.entry_id for p in done])
         if self.state == "writing" and self.issued >= self.entries_total:
@@ -130,6 +137,7 @@ class SimWriter(Actor):
             self._end_change(None)
             return
         self.world.note(f"{self.name} ensemble change from {first}: {dict(plan.replaced)}")
+        self.world.stats["ensemble_changes"] += 1
         self._record_fragment(plan, CAS_ATTEMPTS_MAX)
 
     def _record_fragment(self, plan: EnsembleChangePlan, attempts: int) -> None:
@@ -225,6 +233,7 @@ class SimWriter(Actor):
         if not self.live:
             return
         self.world.note(f"{self.name} stops: {error}")
+        self.world.stats["writers_fenced" if "fenced" in error or "recover" in error else "writers_stopped"] += 1
         self.state, self.error = "failed", error
         self.pending.fail_all()
         self.on_end(self, error)
