@@ -13,12 +13,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.log import Position
 from pyspark_ledger.testing.fault_check import FaultCounters, format_table
-from pyspark_ledger.testing.faults import SmallFilesystem, TcpProxy
+from pyspark_ledger.testing.faults import ProxyMode, SmallFilesystem, TcpProxy
 from pyspark_ledger.testing.local_cluster import LocalBookie, LocalCluster
 from pyspark_ledger.testing.zookeeper_server import free_port
 
@@ -67,18 +68,18 @@ class WriterProcess:
             return [int(x.split()[1]) for x in self.lines if x.startswith("ACK ")]
 
     def session(self) -> tuple[int, bytes]:
-        self.wait_for(lambda: self._count("SESSION "), "its ZooKeeper session")
+        self.wait_for(lambda: self._count("SESSION "))
         line = next(x for x in self.lines if x.startswith("SESSION "))
         _, sid, pw = line.split()
         return int(sid), bytes.fromhex(pw)
 
-    def wait_for(self, predicate, what: str, bound_s: float = WAIT_S) -> bool:  # type: ignore[no-untyped-def]
+    def wait_for(self, predicate: Callable[[], object], bound_s: float = WAIT_S) -> bool:
         """Wait until predicate() or the writer's end; False if neither within the bound."""
         with self.cond:
             return self.cond.wait_for(lambda: predicate() or "EOF" in self.lines, bound_s)
 
     def wait_acks(self, n: int) -> None:
-        if not self.wait_for(lambda: self._count("ACK ") >= n, f"{n} acks"):
+        if not self.wait_for(lambda: self._count("ACK ") >= n):
             raise AssertionError(f"writer {self.writer}: fewer than {n} acks within {WAIT_S:g} s: {self.lines[-3:]}")
         if self._count("ACK ") < n:
             raise AssertionError(f"writer {self.writer} ended before {n} acks: {self.outcome()}\n{self.stderr_tail()}")
@@ -177,7 +178,7 @@ class ProxiedBookie:
     def bookie_id(self) -> str:
         return self.bookie.bookie_id
 
-    def partition(self, mode) -> None:  # type: ignore[no-untyped-def]
+    def partition(self, mode: ProxyMode) -> None:
         self.grpc_proxy.set_mode(mode)
         self.add_proxy.set_mode(mode)
 

@@ -33,8 +33,8 @@ class Round:
     writers: list[WriterProcess]
     workload: Workload
 
-    def start_writer(self, name: str) -> WriterProcess:
-        w = WriterProcess(self.fc.metadata_uri, self.log_name, name, total=self.workload.total,
+    def start_writer(self, name: str, total: int | None = None) -> WriterProcess:
+        w = WriterProcess(self.fc.metadata_uri, self.log_name, name, total=total or self.workload.total,
                           size=self.workload.size, window=self.workload.window, add_timeout_s=ADD_TIMEOUT_S,
                           pause_s=self.workload.pause_s)
         self.writers.append(w)

@@ -7,12 +7,12 @@ sees an entry the final log does not hold. `pytest -s` prints the counters."""
 from __future__ import annotations
 
 import time
+from typing import Any, Callable
 
-from pyspark_ledger.testing.fault_check import FaultCounters
+from pyspark_ledger.testing.fault_check import MARKER, FaultCounters
 from pyspark_ledger.testing.faults import ProxyMode, corrupt_entry_logs, kill9, paused
-from pyspark_ledger.testing.fault_check import MARKER
 from tests.faults.harness import ROUNDS, FaultCluster, ProxiedBookie, report
-from tests.faults.rounds import FAULT_S, Round, run_round
+from tests.faults.rounds import FAULT_S, Round, Workload, run_round
 
 PARTITION_MODES = (ProxyMode.BLACKHOLE, ProxyMode.DROP, ProxyMode.PAUSE)
 
@@ -27,10 +27,10 @@ def _assert_moved_off(rnd: Round, victim: ProxiedBookie) -> None:
     rnd.fc.wait_moved_off(rnd.log_name, victim.bookie_id, rnd.writers[0])
 
 
-def _rounds(fc: FaultCluster, kind: str, fault, **kw) -> FaultCounters:  # type: ignore[no-untyped-def]
+def _rounds(fc: FaultCluster, kind: str, fault: Callable[[Round, int], None], **kw: Any) -> FaultCounters:
     total = FaultCounters()
     for i in range(ROUNDS):
-        counters, outcomes = run_round(fc, kind, lambda rnd: fault(rnd, i), **kw)
+        counters, outcomes = run_round(fc, kind, lambda rnd, i=i: fault(rnd, i), **kw)  # type: ignore[misc]
         total.add(counters)
         assert all(o.startswith("DONE") for o in outcomes), f"{kind} round {i}: the writer did not finish: {outcomes}"
         assert not counters.violations(), f"{kind} round {i}: {counters}"
@@ -148,7 +148,7 @@ def test_corrupted_replica_reads_intact_copies(fault_cluster: FaultCluster) -> N
     total = FaultCounters()
     for i in range(ROUNDS):
         counters, outcomes = run_round(fault_cluster, "corrupt-replica", lambda rnd, i=i: no_fault(rnd, i),
-                                       after=corrupt)
+                                       Workload(pause_s=0.0), after=corrupt)  # no fault while writing: no pacing
         total.add(counters)
         assert all(o.startswith("DONE") for o in outcomes), outcomes
         assert not counters.violations(), f"corrupt replica round {i}: {counters}"

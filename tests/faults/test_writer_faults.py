@@ -9,6 +9,7 @@ import time
 
 from pyspark_ledger.testing.fault_check import FaultCounters
 from pyspark_ledger.testing.faults import expire_zk_session, paused
+from pyspark_ledger.testing.zookeeper_server import LocalZooKeeper
 from tests.faults.harness import ROUNDS, FaultCluster, WriterProcess, report
 from tests.faults.rounds import FAULT_S, Round, Workload, run_round
 
@@ -42,7 +43,7 @@ def test_sigstop_writer_past_add_timeout(fault_cluster: FaultCluster) -> None:
     report("SIGSTOP of the writer past its add timeout", {"sigstop-writer": total}, started)
 
 
-def test_zk_session_expiry_of_the_writer_then_takeover(fault_cluster: FaultCluster, zk_server) -> None:  # type: ignore[no-untyped-def]
+def test_zk_session_expiry_of_the_writer_then_takeover(fault_cluster: FaultCluster, zk_server: LocalZooKeeper) -> None:
     """The writer's session is expired from outside (kazoo: a second client joins the session
     and closes it). The log's writer is not an ephemeral lock but an epoch in the log record,
     so the old writer may go on appending on a new session until a new writer bumps the epoch;
@@ -57,7 +58,7 @@ def test_zk_session_expiry_of_the_writer_then_takeover(fault_cluster: FaultClust
         acked_at_expiry = len(old.acked())
         old.wait_acks(acked_at_expiry + 50)  # the expiry alone does not stop it
         _wait_logged(old, "ZooKeeper session expired")  # the fault did happen
-        new = rnd.start_writer("b")
+        new = rnd.start_writer("b", total=800)
         new.wait_acks(1)
 
     workload = Workload(total=4000, pause_s=0.01)  # a outlives b's takeover
