@@ -173,7 +173,7 @@ def test_protocol_room_is_pure() -> None:
 
 
 ROOM_FILE_LINES_MAX = 500
-SMALL_ROOMS = ("protocol", "ledger", "transport", "testing")
+SMALL_ROOMS = ("protocol", "ledger", "transport", "testing", "log", "autorecovery")
 
 
 def test_room_files_stay_small() -> None:
