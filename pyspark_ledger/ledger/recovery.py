@@ -8,13 +8,17 @@ RPCs and metadata compare-and-sets:
    short answer (the bookie's byte limit) moves the next window forward (the loop's decisions
    are protocol.recovery_reader's pure state machine, which the simulator drives too).
 4. Re-replicate every entry found to its write set in bounded batches; a dead replica moves
-   the tail to a new fragment, re-applied to the ensemble the metadata holds now so that two
-   concurrent recoveries never overwrite each other's replacement.
-5. Close by compare-and-set before the first absent entry, or adopt another recovery's close.
+   the tail to a new fragment in this recovery's view only (protocol.ensemble_change.
+   recovery_fragments): the metadata names a newcomer only in the close, once it holds the
+   entries, so a later recovery never counts a newcomer's "no such entry" as a vote of absence.
+5. Close by compare-and-set before the first absent entry, with the recovery's fragments, if the
+   fragments are still those read (close_rules.recovery_close_verdict; else read again from
+   where they part), or adopt another recovery's close.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -22,13 +26,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 from bookie.status import Status
-from metadata import BadVersionError, LedgerId, LedgerMetadata, LedgerState
+from metadata import BadVersionError, LedgerId, LedgerMetadata, LedgerState, Segment
 from pyspark_ledger.errors import BadPasswordError, DigestMismatchError, EntryFormatError, LedgerError, ReadError
 from pyspark_ledger.ledger.context import LedgerContext
 from pyspark_ledger.protocol.close_rules import RecoveryCloseVerdict, first_changed_entry, recovery_close_verdict
 from pyspark_ledger.protocol.digest import Digest, master_key
 from pyspark_ledger.protocol.distribution import byte_bounded_chunks, covers_every_write_set, write_set_of
-from pyspark_ledger.protocol.ensemble_change import rebase_replacements
+from pyspark_ledger.protocol.ensemble_change import recovery_fragments
 from pyspark_ledger.protocol.entry_format import Entry, decode_entry, encode_entry
 from pyspark_ledger.protocol.recovery_plan import (
     REPLICATE_BATCH_BYTES_MAX,
@@ -72,15 +76,15 @@ def recover_ledger(ctx: LedgerContext, ledger: LedgerId, password: bytes) -> tup
         start, length = r.fence()
         for _ in range(REREADS_MAX + 1):
             last, length = r.read_forward(start, length)
-            closed = _close(ctx, ledger, last, length, r.meta)
+            closed = _close(ctx, ledger, last, length, r.read_meta, r.meta)
             if closed is not None:
                 return closed
             # A concurrent recovery changed the fragments under this one's copies: read again
             # from where they part, on the fragments as they are now (close_rules).
             now, _ = ctx.ledgers.read(ledger)
-            changed = first_changed_entry(_fragments(now), _fragments(r.meta))
+            changed = first_changed_entry(_fragments(now), _fragments(r.read_meta))
             start = start if changed is None else min(start, changed)
-            r.meta, r.seg = now, now.segments[-1]
+            r.meta, r.read_meta, r.replaced, r.seg = now, now, {}, now.segments[-1]
             length = r._length_before(start)
             log.warning("fragments changed under the recovery; reading again ledger=%s from_entry=%d", ledger, start)
     raise RecoveryError(f"ledger {ledger}: its fragments kept changing under the recovery")
@@ -93,6 +97,10 @@ def _fragments(meta: LedgerMetadata) -> list[tuple[int, tuple[str, ...]]]:
 class _Recovery:
     def __init__(self, ctx: LedgerContext, meta: LedgerMetadata, password: bytes, pool: ThreadPoolExecutor):
         self.ctx, self.meta, self.pool = ctx, meta, pool
+        # `meta` is this recovery's view: the metadata read (`read_meta`) plus its own
+        # replacements (`replaced`), which are written only with the close.
+        self.read_meta = meta
+        self.replaced: dict[str, str] = {}
         self.key = (meta.ledger_id.scope_id, meta.ledger_id.id)
         self.master_key = master_key(password)
         self.digest = Digest.for_ledger(meta.digest_type, password)
@@ -235,29 +243,22 @@ class _Recovery:
         raise RecoveryError(f"ledger {self.meta.ledger_id}: recovered entries could not reach A={self.meta.ack_quorum_size} bookies")
 
     def _replace_in_last_fragment(self, start: int, failed: set[str]) -> None:
-        current = self.seg.bookies
-        exclude = set(current) | failed
-        replaced: dict[str, str] = {}
+        """Replace failed bookies of the last fragment from `start` on, in this recovery's view
+        only (protocol.ensemble_change.recovery_fragments): the metadata names the newcomers
+        only in the close CAS, once they hold the entries. Recorded earlier, a newcomer's "no
+        such entry" could make a later recovery truncate an acknowledged entry."""
+        current = self.meta.segments[-1].bookies
+        exclude = set(current) | failed | set(self.replaced.values())
         for b in sorted(failed):
             self.ctx.pool.quarantine(b)
             if b in current:
                 repl = self.ctx.placement.replacement(current, self.ctx.pool.writable(exclude=exclude))
-                replaced[b] = repl
+                self.replaced[b] = repl
                 exclude.add(repl)
-
-        def change(m: LedgerMetadata) -> LedgerMetadata | None:
-            if m.state is not LedgerState.IN_RECOVERY:
-                raise RecoveryError(f"ledger {m.ledger_id} left recovery ({m.state.value}) while this recovery ran")
-            # Another recovery may have replaced the same bookies meanwhile: theirs stands, and
-            # this recovery re-replicates to the ensemble the metadata holds now.
-            ensemble = rebase_replacements(m.segments[-1].bookies, replaced)
-            if ensemble is None:
-                return None
-            return m.with_ensemble_change(max(start, m.segments[-1].first_entry_id), ensemble)
-
-        self.meta, _ = self.ctx.ledgers.update(self.meta.ledger_id, change)
+        fragments = recovery_fragments(_fragments(self.read_meta), self.replaced, start)
+        self.meta = dataclasses.replace(self.read_meta, segments=tuple(Segment(f, b) for f, b in fragments))
         self.seg = self.meta.segments[-1]
-        log.warning("recovery changed the ensemble ledger=%s from_entry=%d ensemble=%s failed=%s",
+        log.warning("recovery replaces bookies (recorded with the close) ledger=%s from_entry=%d ensemble=%s failed=%s",
                     self.meta.ledger_id, self.seg.first_entry_id, list(self.seg.bookies), sorted(failed))
 
     def _replicate(self, entries: list[Entry]) -> set[str]:
@@ -321,13 +322,14 @@ def _send_recovery_adds(ctx: LedgerContext, key: tuple[int, int], mk: bytes,
     return acks, failed
 
 
-def _close(ctx: LedgerContext, ledger: LedgerId, last: int, length: int,
-           replicated: LedgerMetadata) -> tuple[LedgerMetadata, int] | None:
-    """Close at `last`, or adopt the end another recovery closed the ledger at. None if the
-    fragments are no longer those the entries were replicated to (recovery_close_verdict)."""
+def _close(ctx: LedgerContext, ledger: LedgerId, last: int, length: int, read: LedgerMetadata,
+           view: LedgerMetadata) -> tuple[LedgerMetadata, int] | None:
+    """Close at `last` with the recovery's fragments (`view`: those `read`, plus its own
+    replacement), or adopt the end another recovery closed the ledger at. None if the fragments
+    are no longer those the recovery read (recovery_close_verdict)."""
     for _ in range(CAS_ATTEMPTS_MAX):
         meta, version = ctx.ledgers.read(ledger)
-        verdict = recovery_close_verdict(meta.state.value, _fragments(meta), _fragments(replicated))
+        verdict = recovery_close_verdict(meta.state.value, _fragments(meta), _fragments(read))
         if verdict is RecoveryCloseVerdict.ADOPT:
             if meta.last_entry_id != last:
                 log.warning("another recovery closed the ledger first; adopting its end ledger=%s ours=%d theirs=%s",
@@ -336,7 +338,7 @@ def _close(ctx: LedgerContext, ledger: LedgerId, last: int, length: int,
         if verdict is RecoveryCloseVerdict.REPLICATE_AGAIN:
             return None
         try:
-            new = meta.close(last, length)
+            new = dataclasses.replace(meta, segments=view.segments).close(last, length)
             version = ctx.ledgers.compare_and_set(new, version)
             log.warning("ledger recovered and closed ledger=%s last_entry=%d length=%d", ledger, last, length)
             return new, version

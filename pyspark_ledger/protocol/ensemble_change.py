@@ -72,3 +72,28 @@ def rebase_replacements(latest: Sequence[str], replaced: Mapping[str, str]) -> t
             ensemble[ensemble.index(old)] = new
             changed = True
     return tuple(ensemble) if changed else None
+
+
+Fragments = Sequence[tuple[int, Sequence[str]]]
+
+
+def recovery_fragments(read: Fragments, replaced: Mapping[str, str], start: int) -> tuple[tuple[int, tuple[str, ...]], ...]:
+    """The fragments a recovery replicates to and closes with: the ones it read at fencing, with
+    its replacements (failed -> new) applied to the last fragment's ensemble from entry `start`
+    on (never before that fragment's first entry).
+
+    A recovery writes these only in its close CAS, once its entries reached A bookies of these
+    write sets. Recorded earlier (an IN_RECOVERY ensemble change), a newcomer that does not yet
+    hold the entries answers "no such entry", and a later recovery counts it toward W-A+1
+    absent answers and truncates an acknowledged entry (simulator seed 44973)."""
+    frags = [(first, tuple(ensemble)) for first, ensemble in read]
+    last_first, last_ensemble = frags[-1]
+    ensemble = rebase_replacements(last_ensemble, replaced)
+    if ensemble is None:
+        return tuple(frags)
+    first = max(start, last_first)
+    if first == last_first:
+        frags[-1] = (first, ensemble)
+    else:
+        frags.append((first, ensemble))
+    return tuple(frags)

@@ -29,3 +29,17 @@ def test_first_changed_entry_is_where_the_ensembles_part() -> None:
     assert first_changed_entry(base + [(7, ("b5", "b1", "b4"))], base) == 7  # a fragment added
     assert first_changed_entry([(0, ("b0", "b1", "b2")), (6, ("b0", "b1", "b3"))], base) == 4
     assert first_changed_entry([(0, ("b9", "b1", "b2"))], base) == 0
+
+
+def test_recovery_fragments_apply_replacements_from_the_start_in_the_last_fragment() -> None:
+    from pyspark_ledger.protocol.ensemble_change import recovery_fragments
+
+    read = [(0, ("b0", "b1", "b2")), (4, ("b0", "b1", "b3"))]
+    assert recovery_fragments(read, {}, 6) == ((0, ("b0", "b1", "b2")), (4, ("b0", "b1", "b3")))
+    # A failed bookie replaced from the recovery's start: entries 4..5 stay where they were acknowledged.
+    assert recovery_fragments(read, {"b3": "b5"}, 6) == (
+        (0, ("b0", "b1", "b2")), (4, ("b0", "b1", "b3")), (6, ("b0", "b1", "b5")))
+    # Starting at the last fragment's first entry, that fragment's ensemble is replaced.
+    assert recovery_fragments(read, {"b3": "b5"}, 2) == ((0, ("b0", "b1", "b2")), (4, ("b0", "b1", "b5")))
+    # Chained replacements (b3 -> b5, then b5 -> b6) land on the last newcomer.
+    assert recovery_fragments(read, {"b3": "b5", "b5": "b6"}, 6)[-1] == (6, ("b0", "b1", "b6"))

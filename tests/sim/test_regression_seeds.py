@@ -13,6 +13,20 @@ REGRESSION_SEEDS = {
     # acknowledged entry sat on 2 of A=3 named bookies of a CLOSED ledger. Fixed by
     # close_rules.recovery_close_verdict / first_changed_entry.
     598: "a recovery closed on fragments changed under its copies",
+    # Product (protocol room): a recovery recorded its replacement bookie while IN_RECOVERY and
+    # then failed before the newcomer held the entries; the next recovery counted the newcomer's
+    # "no such entry" toward W-A+1 absent answers and closed below an acknowledged entry (found
+    # by the 100,000-seed run: 24331, 30708, 44973, 72036; 22598, 80802, 90564 left an
+    # acknowledged entry on fewer than A named bookies). 80802 fails again with the replacement
+    # recorded at once. Fixed by ensemble_change.recovery_fragments: the replacement is written
+    # only with the close.
+    22598: "a recovery's replacement recorded before the newcomer held the entries",
+    24331: "a recovery's replacement recorded before the newcomer held the entries",
+    30708: "a recovery's replacement recorded before the newcomer held the entries",
+    44973: "a recovery's replacement recorded before the newcomer held the entries",
+    72036: "a recovery's replacement recorded before the newcomer held the entries",
+    80802: "a recovery's replacement recorded before the newcomer held the entries",
+    90564: "a recovery's replacement recorded before the newcomer held the entries",
     # Simulator: a close whose CAS succeeded but whose reply reached a writer that had already
     # stopped went unrecorded; the checker now watches closes in the store itself.
     1932: "a close the checker did not see",
@@ -27,3 +41,25 @@ def test_regression_seed_keeps_every_invariant(seed: int) -> None:
     r = run_seed(seed)
     assert r.violation is None, f"{REGRESSION_SEEDS[seed]}: {r.violation}\n{replay_command(seed)}"
     assert r.events > 50
+
+
+def test_seed_80802_fails_when_a_recovery_records_its_replacement_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The regression seed has teeth: with the replacement written to the metadata as soon as it
+    is chosen (the defect, planted here only), seed 80802 loses an acknowledged entry."""
+    from pyspark_ledger.testing.sim import recoverer
+
+    real_replace = recoverer.SimRecovery._replace
+
+    def replace_and_record(self, start, found, last, failed, changes_left):  # type: ignore[no-untyped-def]
+        real_replace(self, start, found, last, failed, changes_left)
+        store = self.cluster.store
+        meta, version = store.read(self.ledger)
+        if meta.state == "IN_RECOVERY":
+            last_fragment = self.view.fragments[-1]
+            new = meta.with_fragment(last_fragment.first_entry_id, last_fragment.ensemble)
+            store.cas(new, version)
+            self.meta, self.version = new, version + 1
+
+    monkeypatch.setattr(recoverer.SimRecovery, "_replace", replace_and_record)
+    r = run_seed(80802)
+    assert r.violation is not None and "ledger" in r.violation, r.violation

@@ -28,6 +28,7 @@ class Checker:
         self.world = world
         self.store = store
         self.bookies = bookies
+        self.writer_lac: dict[tuple[str, int], int] = {}  # (writer, ledger) -> its LAC as the checker saw it grow
         self.acked: dict[int, int] = {}  # ledger -> highest acknowledged entry (by any writer)
         self.closes: dict[int, tuple[int, int]] = {}  # ledger -> (last entry, length) once CLOSED
         self.checks = 0
@@ -39,16 +40,20 @@ class Checker:
 
     # ---- writers -------------------------------------------------------------------------------
 
-    def on_completed(self, writer: str, ledger: int, lac_before: int, entry_ids: Sequence[int]) -> None:
-        """A writer's PendingAdds completed these entries (its LAC was `lac_before`)."""
+    def on_completed(self, writer: str, ledger: int, lac: int, entry_ids: Sequence[int]) -> None:
+        """A writer's PendingAdds completed these entries and now reports LAC `lac`: they must
+        follow the last ones it completed, in order, and the LAC is the last of them."""
         self.checks += 1
-        expect = lac_before + 1
+        expect = self.writer_lac.get((writer, ledger), -1) + 1
         for eid in entry_ids:
             if eid != expect:
                 self.fail(f"{writer} completed entry {eid} of ledger {ledger} out of order (expected {expect})")
             expect += 1
+        if entry_ids and lac != entry_ids[-1]:
+            self.fail(f"{writer}'s LAC {lac} is not its last completed entry {entry_ids[-1]}")
         if entry_ids:
             top = entry_ids[-1]
+            self.writer_lac[(writer, ledger)] = top
             self.acked[ledger] = max(self.acked.get(ledger, -1), top)
             closed = self.closes.get(ledger)
             if closed is not None and top > closed[0]:
@@ -68,6 +73,14 @@ class Checker:
         if written is None or written.fragments != fragments:
             self.fail(f"{writer}'s fragments {fragments} differ from the metadata it wrote (version "
                       f"{version}): {written.fragments if written else None}")
+
+    def on_writer_closed(self, writer: str, ledger: int, lac: int, length: int) -> None:
+        """The writer believes its ledger closed at its LAC: the metadata says exactly that."""
+        self.checks += 1
+        meta, _ = self.store.read(ledger)
+        if meta.state != CLOSED or (meta.last_entry, meta.length) != (lac, length):
+            self.fail(f"{writer} thinks ledger {ledger} closed at ({lac}, {length}); the metadata holds "
+                      f"{meta.state} ({meta.last_entry}, {meta.length})")
 
     # ---- closing and recovery ------------------------------------------------------------------
 
@@ -132,6 +145,9 @@ class Checker:
     def at_end(self, drained: bool, live_writers: Sequence[int]) -> None:
         if not drained:
             self.fail(f"operations still running at the end: {self.world.pending_labels()}")
+        if live_writers:
+            # Nothing is left to happen, yet a writer neither closed nor stopped: it is stuck.
+            self.fail(f"the writers of ledgers {list(live_writers)} never ended (nothing left to wake them)")
         for ledger in sorted(self.store.ledgers):
             meta, _ = self.store.read(ledger)
             if meta.state != CLOSED and ledger not in live_writers:

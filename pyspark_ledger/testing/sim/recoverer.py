@@ -1,11 +1,13 @@
 """A recovery ("Closing a ledger as a reader") driving the real protocol room: fencing to
 covers_every_write_set, recovery_start, the RecoveryReader machine (windows, merged answers,
-short answers as progress, stalls), recovery adds in byte_bounded_chunks, a replacement re-applied
-with rebase_replacements, and the close at recovery_close_point (or adopting another's close).
+short answers as progress, stalls), recovery adds in byte_bounded_chunks, a replacement kept in the
+recovery's own view (recovery_fragments) and written only with the close at recovery_close_point
+after recovery_close_verdict (or adopting another's close).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable, Sequence
 
 from pyspark_ledger.protocol.close_rules import (
@@ -15,7 +17,7 @@ from pyspark_ledger.protocol.close_rules import (
     recovery_close_verdict,
 )
 from pyspark_ledger.protocol.distribution import byte_bounded_chunks, covers_every_write_set
-from pyspark_ledger.protocol.ensemble_change import rebase_replacements
+from pyspark_ledger.protocol.ensemble_change import recovery_fragments
 from pyspark_ledger.protocol.invariants import ensure
 from pyspark_ledger.protocol.recovery_plan import Answer, recovery_start
 from pyspark_ledger.protocol.recovery_reader import Done, Fail, Read, ReaderCommand, RecoveryReader, RetryAfter
@@ -67,6 +69,8 @@ class SimRecovery(Actor):
         self.done = False
         self.result: tuple[int, int] | None = None
         self.rereads = 0
+        self.view: LedgerMeta = None  # type: ignore[assignment]  # fragments read + own replacement
+        self.replaced: dict[str, str] = {}  # failed bookie -> its replacement in the view
 
     def start(self) -> None:
         active = self.cluster.recovering.setdefault(self.ledger, [])
@@ -153,6 +157,7 @@ class SimRecovery(Actor):
     def _read_forward(self, start: int) -> None:
         assert self.meta is not None
         meta = self.meta
+        self.view, self.replaced = meta, {}
         # Every bookie that may hold an entry from `start` on (more than the last fragment's when
         # a changed fragment is read again).
         ensemble = tuple(sorted({b for f in meta.fragments for b in f.ensemble
@@ -204,53 +209,37 @@ class SimRecovery(Actor):
 
     def _replicate(self, start: int, found: list[SimEntry], last: int, changes_left: int,
                    close_attempts: int = CAS_ATTEMPTS_MAX) -> None:
-        assert self.meta is not None
-        meta = self.meta
+        """Copy every found entry to its write set in this recovery's view (the fragments read,
+        plus its own replacement, which is written only with the close)."""
+        view = self.view
 
         def then(acks: dict[int, int], failed: set[str]) -> None:
-            if all(acks.get(c.entry_id, 0) >= meta.ack_quorum_size for c in found):
+            if all(acks.get(c.entry_id, 0) >= view.ack_quorum_size for c in found):
                 self._close(start, found, last, close_attempts, changes_left)
             elif changes_left <= 0:
-                self._finish(f"ledger {self.ledger}: recovered entries could not reach A={meta.ack_quorum_size} bookies")
+                self._finish(f"ledger {self.ledger}: recovered entries could not reach A={view.ack_quorum_size} bookies")
             else:
-                self._replace(start, found, last, failed or set(meta.fragments[-1].ensemble), changes_left - 1)
+                self._replace(start, found, last, failed or set(view.fragments[-1].ensemble), changes_left - 1)
 
-        copies = [(c, meta.write_set(c.entry_id)) for c in found]
+        copies = [(c, view.write_set(c.entry_id)) for c in found]
         replicate(self, self.ledger, copies, then)
 
     def _replace(self, start: int, found: list[SimEntry], last: int, failed: set[str], changes_left: int) -> None:
-        """Move the tail to a new fragment without the failed bookies, re-applied to the
-        ensemble the metadata holds now (a concurrent recovery's replacement stands)."""
-        assert self.meta is not None
-        current = self.meta.fragments[-1].ensemble
+        """Replace failed bookies of the last fragment from `start` on, in this recovery's view
+        only: the metadata names the newcomers only once they hold the entries (the close CAS).
+        Recorded earlier, a newcomer's "no such entry" could make the next recovery truncate
+        an acknowledged entry (seed 44973)."""
+        current = self.view.fragments[-1].ensemble
         candidates = [b for b in self.cluster.writable_bookies() if b not in current and b not in failed]
         self.world.rng.shuffle(candidates)
-        replaced = {b: candidates.pop() for b in sorted(failed) if b in current and candidates}
-        store = self.cluster.store
-
-        def op() -> object:
-            meta, version = store.read(self.ledger)
-            if meta.state != IN_RECOVERY:
-                return meta
-            ensemble = rebase_replacements(meta.fragments[-1].ensemble, replaced)
-            if ensemble is None:
-                return meta, version
-            new = meta.with_fragment(max(start, meta.fragments[-1].first_entry_id), ensemble)
-            return new, store.cas(new, version)
-
-        def then(result: object) -> None:
-            if isinstance(result, BadVersion):
-                self.later(RETRY_DELAY_S, lambda: self._replace(start, found, last, failed, changes_left), "replace retry")
-            elif isinstance(result, LedgerMeta):
-                if result.state == CLOSED:
-                    self._adopt(result)
-                else:
-                    self._finish(f"ledger {self.ledger} left recovery ({result.state}) while this recovery ran")
-            else:
-                self.meta, self.version = result  # type: ignore[assignment]
-                self._replicate(start, found, last, changes_left)
-
-        self.meta_call(op, then, f"replace {sorted(replaced.items())} in {self.ledger}")
+        for b in sorted(failed):
+            if b in current and candidates:
+                self.replaced[b] = candidates.pop()
+        assert self.meta is not None
+        fragments = recovery_fragments(_pairs(self.meta), self.replaced, start)
+        self.view = replace(self.meta, fragments=tuple(Fragment(first, ens) for first, ens in fragments))
+        self.world.note(f"{self.name} replaces {sorted(self.replaced.items())} in its view of {self.ledger}")
+        self.later(RETRY_DELAY_S, lambda: self._replicate(start, found, last, changes_left), "replicate again")
 
     def _close(self, start: int, found: list[SimEntry], last: int, attempts: int, changes_left: int) -> None:
         """Read, decide (recovery_close_verdict), then CAS the close on the version read; a
@@ -275,7 +264,8 @@ class SimRecovery(Actor):
             elif verdict is RecoveryCloseVerdict.REPLICATE_AGAIN:
                 self._read_again(start, meta, version)
             else:
-                new = meta.close(last, length)
+                # The fragments are those read: write this recovery's replacement with the close.
+                new = replace(meta, fragments=self.view.fragments).close(last, length)
                 self.meta_call(lambda: store.cas(new, version), lambda r: closed(r, new), f"close {self.ledger}@{last}")
 
         self.meta_call(lambda: store.read(self.ledger), read, f"read {self.ledger} to close")
@@ -288,6 +278,7 @@ class SimRecovery(Actor):
         new_start = start if changed is None else min(start, max(changed, 0))
         self.world.note(f"{self.name}: fragments of {self.ledger} changed from {changed}; reading again from {new_start}")
         self.meta, self.version = meta, version
+        self.view, self.replaced = meta, {}
         self.rereads += 1
         self.world.stats["recovery_rereads"] += 1
         if self.rereads > REREADS_MAX:

@@ -111,8 +111,7 @@ class SimWriter(Actor):
             self.world.stats["entries_acked"] += len(done)
             if self.was_paused:
                 self.world.stats["zombie_late_acks"] += len(done)
-            lac_before = done[0].entry_id - 1
-            self.cluster.checker.on_completed(self.name, self.ledger, lac_before, [p.entry_id for p in done])
+            self.cluster.checker.on_completed(self.name, self.ledger, self.pending.lac, [p.entry_id for p in done])
         if self.state == "writing" and self.issued >= self.entries_total:
             self._maybe_close()
 
@@ -220,6 +219,7 @@ class SimWriter(Actor):
                            f"client; this writer acknowledged up to {lac}")
                 return
             self.meta, self.version = meta, version
+            self.cluster.checker.on_writer_closed(self.name, self.ledger, lac, length)
             self.state = "closed"
             self.on_end(self, None)
 
