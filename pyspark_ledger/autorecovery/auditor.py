@@ -3,7 +3,12 @@
 A ledger is orphaned when
   DELETE_OVERDUE     it was closed with expect_delete_after and still exists after that instant
                      plus a grace period, or
-  BROKEN_PARENT_REF  its create context names a parent (child_of_ledger) that does not exist.
+  BROKEN_PARENT_REF  its create context names a parent (child_of_ledger) that does not exist, or
+  NOT_IN_ITS_LOG     its create context says it belongs to a log (data set "log:<name>"), it was
+                     created more than a grace period ago, and that log's record neither
+                     references it nor lists it for deletion (or the log is gone): a writer
+                     killed between creating its next ledger and adding it to the log leaves one.
+                     A log record that cannot be read decides nothing (unknown is not absent).
 Findings live under /orphans/<qualified name> so `ledger listorphaned` reads only that directory.
 Scans are paced by a token bucket (ledgers per second), never a burst over every ledger.
 """
@@ -17,8 +22,9 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable, Iterator
 
-from metadata import CorruptMetadataError, LedgerId, LedgerMetadata, NodeExistsError, NoNodeError
+from metadata import CorruptMetadataError, LedgerId, LedgerMetadata, MetadataError, NodeExistsError, NoNodeError
 from metadata.context import now_ms
+from metadata.logs import LogManager
 from metadata.paths import ORPHANS, orphan_path
 from pyspark_ledger.ledger.context import LedgerContext
 
@@ -26,6 +32,9 @@ log = logging.getLogger(__name__)
 
 DELETE_OVERDUE = "DELETE_OVERDUE"
 BROKEN_PARENT_REF = "BROKEN_PARENT_REF"
+NOT_IN_ITS_LOG = "NOT_IN_ITS_LOG"
+LOG_DATA_SET_PREFIX = "log:"  # pyspark_ledger.log's create context: part_of_data_set("log:<name>")
+LOG_GONE: frozenset[LedgerId] = frozenset()  # marker: the log does not exist (any more)
 DEFAULT_GRACE_PERIOD_S = 3600.0
 DEFAULT_SCAN_RATE_PER_S = 200.0
 
@@ -67,8 +76,15 @@ class RateLimiter:
             time.sleep((1 - self.tokens) / self.rate)
 
 
-def orphan_reason(meta: LedgerMetadata, exists: Callable[[LedgerId], bool], now: int, grace_ms: int) -> tuple[str, str] | None:
-    """Pure decision for one ledger (exists: does a ledger id exist?)."""
+# A log's name -> the ledger ids its record references (ledgers and pending deletions), LOG_GONE
+# when the log does not exist, None when its record could not be read.
+LogReferences = Callable[[str], frozenset[LedgerId] | None]
+
+
+def orphan_reason(meta: LedgerMetadata, exists: Callable[[LedgerId], bool], now: int, grace_ms: int,
+                  log_references: LogReferences | None = None) -> tuple[str, str] | None:
+    """Pure decision for one ledger (exists: does a ledger id exist?; log_references: see
+    LogReferences, or None to skip the log rule)."""
     close = meta.close_context
     if meta.is_closed and close is not None and close.expect_delete_after_ms is not None:
         if now > close.expect_delete_after_ms + grace_ms:
@@ -76,6 +92,15 @@ def orphan_reason(meta: LedgerMetadata, exists: Callable[[LedgerId], bool], now:
     create = meta.create_context
     if create is not None and create.child_of_ledger is not None and not exists(create.child_of_ledger):
         return BROKEN_PARENT_REF, str(create.child_of_ledger)
+    data_set = create.data_set if create is not None else None
+    if (log_references is not None and data_set is not None and data_set.startswith(LOG_DATA_SET_PREFIX)
+            and now > meta.ctime_ms + grace_ms):
+        name = data_set[len(LOG_DATA_SET_PREFIX):]
+        refs = log_references(name)
+        if refs is LOG_GONE:
+            return NOT_IN_ITS_LOG, f"{data_set} (gone)"
+        if refs is not None and meta.ledger_id not in refs:
+            return NOT_IN_ITS_LOG, data_set
     return None
 
 
@@ -84,6 +109,7 @@ class Auditor:
                  scan_rate_per_s: float = DEFAULT_SCAN_RATE_PER_S):
         self.ledgers = context.ledgers
         self.store = context.ledgers.store  # where the findings live, next to the ledgers
+        self.logs = LogManager(self.store)  # log records live in the same store
         self.grace_ms = int(grace_period_s * 1000)
         self.limiter = RateLimiter(scan_rate_per_s)
         self._stop = threading.Event()
@@ -100,6 +126,7 @@ class Auditor:
                 existing_cache[lid] = self.ledgers.get(lid) is not None
             return existing_cache[lid]
 
+        log_references = self._log_references_once_per_pass()
         for n, lid in enumerate(self.ledgers.scan(None), 1):
             if self._stop.is_set():
                 break
@@ -114,7 +141,7 @@ class Auditor:
             if got is None:
                 continue
             existing_cache[lid] = True
-            decision = orphan_reason(got[0], exists, now, self.grace_ms)
+            decision = orphan_reason(got[0], exists, now, self.grace_ms, log_references)
             if decision is not None:
                 found[lid] = Orphan(lid, decision[0], decision[1], now)
         recorded = {o.ledger_id: o for o in self.list_orphans()}
@@ -132,6 +159,28 @@ class Auditor:
                 except NoNodeError:
                     pass
         return sorted(found.values(), key=lambda o: o.ledger_id)
+
+    def _log_references_once_per_pass(self) -> LogReferences:
+        """Each log record is read at most once per pass: a million ledgers of a few logs cost a
+        few reads. A record that cannot be read maps to None (decides nothing) for this pass."""
+        cache: dict[str, frozenset[LedgerId] | None] = {}
+
+        def references(name: str) -> frozenset[LedgerId] | None:
+            if name not in cache:
+                try:
+                    got = self.logs.get(name)
+                except MetadataError as exc:
+                    log.warning("auditor could not read log record log=%s error=%s", name, exc)
+                    cache[name] = None
+                    return None
+                if got is None:
+                    cache[name] = LOG_GONE
+                else:
+                    rec = got[0]
+                    cache[name] = frozenset(lg.ledger_id for lg in rec.ledgers) | frozenset(rec.pending_deletions)
+            return cache[name]
+
+        return references
 
     def list_orphans(self) -> list[Orphan]:
         out = []

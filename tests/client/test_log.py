@@ -13,6 +13,7 @@ import pytest
 
 from metadata import LedgerId, LedgerState, MetadataUnavailableError, NoSuchLedgerError
 from metadata.log_record import LogRecord
+from pyspark_ledger.autorecovery.auditor import NOT_IN_ITS_LOG, Auditor
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.testing.local_cluster import LocalCluster
 from pyspark_ledger.log import LogFencedError, LogWriter, Position, choose_trim
@@ -119,6 +120,11 @@ def test_writer_killed_at_each_rollover_step(cluster3: LocalCluster, step: str) 
         # creating its next ledger and adding it to the log left behind: it holds no entry.
         leaked = leaked_ledgers(client, "crashy", killed_before_adding=step in ("after_create", "before_cas"))
         assert not leaked, f"ledgers leaked by the writer killed at {step}: {leaked}"
+        # The one ledger allowed above is not left for good: the orphan auditor names it.
+        in_log = {lg.ledger_id for lg in rec.ledgers}
+        leftover = [lid for lid in client.list_ledgers() if lid not in in_log]
+        found = Auditor(client.context, grace_period_s=0, scan_rate_per_s=10_000).audit_once()
+        assert [(o.ledger_id, o.reason) for o in found] == [(lid, NOT_IN_ITS_LOG) for lid in leftover]
 
 
 def leaked_ledgers(client: LedgerClient, name: str, *, killed_before_adding: bool) -> list[str]:
