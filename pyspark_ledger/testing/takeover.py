@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.testing.fault_check import FaultCounters, RunRecord, check, encode
 from pyspark_ledger.testing.faults import kill9, pause, resume
 from pyspark_ledger.testing.local_cluster import LocalBookie
+from pyspark_ledger.testing.process_lines import ProcessLines
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 60.0
@@ -42,29 +42,6 @@ class TakeoverResult:
     counters: FaultCounters
 
 
-class _Lines:
-    def __init__(self, proc: subprocess.Popen[str]):
-        self.lines: list[str] = []
-        self.cond = threading.Condition()
-        self.thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
-        self.thread.start()
-
-    def _read(self, proc: subprocess.Popen[str]) -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            with self.cond:
-                self.lines.append(line.rstrip("\n"))
-                self.cond.notify_all()
-
-    def wait(self, prefix: str, bound_s: float = WAIT_S) -> bool:
-        with self.cond:
-            return self.cond.wait_for(lambda: any(x.startswith(prefix) for x in self.lines), bound_s)
-
-    def acked(self) -> list[int]:
-        with self.cond:
-            return [int(x.split()[1]) for x in self.lines if x.startswith("ACK ")]
-
-
 def run_takeover(client: LedgerClient, bookies: list[LocalBookie], log_name: str, *, count: int, size: int,
                  acked_first: int = 3, settle_s: float = 0.3) -> TakeoverResult:
     """One takeover (see the module doc). `client` is the standby that takes over; `bookies`
@@ -75,10 +52,10 @@ def run_takeover(client: LedgerClient, bookies: list[LocalBookie], log_name: str
         cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )
-    out = _Lines(proc)
+    out = ProcessLines(proc)
     stopped = [b.proc for b in bookies[1:] if b.proc is not None]
     try:
-        if not out.wait("READY"):
+        if not out.wait("READY", WAIT_S):
             raise RuntimeError(f"the writer did not get {acked_first} acknowledgements: {out.lines[-3:]}")
         for p in stopped:
             pause(p)

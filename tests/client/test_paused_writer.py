@@ -9,13 +9,13 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.log import LogReader
 from pyspark_ledger.testing.local_cluster import LocalCluster
+from pyspark_ledger.testing.process_lines import ProcessLines
 
 REPO = Path(__file__).resolve().parents[2]
 ADD_TIMEOUT_S = 3.0
@@ -23,29 +23,15 @@ PAUSE_S = 15.0  # five add timeouts: every add in flight is far past its deadlin
 WAIT_S = 60.0
 
 
-class _Output:
-    """The writer's stdout lines, read by a thread (the writer must never block on its pipe)."""
-
-    def __init__(self, proc: subprocess.Popen[str]):
-        self.lines: list[str] = []
-        self.cond = threading.Condition()
-        self.thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
-        self.thread.start()
-
-    def _read(self, proc: subprocess.Popen[str]) -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            with self.cond:
-                self.lines.append(line.rstrip("\n"))
-                self.cond.notify_all()
+class _Output(ProcessLines):
+    """The writer's stdout lines; a wait fails at once if the writer stopped."""
 
     def acks(self) -> int:
-        with self.cond:
-            return sum(1 for line in self.lines if line.startswith("ACK "))
+        return self.count("ACK ")
 
-    def wait_for(self, what: str, predicate) -> None:  # type: ignore[no-untyped-def]
+    def until(self, what: str, predicate) -> None:  # type: ignore[no-untyped-def]
+        ok = self.wait_for(lambda: predicate() or self.count("STOPPED") > 0, WAIT_S)
         with self.cond:
-            ok = self.cond.wait_for(lambda: predicate() or any(x.startswith("STOPPED") for x in self.lines), WAIT_S)
             stopped = [x for x in self.lines if x.startswith("STOPPED")]
         assert not stopped, f"the writer stopped: {stopped[0]}"
         assert ok, f"{what} not within {WAIT_S:g} s"
@@ -60,12 +46,12 @@ def test_a_writer_paused_past_its_add_timeout_resumes_and_keeps_appending(make_c
     )
     try:
         out = _Output(proc)
-        out.wait_for("300 acknowledgements", lambda: out.acks() >= 300)
+        out.until("300 acknowledgements", lambda: out.acks() >= 300)
         os.kill(proc.pid, signal.SIGSTOP)
         time.sleep(PAUSE_S)
         os.kill(proc.pid, signal.SIGCONT)
         resumed_at = out.acks()
-        out.wait_for("300 more acknowledgements after the pause", lambda: out.acks() >= resumed_at + 300)
+        out.until("300 more acknowledgements after the pause", lambda: out.acks() >= resumed_at + 300)
         assert proc.stdin is not None
         proc.stdin.close()
         assert proc.wait(timeout=WAIT_S) == 0, out.lines[-5:]

@@ -21,6 +21,7 @@ from pyspark_ledger.log import Position
 from pyspark_ledger.testing.fault_check import FaultCounters, format_table
 from pyspark_ledger.testing.faults import ProxyMode, SmallFilesystem, TcpProxy
 from pyspark_ledger.testing.local_cluster import LocalBookie, LocalCluster
+from pyspark_ledger.testing.process_lines import ProcessLines
 from pyspark_ledger.testing.zookeeper_server import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,27 +46,14 @@ class WriterProcess:
             cwd=REPO, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, stderr=self.stderr, text=True,
             env={**os.environ, "PYTHONPATH": str(REPO)},
         )
-        self.lines: list[str] = []
-        self.cond = threading.Condition()
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            with self.cond:
-                self.lines.append(line.rstrip("\n"))
-                self.cond.notify_all()
-        with self.cond:
-            self.lines.append("EOF")
-            self.cond.notify_all()
+        self.out = ProcessLines(self.proc)
+        self.lines, self.cond = self.out.lines, self.out.cond
 
     def _count(self, prefix: str) -> int:
-        return sum(1 for x in self.lines if x.startswith(prefix))
+        return self.out.count(prefix)
 
     def acked(self) -> list[int]:
-        with self.cond:
-            return [int(x.split()[1]) for x in self.lines if x.startswith("ACK ")]
+        return self.out.acked()
 
     def session(self) -> tuple[int, bytes]:
         self.wait_for(lambda: self._count("SESSION "))
@@ -75,8 +63,7 @@ class WriterProcess:
 
     def wait_for(self, predicate: Callable[[], object], bound_s: float = WAIT_S) -> bool:
         """Wait until predicate() or the writer's end; False if neither within the bound."""
-        with self.cond:
-            return self.cond.wait_for(lambda: predicate() or "EOF" in self.lines, bound_s)
+        return self.out.wait_for(lambda: bool(predicate()), bound_s) or self.out.ended
 
     def wait_acks(self, n: int) -> None:
         if not self.wait_for(lambda: self._count("ACK ") >= n):
@@ -92,7 +79,7 @@ class WriterProcess:
             self.proc.kill()
             self.proc.wait(timeout=WAIT_S)
             return False
-        self._thread.join(WAIT_S)
+        self.out.thread.join(WAIT_S)
         return True
 
     def stderr_tail(self, limit: int = 3000) -> str:
