@@ -204,10 +204,13 @@ class ReadHandle:
                 out[f] = r
             return out
 
-        for attempt in list(range(w_size)) + [-1]:
+        # Every replica failed for some entries: one more pass over every replica after a pause,
+        # for bookies that were just restarted (their channels reconnect within ~300 ms). The
+        # whole write set again, not its first replica only: that one may have answered "no
+        # such entry" (a replacement the entry never reached) while the holders were the ones
+        # still reconnecting.
+        for attempt in list(range(w_size)) + [-1] + list(range(1, w_size)):
             if attempt == -1:
-                # Every replica failed for some entries: one more round after a pause, for
-                # bookies that were just restarted (their channels reconnect within ~300 ms).
                 if all(e in got for e in range(first, upto + 1)):
                     break
                 time.sleep(READ_ROUND_RETRY_DELAY_S)
