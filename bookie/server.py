@@ -33,6 +33,7 @@ from bookie.metrics import Metrics, serve_metrics
 from bookie.proto import bookie_pb2_grpc as pb_grpc
 from bookie.service import BookieService
 from bookie.storage import BookieStorage, StorageConfig
+from bookie.writable_again import WritableAgain
 from metadata import BookieInfo, BookieRegistry, MetadataError, open_store
 
 log = logging.getLogger("bookie")
@@ -57,6 +58,7 @@ class BookieServer:
         self.add_listener: AddListener | None = None
         self.registration: Any = None
         self.disk_monitor: DiskMonitor | None = None
+        self.writable_again: WritableAgain | None = None
         self.metrics_server: Any = None
         self.port = cfg.port
         self.bookie_id = cfg.bookie_id or f"{cfg.host}:{cfg.port}"
@@ -119,13 +121,15 @@ class BookieServer:
                     instance_id=cookie.instance_id,
                 )
             )
-            # A failed journal takes no more adds: stop advertising this bookie as writable at
-            # once, so that no new ensemble picks it (it keeps serving reads).
-            self.storage.on_journal_failure(lambda error: self._publish_read_only())
+            self.writable_again = WritableAgain(self.storage, cfg.data_dir / "journal")
             self.disk_monitor = DiskMonitor(
                 self.storage.disk_usage, self._set_read_only,
                 cfg.disk_usage_threshold, cfg.disk_usage_lwm_threshold, cfg.disk_check_interval_s,
             )
+            # A failed journal takes no more adds: stop advertising this bookie as writable at
+            # once, so that no new ensemble picks it (it keeps serving reads), until the disk
+            # monitor finds room again and the journal is reopened (bookie/writable_again.py).
+            self.storage.on_journal_failure(self._on_journal_failure)
             self.disk_monitor.start()
         except BaseException:
             self.stop()
@@ -146,10 +150,24 @@ class BookieServer:
 
         self.metrics.gauge("bookie_journal_fsyncs", "journal fsyncs (one per group commit)", fsync_count)
 
-    def _set_read_only(self, disk_full: bool) -> None:
-        """The disk monitor's verdict."""
+    def _set_read_only(self, disk_full: bool) -> bool:
+        """The disk monitor's verdict; returns the read-only state it led to. Writable again
+        only once a failed journal is reopened (bookie/writable_again.py)."""
+        if self.storage is None:
+            return disk_full
+        if not disk_full and self.writable_again is not None and not self.writable_again.attempt():
+            disk_full = True
+        self.storage.set_read_only(disk_full)
+        self._publish_read_only()
+        return self.storage.read_only
+
+    def _on_journal_failure(self, error: BaseException) -> None:
+        """On the journal thread: read-only now, and for the disk monitor a full disk (writable
+        again below the low-water mark, with the journal reopened)."""
         if self.storage is not None:
-            self.storage.set_read_only(disk_full)
+            self.storage.set_read_only(True)
+        if self.disk_monitor is not None:
+            self.disk_monitor.mark_full()
         self._publish_read_only()
 
     def _publish_read_only(self) -> None:

@@ -68,6 +68,7 @@ from bookie.storage.journal import (
     JournalPosition,
     JournalWriter,
     delete_journal_files_before,
+    list_journal_seqs,
     replay_journal,
 )
 from bookie.storage.ledger_index import (
@@ -209,7 +210,7 @@ class BookieStorage:
         self._uncertain = False
         self._read_only = False
         self._closed = False
-        self._failed = False  # the journal failed: read-only (today until a restart)
+        self._failed = False  # the journal failed: read-only until reopen_journal() or a restart
         self._failure: BaseException | None = None
         self._failure_listeners: list[Callable[[BaseException], None]] = []
         self._reads_inflight = 0
@@ -280,16 +281,20 @@ class BookieStorage:
 
     def _start(self) -> None:
         cfg = self._config
+        self._start_committer()
+        if cfg.checkpoint_interval_s > 0:
+            self._checkpoint_thread = threading.Thread(
+                target=self._checkpoint_loop, name="bookie-checkpoint", daemon=True)
+            self._checkpoint_thread.start()
+
+    def _start_committer(self) -> None:
+        cfg = self._config
         self._committer = GroupCommitter(
             self._queue, self._journal_writer, self._apply_group, self._stats,
             cfg.journal_max_group_bytes, cfg.journal_max_group_wait_ms / 1000.0,
             self._on_journal_failure,
         )
         self._committer.start()
-        if cfg.checkpoint_interval_s > 0:
-            self._checkpoint_thread = threading.Thread(
-                target=self._checkpoint_loop, name="bookie-checkpoint", daemon=True)
-            self._checkpoint_thread.start()
 
     def close(self) -> None:
         """Drain the journal, checkpoint, stop the threads, release the directory. Idempotent."""
@@ -335,7 +340,7 @@ class BookieStorage:
             self._failure = self._failure or error
             listeners = list(self._failure_listeners) if first else []
         if first:
-            log.error("journal failed: read-only (adds refused, reads served) until restarted data_dir=%s "
+            log.error("journal failed: read-only (adds refused, reads served) until reopened data_dir=%s "
                       "error=%r", self._data_dir, error)
         for callback in listeners:
             try:
@@ -352,6 +357,39 @@ class BookieStorage:
                 self._failure_listeners.append(callback)
         if failure is not None:
             callback(failure)
+
+    def reopen_journal(self) -> bool:
+        """Hook for bookie.writable_again, once the disk has room again: replace a failed journal
+        with a new file and take adds again, without a restart. Every acknowledged record was
+        applied before its ack, so a checkpoint at the new file's start covers them all; the
+        failed file (its tail unknown after the error, maybe holding records nobody was told
+        are durable) is then never replayed and is deleted. False (still failed) if any step
+        fails; it may be called again."""
+        if not self._failed or self._closed:
+            return not self._failed
+        old = self._committer
+        if old is not None and not old.join(CLOSE_TIMEOUT_S):
+            return False  # the failed committer still drains its queue: try again later
+        try:
+            with self._checkpoint_lock:
+                self._journal_writer.close()
+                self._logs.roll()  # a fresh entry log: the failed one may end in a torn append
+                seq = max([self._journal_writer.position.seq, *list_journal_seqs(self._journal_dir)]) + 1
+                self._writer = JournalWriter(self._journal_dir, seq,
+                                             self._config.journal_file_max_bytes, self._config.fsync)
+                with self._lock:
+                    self._applied_pos = self._writer.position
+            self.checkpoint()  # manifest -> the new file; deletes the failed one
+        except OSError as e:
+            log.warning("journal reopen failed, staying read-only data_dir=%s error=%r", self._data_dir, e)
+            return False
+        self._queue.reopen()
+        with self._lock:
+            self._start_committer()
+            self._failed, self._failure = False, None
+        log.warning("journal reopened after a failure: adds accepted again data_dir=%s journal=%s",
+                    self._data_dir, tuple(self._writer.position))
+        return True
 
     @property
     def _logs(self) -> EntryLogs:

@@ -97,6 +97,14 @@ class EntryLogs:
         with self._unsynced_lock:
             self._unsynced.add(self._current_id)
 
+    def roll(self) -> None:
+        """Start a new log now (after a failed append: nothing is appended after its torn end).
+        Skips an id a failed earlier attempt already created."""
+        log_id = self._current_id + 1
+        while entry_log_path(self._directory, log_id).exists():
+            log_id += 1
+        self._open_new(log_id)
+
     def _roll(self) -> None:
         # The old fd stays open for reads; the checkpoint fsyncs it through the same fd.
         self._open_new(self._current_id + 1)

@@ -145,6 +145,12 @@ class JournalQueue:
             self._work.notify_all()
             self._space.notify_all()
 
+    def reopen(self) -> None:
+        """After a journal failure, once the failed committer's threads are gone and the journal
+        is replaced (bookie.writable_again): take items again. Reservations stay counted here."""
+        with self._lock:
+            self._closed = False
+
     def take(self, group_bytes_max: int, idle_wait_s: float, group_wait_s: float) -> list[JournalItem] | None:
         """Drain a group: at least one item, then greedily more while under the byte limit.
         Waits at most `idle_wait_s` for the first item and `group_wait_s` for more.
