@@ -6,7 +6,10 @@ from __future__ import annotations
 import bisect
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
+from typing import Callable, Sequence
+
+# A metric read when scraped: its samples as (labels, value); none = left out of the page.
+Samples = Sequence[tuple[dict[str, str], float]]
 
 LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -44,6 +47,7 @@ class Metrics:
         self._lock = threading.Lock()
         self.counters: dict[str, tuple[str, int]] = {}
         self.gauges: dict[str, tuple[str, Callable[[], float]]] = {}
+        self.families: dict[str, tuple[str, str, Callable[[], Samples]]] = {}
         self.add_latency = Histogram("bookie_add_latency_seconds", "time from receiving an add batch to its durable ack")
         self.read_latency = Histogram("bookie_read_latency_seconds", "time to serve a read request")
 
@@ -70,6 +74,27 @@ class Metrics:
     def gauge(self, name: str, help_text: str, fn: Callable[[], float]) -> None:
         self.gauges[name] = (help_text, fn)
 
+    def family(self, name: str, kind: str, help_text: str, fn: Callable[[], Samples]) -> None:
+        """A labeled gauge, or a counter kept elsewhere (kind "counter": the name ends in _total),
+        read when scraped."""
+        assert kind in ("gauge", "counter") and (kind == "gauge" or name.endswith("_total")), name
+        self.families[name] = (help_text, kind, fn)
+
+    def _render_families(self) -> list[str]:
+        lines: list[str] = []
+        for name, (help_text, kind, fn) in sorted(self.families.items()):
+            try:
+                samples = list(fn())
+            except Exception:  # noqa: BLE001 - a failing metric must not break the endpoint
+                continue
+            if not samples:
+                continue
+            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+            for labels, value in samples:
+                label_text = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
+                lines.append(f"{name}{{{label_text}}} {float(value)}" if label_text else f"{name} {float(value)}")
+        return lines
+
     def render(self) -> str:
         lines: list[str] = []
         with self._lock:
@@ -82,8 +107,13 @@ class Metrics:
             except Exception:  # noqa: BLE001 - a failing gauge must not break the endpoint
                 continue
             lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {value}"]
+        lines += self._render_families()
         lines += self.add_latency.render() + self.read_latency.render()
         return "\n".join(lines) + "\n"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def serve_metrics(metrics: Metrics, host: str, port: int) -> ThreadingHTTPServer:

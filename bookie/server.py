@@ -25,6 +25,7 @@ import grpc  # noqa: E402
 
 from bookie import config as limits
 from bookie.add_listener import AddListener
+from bookie.admin import install_storage_metrics
 from bookie.config import BookieConfig, ConfigError, build_parser, config_from_args
 from bookie.cookie import CookieMismatchError, delete_cookie, verify_or_create_cookie
 from bookie.disk_monitor import DiskMonitor
@@ -96,7 +97,8 @@ class BookieServer:
                     repair_journal=cfg.repair_journal,
                 )
             )
-            service = BookieService(self.storage, self.bookie_id, _version(), cookie.instance_id, self.metrics)
+            service = BookieService(self.storage, self.bookie_id, _version(), cookie.instance_id, self.metrics,
+                                    data_dir=cfg.data_dir)
             pb_grpc.add_BookieServicer_to_server(service, server)
             server.start()
             self.grpc_server = server
@@ -122,6 +124,7 @@ class BookieServer:
                 )
             )
             self.writable_again = WritableAgain(self.storage, cfg.data_dir / "journal")
+            service.journal_reopens = lambda: self.writable_again.reopened if self.writable_again else 0
             self.disk_monitor = DiskMonitor(
                 self.storage.disk_usage, self._set_read_only,
                 cfg.disk_usage_threshold, cfg.disk_usage_lwm_threshold, cfg.disk_check_interval_s,
@@ -149,6 +152,8 @@ class BookieServer:
             return float(storage.stats().get("fsyncs", 0))
 
         self.metrics.gauge("bookie_journal_fsyncs", "journal fsyncs (one per group commit)", fsync_count)
+        install_storage_metrics(self.metrics, storage, self.cfg.data_dir,
+                                lambda: self.writable_again.reopened if self.writable_again else 0)
 
     def _set_read_only(self, disk_full: bool) -> bool:
         """The disk monitor's verdict; returns the read-only state it led to. Writable again

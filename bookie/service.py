@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Iterator
+from pathlib import Path
+from typing import Callable, Iterator
 
 import grpc
 
+from bookie import admin
 from bookie import config as limits
 from bookie.add_handler import MASTER_KEY_BYTES_MAX, AddHandler
 from bookie.add_handler import ledger_key as _ledger_key
@@ -26,8 +28,11 @@ log = logging.getLogger(__name__)
 
 
 class BookieService(pb_grpc.BookieServicer):
-    def __init__(self, storage: BookieStorage, bookie_id: str, version: str, instance_id: str, metrics: Metrics):
+    def __init__(self, storage: BookieStorage, bookie_id: str, version: str, instance_id: str, metrics: Metrics,
+                 data_dir: Path | None = None):
         self.storage = storage
+        self.data_dir = data_dir  # for the admin RPCs; None: they report no directories
+        self.journal_reopens: Callable[[], int] = lambda: 0  # set by the server (bookie/writable_again.py)
         self.bookie_id = bookie_id
         self.version = version
         self.instance_id = instance_id
@@ -137,3 +142,34 @@ class BookieService(pb_grpc.BookieServicer):
             free_bytes=max(total - used, 0), total_bytes=total, uncertain=self.storage.uncertain,
             ledger_count=len(self.storage.ledgers()), instance_id=self.instance_id,
         )
+
+    # ---- admin (ledger bookieinfo, ledger triggergc) -------------------------------------------
+
+    def StorageStats(self, request: pb.StorageStatsRequest, context: grpc.ServicerContext) -> pb.StorageStatsResponse:  # noqa: N802
+        gc = admin.gc_stats(self.storage)
+        resp = pb.StorageStatsResponse(
+            bookie_id=self.bookie_id, read_only=self.storage.read_only, journal_failed=self.storage.journal_failed,
+            journal_reopens=self.journal_reopens(), gc_available=admin.gc_available(self.storage),
+            entry_log_count=int(gc.get("entry_log_count", admin.entry_log_count(self.data_dir) if self.data_dir else 0)),
+        )
+        for d in admin.directory_reports(self.data_dir) if self.data_dir else []:
+            entry = resp.directories.add(path=d.path, role=d.role, used_bytes=d.used_bytes,
+                                         capacity_bytes=d.capacity_bytes, stored_bytes=d.stored_bytes)
+            if d.role == "ledgers" and "live_bytes" in gc:
+                entry.live_bytes, entry.dead_bytes = int(gc["live_bytes"]), int(gc.get("dead_bytes", 0))
+        for field, key, kind in (("last_gc_unix_s", "last_gc_unix_s", float),
+                                 ("last_compaction_unix_s", "last_compaction_unix_s", float),
+                                 ("reclaimed_bytes", "reclaimed_bytes_total", int),
+                                 ("compaction_runs", "compaction_runs_total", int)):
+            if key in gc:
+                setattr(resp, field, kind(gc[key]))
+        return resp
+
+    def TriggerGc(self, request: pb.TriggerGcRequest, context: grpc.ServicerContext) -> Iterator[pb.GcProgress]:  # noqa: N802
+        log.info("GC and compaction triggered by an operator")
+        for e in admin.run_gc(self.storage):
+            msg = pb.GcProgress(status=int(e.status), message=e.message, phase=e.phase, done=e.done, total=e.total,
+                                finished=e.finished)
+            if e.reclaimed_bytes is not None:
+                msg.reclaimed_bytes = e.reclaimed_bytes
+            yield msg

@@ -69,6 +69,16 @@ class BookieStub:
                 request_serializer=bookie_dot_proto_dot_bookie__pb2.InfoRequest.SerializeToString,
                 response_deserializer=bookie_dot_proto_dot_bookie__pb2.InfoResponse.FromString,
                 _registered_method=True)
+        self.StorageStats = channel.unary_unary(
+                '/pyspark_ledger.bookie.Bookie/StorageStats',
+                request_serializer=bookie_dot_proto_dot_bookie__pb2.StorageStatsRequest.SerializeToString,
+                response_deserializer=bookie_dot_proto_dot_bookie__pb2.StorageStatsResponse.FromString,
+                _registered_method=True)
+        self.TriggerGc = channel.unary_stream(
+                '/pyspark_ledger.bookie.Bookie/TriggerGc',
+                request_serializer=bookie_dot_proto_dot_bookie__pb2.TriggerGcRequest.SerializeToString,
+                response_deserializer=bookie_dot_proto_dot_bookie__pb2.GcProgress.FromString,
+                _registered_method=True)
 
 
 class BookieServicer:
@@ -119,6 +129,18 @@ class BookieServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StorageStats(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TriggerGc(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BookieServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -156,6 +178,16 @@ def add_BookieServicer_to_server(servicer, server):
                     servicer.Info,
                     request_deserializer=bookie_dot_proto_dot_bookie__pb2.InfoRequest.FromString,
                     response_serializer=bookie_dot_proto_dot_bookie__pb2.InfoResponse.SerializeToString,
+            ),
+            'StorageStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.StorageStats,
+                    request_deserializer=bookie_dot_proto_dot_bookie__pb2.StorageStatsRequest.FromString,
+                    response_serializer=bookie_dot_proto_dot_bookie__pb2.StorageStatsResponse.SerializeToString,
+            ),
+            'TriggerGc': grpc.unary_stream_rpc_method_handler(
+                    servicer.TriggerGc,
+                    request_deserializer=bookie_dot_proto_dot_bookie__pb2.TriggerGcRequest.FromString,
+                    response_serializer=bookie_dot_proto_dot_bookie__pb2.GcProgress.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -347,6 +379,60 @@ class Bookie:
             '/pyspark_ledger.bookie.Bookie/Info',
             bookie_dot_proto_dot_bookie__pb2.InfoRequest.SerializeToString,
             bookie_dot_proto_dot_bookie__pb2.InfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StorageStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pyspark_ledger.bookie.Bookie/StorageStats',
+            bookie_dot_proto_dot_bookie__pb2.StorageStatsRequest.SerializeToString,
+            bookie_dot_proto_dot_bookie__pb2.StorageStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TriggerGc(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/pyspark_ledger.bookie.Bookie/TriggerGc',
+            bookie_dot_proto_dot_bookie__pb2.TriggerGcRequest.SerializeToString,
+            bookie_dot_proto_dot_bookie__pb2.GcProgress.FromString,
             options,
             channel_credentials,
             insecure,

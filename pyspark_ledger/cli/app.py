@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from metadata import MetadataError
 from metadata.embedded_store import embedded_path_from_env_default
-from pyspark_ledger.cli import commands
+from pyspark_ledger.cli import bookie_admin, commands
 from pyspark_ledger.errors import LedgerError
 
 ENV_URI = "LEDGER_METADATA_URI"
@@ -116,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--ro", action="store_true", help="read-only bookies only")
     g.add_argument("--all", action="store_true", help="all bookies (default)")
 
+    p = sub.add_parser("bookieinfo", help="a bookie's storage: per directory used and capacity, live/dead bytes, last GC")
+    p.add_argument("bookie", nargs="?", help="bookie id (default: every registered bookie)")
+
+    p = sub.add_parser("triggergc", help="run a bookie's garbage collection and compaction now")
+    p.add_argument("bookie", help="bookie id")
+
     p = sub.add_parser("simpletest", help="create a ledger, write entries, read them back, delete it")
     p.add_argument("-e", "--ensemble-size", type=int, default=3)
     p.add_argument("-w", "--write-quorum-size", type=int, default=3)
@@ -168,6 +174,8 @@ HANDLERS: dict[str, Callable[..., int]] = {
     "recover": commands.recover,
     "deleteledger": commands.deleteledger,
     "listbookies": commands.listbookies,
+    "bookieinfo": bookie_admin.bookieinfo,
+    "triggergc": bookie_admin.triggergc,
     "simpletest": commands.simpletest,
     "bookiesanity": commands.bookiesanity,
     "logs": commands.logs,
