@@ -57,14 +57,15 @@ class ProgressEvent:
 
 
 def stored_bytes(directory: Path, files_max: int = STORED_FILES_MAX) -> int:
-    total = 0
-    for n, (root, _dirs, files) in enumerate(os.walk(directory)):
-        for name in files:
+    total = seen = 0
+    for root, _dirs, files in os.walk(directory):
+        for name in files[: max(files_max - seen, 0)]:
             try:
                 total += os.stat(os.path.join(root, name), follow_symlinks=False).st_size
             except OSError:
                 continue  # removed meanwhile (a checkpoint, GC)
-        if n >= files_max:
+        seen += len(files)
+        if seen >= files_max:
             break
     return total
 

@@ -385,7 +385,7 @@ class GroupCommitter:
 
     def _fail(self, error: BaseException) -> None:
         if not self._failed:
-            log.critical("journal failed; all further writes fail until restart error=%r", error,
+            log.critical("journal failed; all further writes fail until it is reopened or restarted error=%r", error,
                          exc_info=error)
         self._failed = True
         self._queue.close()
