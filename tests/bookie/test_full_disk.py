@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -242,3 +243,43 @@ def test_a_failed_fdatasync_tail_is_not_replayed_after_the_journal_is_reopened(
         c.assert_acked_read_back(conn)
     finally:
         conn.close()
+
+
+def wait_until(predicate, what: str, timeout_s: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    """Bounded wait for the monitor thread (a correctness bound, not a timing assertion)."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.05)
+
+
+def test_the_monitor_thread_alone_brings_the_bookie_back(tmp_path: Path) -> None:
+    """No hand-driven checks: the disk monitor's own thread (every 0.1 s) sees the journal failure
+    as a full disk and, once the ballast is gone, reopens the journal and republishes writable."""
+    fs = SmallFilesystem(tmp_path / "small", FS_BYTES)
+    try:
+        fs.mount()
+    except FaultUnavailable as exc:
+        pytest.skip(str(exc))
+    uri = f"sqlite://{tmp_path / 'meta.db'}"
+    cfg = BookieConfig(metadata_uri=uri, data_dir=fs.mount_point / "data", port=free_port(),
+                       disk_usage_threshold=1.0, disk_usage_lwm_threshold=0.7, disk_check_interval_s=0.1)
+    server = BookieServer(cfg).start()
+    c = Cluster(uri, fs, cfg, server, [])
+    conn = c.conn()
+    try:
+        with LedgerClient(uri) as client:
+            assert c.add(conn, LEDGER, range(0, 10)) == Status.OK
+            fs.fill(leave_bytes=16 * 1024)  # under 100%: only ENOSPC, not the monitor, can turn it read-only
+            status = c.add(conn, LEDGER, range(10, 42))
+            assert status not in (Status.OK, Status.READ_ONLY), status.name
+            wait_until(lambda: registered_read_only(client, server.bookie_id), "registration read-only")
+            fs.drain()
+            wait_until(lambda: not registered_read_only(client, server.bookie_id), "registration writable again")
+            assert c.add(conn, LEDGER, range(10, 42)) == Status.OK
+            assert server.writable_again is not None and server.writable_again.reopened == 1
+            c.assert_acked_read_back(conn)
+    finally:
+        conn.close()
+        server.stop()
+        fs.unmount()
