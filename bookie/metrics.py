@@ -77,7 +77,8 @@ class Metrics:
     def family(self, name: str, kind: str, help_text: str, fn: Callable[[], Samples]) -> None:
         """A labeled gauge, or a counter kept elsewhere (kind "counter": the name ends in _total),
         read when scraped."""
-        assert kind in ("gauge", "counter") and (kind == "gauge" or name.endswith("_total")), name
+        if kind not in ("gauge", "counter") or (kind == "counter" and not name.endswith("_total")):
+            raise ValueError(f"metric {name}: a gauge, or a counter whose name ends in _total")
         self.families[name] = (help_text, kind, fn)
 
     def _render_families(self) -> list[str]:
