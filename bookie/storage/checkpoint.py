@@ -1,19 +1,20 @@
-"""Checkpoint files: the manifest (journal position covered) and one file per ledger.
+"""Checkpoint state: the manifest (journal position covered) and one snapshot per ledger, kept
+in the bookie's index store (index_store.py: one SQLite file; older data directories held one
+file per ledger, migrated on open).
 
 Manifest `CHECKPOINT`: [magic u32][version u16][pad u16][journal seq u64][journal offset u64]
                       [crc32c of the preceding bytes u32]
-Ledger file `ledgers/<scope:016x>-<ledger:016x>.ldg`: LEDGER_HEADER, master key, then per
-index page PAGE_HEADER (first id, slots), locations (int64 each), lengths (int32 each); then
-crc32c of everything before it. Arrays are stored little endian.
+Ledger snapshot (a store row's body; formerly the file `ledgers/<scope:016x>-<ledger:016x>.ldg`):
+LEDGER_HEADER, master key, then per index page PAGE_HEADER (first id, slots), locations (int64
+each), lengths (int32 each); then crc32c of everything before it. Arrays are little endian.
 
-Every file is replaced atomically (tmp, fsync, rename, fsync dir). A ledger file may be newer
-than the manifest (crash between the two): replaying the journal from the older manifest
-position over it is harmless because every journal record is idempotent and monotonic.
+A checkpoint writes its dirty ledgers in one store transaction, then the manifest. A snapshot
+may be newer than the manifest (crash between the two): replaying the journal from the older
+manifest position over it is harmless because every journal record is idempotent and monotonic.
 """
 
 from __future__ import annotations
 
-import os
 import struct
 import sys
 from array import array
@@ -23,8 +24,9 @@ from typing import Iterator
 
 from crc32c import crc32c
 
-from bookie.storage.durable_files import atomic_write, fsync_dir, write_tmp_synced
+from bookie.storage.durable_files import atomic_write, fsync_dir
 from bookie.storage.errors import CheckpointCorruptionError, InvariantError
+from bookie.storage.index_store import IndexStore
 from bookie.storage.journal import JournalPosition
 from bookie.storage.ledger_index import LedgerIndex, LedgerMeta
 
@@ -162,23 +164,42 @@ def decode_ledger(raw: bytes, path: Path) -> LoadedLedger:
     return LoadedLedger((scope, ledger), meta)
 
 
-def write_ledger_files(directory: Path, snapshots: list[tuple[tuple[int, int], list[bytes]]],
-                       fsync: bool) -> None:
-    """Write every snapshot to a tmp file, fsync each, then rename all and fsync the dir once."""
-    renames: list[tuple[Path, Path]] = []
-    for key, parts in snapshots:
-        body = b"".join(parts)
-        path = ledger_file_path(directory, key)
-        renames.append((write_tmp_synced(path, body + CRC.pack(crc32c(body)), fsync), path))
-    for tmp, path in renames:
-        os.replace(tmp, path)
-    if renames and fsync:
-        fsync_dir(directory)
+def write_ledger_snapshots(store: IndexStore, snapshots: list[tuple[tuple[int, int], list[bytes]]]) -> None:
+    """Write every snapshot (with its crc) to the index store in one transaction."""
+
+    def rows() -> Iterator[tuple[tuple[int, int], bytes]]:
+        for key, parts in snapshots:
+            body = b"".join(parts)
+            yield key, body + CRC.pack(crc32c(body))
+
+    store.put_many(rows())
 
 
-def load_ledger_files(directory: Path) -> Iterator[LoadedLedger]:
-    for path in sorted(directory.glob("*" + LEDGER_FILE_SUFFIX)):
-        loaded = decode_ledger(path.read_bytes(), path)
+def load_ledger_snapshots(store: IndexStore, legacy_dir: Path, fsync: bool) -> Iterator[LoadedLedger]:
+    """Every ledger's snapshot, after migrating per-ledger files left in `legacy_dir`."""
+    migrate_ledger_files(store, legacy_dir, fsync)
+    for key, body in store.rows():
+        where = Path(f"{store.path}#{key[0]:016x}-{key[1]:016x}")
+        loaded = decode_ledger(body, where)
+        if loaded.key != key:
+            raise CheckpointCorruptionError(f"index store row {key} holds ledger {loaded.key}", store.path)
+        yield loaded
+
+
+def migrate_ledger_files(store: IndexStore, directory: Path, fsync: bool) -> int:
+    """Move per-ledger files (the first design) into the store: all in one transaction, each
+    checked first; the files are deleted only once it committed. How many were moved."""
+    paths = sorted(directory.glob("*" + LEDGER_FILE_SUFFIX))
+    rows = []
+    for path in paths:
+        raw = path.read_bytes()
+        loaded = decode_ledger(raw, path)
         if ledger_file_path(directory, loaded.key).name != path.name:
             raise CheckpointCorruptionError(f"ledger file {path} holds ledger {loaded.key}", path)
-        yield loaded
+        rows.append((loaded.key, raw))
+    store.put_many(rows)
+    for path in paths:
+        path.unlink()
+    if paths and fsync:
+        fsync_dir(directory)
+    return len(paths)

@@ -6,7 +6,7 @@ Data directory layout:
     UNCERTAIN                 present while in uncertain mode (after a repaired journal)
     journal/<seq>.log         group-committed journal (the only thing an ack waits for)
     entries/<id>.log          entry logs (entries appended after the journal made them durable)
-    ledgers/<scope>-<id>.ldg  per-ledger checkpoint: master key, fence bit, LAC, index
+    ledgers/index.sqlite      index store: per-ledger master key, fence bit, LAC, index
 
 Write path: add_batch validates and encodes on the caller's thread, reserves pending bytes
 (BUSY after add_enqueue_timeout_ms), and queues one record per batch. The journal thread
@@ -14,7 +14,7 @@ writes a whole group with one write + one fdatasync; the apply thread then appen
 entries to the entry log with one pwrite, updates the index, and only then calls on_done(OK):
 an acknowledged entry is always readable (group_commit.py).
 
-Restart: load ledger files, replay the journal from the manifest position (re-appending entries
+Restart: load the ledger snapshots, replay the journal from the manifest position (re-appending entries
 to a new entry log), open a new journal file, checkpoint, and trim the journal.
 """
 
@@ -37,9 +37,9 @@ from bookie.storage import records
 from bookie.storage.checkpoint import (
     MANIFEST_NAME,
     encode_ledger,
-    load_ledger_files,
+    load_ledger_snapshots,
     read_manifest,
-    write_ledger_files,
+    write_ledger_snapshots,
     write_manifest,
 )
 from bookie.storage.config import (
@@ -64,6 +64,7 @@ from bookie.storage.group_commit import (
     JournalItem,
     JournalQueue,
 )
+from bookie.storage.index_store import IndexStore
 from bookie.storage.journal import (
     JournalPosition,
     JournalWriter,
@@ -193,6 +194,7 @@ class BookieStorage:
         self._journal_dir = self._data_dir / JOURNAL_DIR
         self._entries_dir = self._data_dir / ENTRIES_DIR
         self._ledgers_dir = self._data_dir / LEDGERS_DIR
+        self._index_store: IndexStore | None = None  # opened by _recover
         self._lock_fd = lock_fd
         # Guards _ledgers, their indexes, _dirty, _applied_pos, flags and read-side stats.
         self._lock = threading.Lock()
@@ -253,7 +255,8 @@ class BookieStorage:
             (self._data_dir / (name + TMP_SUFFIX)).unlink(missing_ok=True)
         remove_tmp_files(self._ledgers_dir)
         start = read_manifest(self._data_dir) or JournalPosition(0, 0)
-        for loaded in load_ledger_files(self._ledgers_dir):
+        self._index_store = IndexStore(self._ledgers_dir, cfg.fsync)
+        for loaded in load_ledger_snapshots(self._index_store, self._ledgers_dir, cfg.fsync):
             self._ledgers[loaded.key] = loaded.meta
         self._entry_logs = EntryLogs(self._entries_dir, cfg.entry_log_max_bytes, cfg.fsync)
         self._uncertain = (self._data_dir / UNCERTAIN_MARKER_NAME).exists()
@@ -329,6 +332,9 @@ class BookieStorage:
             self._writer.close()
         if self._entry_logs is not None:
             self._entry_logs.close()
+        if self._index_store is not None:
+            self._index_store.close()
+            self._index_store = None
         if self._lock_fd >= 0:
             os.close(self._lock_fd)  # also drops the flock
             self._lock_fd = -1
@@ -874,7 +880,9 @@ class BookieStorage:
                 snapshots = [(key, encode_ledger(key, self._ledgers[key])) for key in dirty]
             try:
                 entry_logs.sync()
-                write_ledger_files(self._ledgers_dir, snapshots, self._config.fsync)
+                if self._index_store is None:
+                    raise InvariantError("checkpoint before recovery opened the index store")
+                write_ledger_snapshots(self._index_store, snapshots)
                 write_manifest(self._data_dir, position, self._config.fsync)
             except BaseException:
                 with self._lock:

@@ -4,12 +4,14 @@ uncertain mode, corrupt entries in the entry log, damaged checkpoint files."""
 from __future__ import annotations
 
 import logging
+import sqlite3
 from pathlib import Path
 
 import pytest
 
 from bookie.status import Status
 from bookie.storage import BookieStorage, CheckpointCorruptionError, JournalCorruptionError
+from bookie.storage.index_store import STORE_NAME
 from bookie.storage.records import JOURNAL_MAGIC, RECORD_HEADER, RECORD_HEADER_BYTES
 from tests.bookie.test_storage_support import (
     add_ids,
@@ -227,12 +229,21 @@ def test_damaged_checkpoint_files_refuse_to_open(tmp_path: Path) -> None:
     engine = open_engine(tmp_path / "d")
     assert add_ids(engine, LG, range(10)) == Status.OK
     engine.close()
-    [ledger_file] = sorted((tmp_path / "d" / "ledgers").glob("*.ldg"))
-    flip_byte(ledger_file, 30)
+    store = tmp_path / "d" / "ledgers" / STORE_NAME
+
+    def flip_row_byte() -> None:
+        with sqlite3.connect(store) as db:
+            [(key, body)] = db.execute("SELECT key, body FROM ledgers").fetchall()
+            body = bytearray(body)
+            body[30] ^= 0xFF
+            db.execute("UPDATE ledgers SET body = ? WHERE key = ?", (bytes(body), key))
+
+    flip_row_byte()
     with pytest.raises(CheckpointCorruptionError) as err:
         open_engine(tmp_path / "d")
-    assert err.value.path == ledger_file
-    flip_byte(ledger_file, 30)  # undo
+    assert err.value.path is not None and str(err.value.path).startswith(str(store))
+    assert "checksum" in str(err.value)
+    flip_row_byte()  # undo
     open_engine(tmp_path / "d").close()
     flip_byte(tmp_path / "d" / "CHECKPOINT", 10)
     with pytest.raises(CheckpointCorruptionError):
