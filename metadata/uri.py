@@ -1,6 +1,8 @@
 """Metadata service URIs and open_store(), which picks the implementation from the scheme.
 
-    zk://host:port[,host:port...]/root/path[?session_timeout_ms=N&connect_timeout_ms=N]
+    zk://host:port[,host:port...]/root/path[?session_timeout_ms=N&connect_timeout_ms=N&op_timeout_ms=N]
+
+op_timeout_ms is the deadline of every metadata call (default: the session timeout, 10 s).
     sqlite:///absolute/path/to/metadata.db[?ttl_ms=N&poll_ms=N]
 """
 
@@ -76,19 +78,24 @@ def parse_uri(uri: str) -> StoreUri:
     raise InvalidUriError(f"unknown metadata URI scheme {scheme!r} in {uri!r} (supported: zk, sqlite)")
 
 
-def open_store(uri: str) -> MetadataStore:
-    """Open the metadata store a URI names. Connection problems raise MetadataUnavailableError."""
+def open_store(uri: str, *, timeout_s: float | None = None) -> MetadataStore:
+    """Open the metadata store a URI names. Connection problems raise MetadataUnavailableError.
+
+    `timeout_s` (for example LedgerClient's metadata_timeout_s) overrides the URI's op_timeout_ms:
+    the deadline of every metadata call, which defaults to the session timeout."""
     parsed = parse_uri(uri)
     if parsed.scheme == "zk":
         from metadata.zookeeper_store import ZooKeeperStore
 
         p = parsed.params
+        session_timeout_s = p.get("session_timeout_ms", 10_000) / 1000
+        op_timeout_s = timeout_s if timeout_s is not None else p.get("op_timeout_ms", 0) / 1000 or session_timeout_s
         return ZooKeeperStore(
             parsed.hosts,
             parsed.path,
-            session_timeout_s=p.get("session_timeout_ms", 10_000) / 1000,
+            session_timeout_s=session_timeout_s,
             connect_timeout_s=p.get("connect_timeout_ms", 10_000) / 1000,
-            op_timeout_s=p.get("op_timeout_ms", 15_000) / 1000,
+            op_timeout_s=op_timeout_s,
             uri=uri,
         )
     from metadata.embedded_store import DEFAULT_POLL_MS, DEFAULT_TTL_MS, EmbeddedStore

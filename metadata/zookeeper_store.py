@@ -1,6 +1,11 @@
 """ZooKeeperStore: the metadata store on a real ZooKeeper ensemble, through kazoo.
 
-Every call is bounded (`op_timeout_s`). Compare-and-set, create and delete are never retried
+Every call has one deadline (`op_timeout_s`, by default the session timeout): with ZooKeeper gone,
+a call fails with MetadataUnavailableError naming the store and the deadline instead of waiting
+for the connection forever (kazoo's synchronous calls queue a request while disconnected and wait
+for it without a bound, so only the asynchronous calls with a timed wait are used here). A write
+that was sent and not answered before the deadline is OutcomeUnknownError, never a guess: kazoo
+may still deliver the queued request when the connection returns. Compare-and-set, create and delete are never retried
 blindly after a connection loss, because a retried conditional write can report a conflict for a
 write that in fact succeeded. Instead each written value carries a random 16-byte token in a small
 envelope, and after a connection loss the store re-reads the node and decides:
@@ -83,6 +88,15 @@ class _ZkRegistration:
         self.replace_if = replace_if
         self._store = store
         self.closed = False
+        # False from a session loss until the node is re-created: the owner must not believe it
+        # is registered while ZooKeeper has dropped its ephemeral node.
+        self._created = True
+
+    @property
+    def registered(self) -> bool:
+        """Whether the node surely exists: created, and the session not lost nor possibly expired
+        (disconnected longer than the session timeout, which ZooKeeper only reports on reconnect)."""
+        return self._created and not self.closed and self._store._session_may_be_alive()  # noqa: SLF001
 
     def update(self, value: bytes) -> None:
         """Replace the value. Done as delete + create in one transaction so that membership
@@ -105,22 +119,26 @@ class ZooKeeperStore(MetadataStore):
         *,
         session_timeout_s: float = 10.0,
         connect_timeout_s: float = 10.0,
-        op_timeout_s: float = 15.0,
+        op_timeout_s: float = 10.0,
         uri: str | None = None,
     ):
         self.hosts = hosts
         self.root = check_path(root)
         self.uri = uri or f"zk://{hosts}{root}"
+        self.session_timeout_s = session_timeout_s
         self.op_timeout_s = op_timeout_s
         self._registrations: list[_ZkRegistration] = []
         self._reg_lock = threading.Lock()
         self._lost = threading.Event()  # set when a session expired; cleared after re-registering
         self._stop = threading.Event()
+        self._disconnected_since: float | None = None
+        # Reconnection is retried without a count on kazoo's own thread, so that the store comes
+        # back whenever ZooKeeper does; callers never wait on it beyond their deadline, and
+        # close() ends it.
         self._client = KazooClient(
             hosts=hosts,
             timeout=session_timeout_s,
             connection_retry=KazooRetry(max_tries=-1, max_delay=2.0),
-            command_retry=KazooRetry(max_tries=5, max_delay=1.0, deadline=op_timeout_s),
         )
         try:
             self._client.start(timeout=connect_timeout_s)
@@ -134,7 +152,7 @@ class ZooKeeperStore(MetadataStore):
         self._client.add_listener(self._on_state)
         self._rereg_thread = threading.Thread(target=self._reregister_loop, name="zk-reregister", daemon=True)
         self._rereg_thread.start()
-        self._call(self._client.ensure_path, self.root)
+        self._call(self._client.ensure_path_async, self.root)
 
     # ---- plumbing -----------------------------------------------------------------------------
 
@@ -142,35 +160,57 @@ class ZooKeeperStore(MetadataStore):
         check_path(path)
         return self.root if path == "/" else self.root.rstrip("/") + path
 
-    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """A read or an idempotent call, retried by kazoo within the operation deadline."""
-        try:
-            return self._client.retry(fn, *args, **kwargs)
-        except _TRANSIENT as exc:
-            raise MetadataUnavailableError(f"ZooKeeper at {self.hosts} unavailable: {exc!r}") from exc
+    def _unavailable(self, what: str, exc: BaseException | None = None) -> MetadataUnavailableError:
+        cause = f" (last error: {exc!r})" if exc is not None else ""
+        return MetadataUnavailableError(
+            f"metadata store {self.uri} (ZooKeeper at {self.hosts}) unavailable: {what} did not "
+            f"complete within its {self.op_timeout_s:g} s deadline{cause}"
+        )
 
-    def _once(self, async_fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Send one request and wait at most op_timeout_s. Transient errors propagate to the caller."""
-        return async_fn(*args, **kwargs).get(timeout=self.op_timeout_s)
+    def _deadline(self) -> float:
+        return time.monotonic() + self.op_timeout_s
 
-    def _wait_connected(self, deadline: float) -> None:
+    def _call(self, async_fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A read or an idempotent call, re-sent after connection losses until one deadline."""
+        deadline = self._deadline()
+        what = getattr(async_fn, "__name__", "call").removesuffix("_async")
+        while True:
+            self._wait_connected(deadline, what)
+            try:
+                return async_fn(*args, **kwargs).get(timeout=max(0.01, deadline - time.monotonic()))
+            except _TRANSIENT as exc:
+                if time.monotonic() >= deadline or self._stop.is_set():
+                    raise self._unavailable(what, exc) from exc
+                time.sleep(0.05)
+
+    def _once(self, async_fn: Callable[..., Any], *args: Any, deadline: float, **kwargs: Any) -> Any:
+        """Send one request and wait until the deadline. Transient errors propagate to the caller."""
+        return async_fn(*args, **kwargs).get(timeout=max(0.01, deadline - time.monotonic()))
+
+    def _wait_connected(self, deadline: float, what: str) -> None:
         while self._client.state != KazooState.CONNECTED:
             if time.monotonic() > deadline or self._stop.is_set():
-                raise MetadataUnavailableError(f"ZooKeeper at {self.hosts} did not come back in time")
+                raise self._unavailable(what)
             time.sleep(0.05)
 
-    def _read_raw(self, apath: str, deadline: float) -> tuple[bytes, Any] | None:
-        """Read after a connection loss, waiting (bounded) for the connection to return."""
+    def _read_raw(self, apath: str, deadline: float, what: str) -> tuple[bytes, Any] | None:
+        """Read after a connection loss to learn a write's outcome, waiting (bounded) for the
+        connection to return. Running out of time means the outcome is unknown, not unavailable."""
         while True:
-            self._wait_connected(deadline)
             try:
-                data, stat = self._once(self._client.get_async, apath)
+                self._wait_connected(deadline, what)
+                data, stat = self._once(self._client.get_async, apath, deadline=deadline)
                 return data, stat
             except ZkNoNode:
                 return None
-            except _TRANSIENT:
-                if time.monotonic() > deadline:
-                    raise MetadataUnavailableError(f"ZooKeeper at {self.hosts} did not come back in time") from None
+            except (MetadataUnavailableError, *_TRANSIENT) as exc:
+                if time.monotonic() > deadline or self._stop.is_set():
+                    raise OutcomeUnknownError(
+                        f"{what}: the connection to the metadata store {self.uri} was lost with the "
+                        f"write in flight and did not return within the {self.op_timeout_s:g} s deadline; "
+                        "it may or may not have been applied"
+                    ) from exc
+                time.sleep(0.05)
 
     # ---- MetadataStore ------------------------------------------------------------------------
 
@@ -180,16 +220,18 @@ class ZooKeeperStore(MetadataStore):
     def _create(self, path: str, value: bytes, *, ephemeral: bool) -> int:
         apath = self._abs(path)
         data, token = _wrap(value)
-        deadline = time.monotonic() + self.op_timeout_s * 2
+        deadline = self._deadline()
         for _ in range(_RESEND_ATTEMPTS_MAX):
+            # Not connected until the deadline: nothing was sent, so the store is unavailable.
+            self._wait_connected(deadline, f"create of {path}")
             try:
-                self._once(self._client.create_async, apath, data, ephemeral=ephemeral, makepath=True)
+                self._once(self._client.create_async, apath, data, ephemeral=ephemeral, makepath=True, deadline=deadline)
                 return 0
             except ZkNodeExists:
                 raise NodeExistsError(f"metadata already exists at {path}") from None
             except _TRANSIENT as exc:
                 log.info("connection lost during create; resolving outcome path=%s error=%r", path, exc)
-                got = self._read_raw(apath, deadline)
+                got = self._read_raw(apath, deadline, f"create of {path}")
                 if got is None:
                     continue  # not applied: send again
                 if _unwrap(got[0])[1] == token:
@@ -200,7 +242,7 @@ class ZooKeeperStore(MetadataStore):
     def get(self, path: str) -> Versioned | None:
         apath = self._abs(path)
         try:
-            data, stat = self._call(self._client.get, apath)
+            data, stat = self._call(self._client.get_async, apath)
         except ZkNoNode:
             return None
         return Versioned(_unwrap(data)[0], int(stat.version))
@@ -208,10 +250,11 @@ class ZooKeeperStore(MetadataStore):
     def compare_and_set(self, path: str, value: bytes, expected_version: int) -> int:
         apath = self._abs(path)
         data, token = _wrap(value)
-        deadline = time.monotonic() + self.op_timeout_s * 2
+        deadline = self._deadline()
         for _ in range(_RESEND_ATTEMPTS_MAX):
+            self._wait_connected(deadline, f"compare-and-set of {path}")
             try:
-                stat = self._once(self._client.set_async, apath, data, version=expected_version)
+                stat = self._once(self._client.set_async, apath, data, version=expected_version, deadline=deadline)
                 return int(stat.version)
             except ZkBadVersion:
                 current = self.get(path)
@@ -220,7 +263,7 @@ class ZooKeeperStore(MetadataStore):
                 raise NoNodeError(f"no metadata at {path}") from None
             except _TRANSIENT as exc:
                 log.info("connection lost during compare-and-set; resolving outcome path=%s error=%r", path, exc)
-                got = self._read_raw(apath, deadline)
+                got = self._read_raw(apath, deadline, f"compare-and-set of {path}")
                 if got is None:
                     raise OutcomeUnknownError(
                         f"compare-and-set of {path}: connection lost and the node is now gone"
@@ -242,10 +285,11 @@ class ZooKeeperStore(MetadataStore):
     def delete(self, path: str, expected_version: int | None = None) -> None:
         apath = self._abs(path)
         version = -1 if expected_version is None else expected_version
-        deadline = time.monotonic() + self.op_timeout_s * 2
+        deadline = self._deadline()
         for _ in range(_RESEND_ATTEMPTS_MAX):
+            self._wait_connected(deadline, f"delete of {path}")
             try:
-                self._once(self._client.delete_async, apath, version=version)
+                self._once(self._client.delete_async, apath, version=version, deadline=deadline)
                 return
             except ZkNoNode:
                 raise NoNodeError(f"no metadata at {path}") from None
@@ -256,7 +300,7 @@ class ZooKeeperStore(MetadataStore):
                 raise MetadataError(f"cannot delete {path}: it has children") from None
             except _TRANSIENT as exc:
                 log.info("connection lost during delete; resolving outcome path=%s error=%r", path, exc)
-                got = self._read_raw(apath, deadline)
+                got = self._read_raw(apath, deadline, f"delete of {path}")
                 if got is None:
                     return  # gone: deletes are idempotent
                 if version != -1 and got[1].version != version:
@@ -265,7 +309,7 @@ class ZooKeeperStore(MetadataStore):
 
     def children(self, path: str) -> list[str]:
         try:
-            return sorted(self._call(self._client.get_children, self._abs(path)))
+            return sorted(self._call(self._client.get_children_async, self._abs(path)))
         except ZkNoNode:
             return []
 
@@ -337,7 +381,7 @@ class ZooKeeperStore(MetadataStore):
                 return
             except NodeExistsError:
                 got = self.get(reg.path)
-                stat = self._client.exists(self._abs(reg.path))
+                stat = self._call(self._client.exists_async, self._abs(reg.path))
                 if stat is not None and stat.ephemeralOwner == self._client.client_id[0]:
                     self._replace_ephemeral(reg.path, reg.value)
                     return
@@ -361,7 +405,13 @@ class ZooKeeperStore(MetadataStore):
         t = self._client.transaction()
         t.delete(apath)
         t.create(apath, data, ephemeral=True)
-        results = t.commit()
+        try:
+            results = t.commit_async().get(timeout=self.op_timeout_s)
+        except _TRANSIENT as exc:
+            raise OutcomeUnknownError(
+                f"replacing the registration at {path} in {self.uri}: no answer within the "
+                f"{self.op_timeout_s:g} s deadline"
+            ) from exc
         for r in results:
             if isinstance(r, Exception):
                 # Not present (e.g. lapsed): just create it.
@@ -377,10 +427,21 @@ class ZooKeeperStore(MetadataStore):
         except (NoNodeError, MetadataUnavailableError):
             pass
 
+    def _session_may_be_alive(self) -> bool:
+        since = self._disconnected_since
+        return not self._lost.is_set() and (since is None or time.monotonic() - since < self.session_timeout_s)
+
     def _on_state(self, state: str) -> None:
         # Runs on kazoo's thread: never block here, only signal.
+        if state == KazooState.CONNECTED:
+            self._disconnected_since = None
+        elif self._disconnected_since is None:
+            self._disconnected_since = time.monotonic()
         if state == KazooState.LOST and not self._stop.is_set():
             log.warning("ZooKeeper session expired hosts=%s; registrations will be re-created", self.hosts)
+            with self._reg_lock:
+                for reg in self._registrations:
+                    reg._created = False  # noqa: SLF001
             self._lost.set()
 
     def _reregister_loop(self) -> None:
@@ -395,6 +456,7 @@ class ZooKeeperStore(MetadataStore):
             try:
                 for reg in regs:
                     self._create_ephemeral_waiting(reg)
+                    reg._created = True  # noqa: SLF001
                     log.warning("re-registered after session expiry path=%s", reg.path)
                 self._lost.clear()
             except MetadataError as exc:

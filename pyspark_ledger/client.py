@@ -57,9 +57,11 @@ class LedgerClient:
         add_timeout_s: float = 10.0,
         rpc_timeout_s: float = 10.0,
         explicit_lac_interval_ms: int = 20,
+        metadata_timeout_s: float | None = None,
     ):
         self.metadata_uri = metadata_uri
-        self.store = open_store(metadata_uri)
+        # The deadline of every metadata call (None: the URI's op_timeout_ms, else its session timeout).
+        self.store = open_store(metadata_uri, timeout_s=metadata_timeout_s)
         self.ledgers = LedgerManager(self.store)
         self.logs = LogManager(self.store)
         self.registry = BookieRegistry(self.store)
