@@ -98,6 +98,8 @@ class LocalZooKeeper:
         port: int | None = None,
         min_session_timeout_ms: int = 1000,
         max_session_timeout_ms: int = 20000,
+        quorum: "list[tuple[int, int, int]] | None" = None,
+        my_id: int = 0,
     ):
         for jar in ZOOKEEPER_JARS:
             if not os.path.exists(jar):
@@ -111,6 +113,9 @@ class LocalZooKeeper:
         self.port = port or free_port()
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
+        # Ensemble member: (client, quorum, election) ports of every server, and this one's id (1-based).
+        self.quorum = quorum
+        self.my_id = my_id
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.work_dir / "zookeeper.log"
 
@@ -139,11 +144,38 @@ class LocalZooKeeper:
                     f"maxSessionTimeout={self.max_session_timeout_ms}",
                     # Fsync every transaction as production does.
                     "forceSync=yes",
+                    *self._quorum_lines(data),
                     "",
                 ]
             )
         )
         return cfg
+
+    def _quorum_lines(self, data: Path) -> list[str]:
+        if not self.quorum:
+            return []
+        (data / "myid").write_text(f"{self.my_id}\n")
+        lines = ["initLimit=10", "syncLimit=5", "quorumListenOnAllIPs=false"]
+        for i, (_, quorum_port, election_port) in enumerate(self.quorum, start=1):
+            lines.append(f"server.{i}=127.0.0.1:{quorum_port}:{election_port}")
+        return lines
+
+    def mode(self) -> str:
+        """'standalone', 'leader', 'follower', or '' when it does not serve (yet)."""
+        try:
+            for line in four_letter(self.port, "srvr", timeout_s=1.0).splitlines():
+                if line.startswith("Mode:"):
+                    return line.split(":", 1)[1].strip()
+        except OSError:
+            pass
+        return ""
+
+    def kill(self) -> None:
+        """kill -9 the one process this object started (a crash, not a clean stop)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=STOP_TIMEOUT_S)
+        self.proc = None
 
     def start(self) -> "LocalZooKeeper":
         cfg = self._write_config()
@@ -151,11 +183,16 @@ class LocalZooKeeper:
         cmd = [
             "java", "-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
             "-Dzookeeper.admin.enableServer=false",
-            "-cp", classpath, "org.apache.zookeeper.server.ZooKeeperServerMain", str(cfg),
+            "-cp", classpath,
+            "org.apache.zookeeper.server.quorum.QuorumPeerMain" if self.quorum
+            else "org.apache.zookeeper.server.ZooKeeperServerMain",
+            str(cfg),
         ]
         logf = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         logf.close()
+        if self.quorum:
+            return self  # an ensemble member serves only once a quorum is up: the ensemble waits
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -195,6 +232,57 @@ class LocalZooKeeper:
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
     def __enter__(self) -> "LocalZooKeeper":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class LocalZooKeeperEnsemble:
+    """Three (or `size`) ZooKeeper servers on 127.0.0.1, each with its own client, quorum and
+    election ports and its own data directory; clients connect with all of them in the string."""
+
+    def __init__(self, work_dir: str | Path, size: int = 3, **kwargs: int):
+        ports = [(free_port(), free_port(), free_port()) for _ in range(size)]
+        self.members = [
+            LocalZooKeeper(Path(work_dir) / f"zk{i}", port=ports[i - 1][0], quorum=ports, my_id=i, **kwargs)
+            for i in range(1, size + 1)
+        ]
+
+    @property
+    def hosts(self) -> str:
+        return ",".join(m.hosts for m in self.members)
+
+    def uri(self, root: str = "/ledgers") -> str:
+        return f"zk://{self.hosts}{root}"
+
+    def start(self) -> "LocalZooKeeperEnsemble":
+        for m in self.members:
+            m.work_dir.mkdir(parents=True, exist_ok=True)
+            m.start()
+        self.wait_serving(len(self.members))
+        return self
+
+    def wait_serving(self, count: int, timeout_s: float = START_TIMEOUT_S) -> "LocalZooKeeper":
+        """Wait until `count` members serve with one leader among them; return the leader."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            modes = {m: m.mode() for m in self.members if m.proc is not None}
+            leaders = [m for m, mode in modes.items() if mode == "leader"]
+            if len(leaders) == 1 and sum(1 for mode in modes.values() if mode in ("leader", "follower")) >= count:
+                return leaders[0]
+            time.sleep(0.1)
+        tails = "\n".join(m.tail_log(15) for m in self.members)
+        raise RuntimeError(f"ZooKeeper ensemble {self.hosts}: no leader with {count} serving in {timeout_s:g} s:\n{tails}")
+
+    def leader(self) -> "LocalZooKeeper":
+        return self.wait_serving(1)
+
+    def close(self) -> None:
+        for m in self.members:
+            m.close()
+
+    def __enter__(self) -> "LocalZooKeeperEnsemble":
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
