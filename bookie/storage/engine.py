@@ -23,39 +23,31 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import shutil
 import threading
 import time
-from array import array
-from dataclasses import dataclass
-from itertools import accumulate, islice
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from bookie.status import Status
 from bookie.storage import records
-from bookie.storage.checkpoint import (
-    MANIFEST_NAME,
-    encode_ledger,
-    load_ledger_snapshots,
-    read_manifest,
-    write_ledger_snapshots,
-    write_manifest,
-)
+from bookie.storage.checkpoint import MANIFEST_NAME, load_ledger_snapshots, read_manifest
 from bookie.storage.config import (
     CLOSE_TIMEOUT_S,
     ENTRY_ID_MAX,
     LAC_NONE,
-    LEDGER_ID_MAX,
     MASTER_KEY_BYTES_MAX,
-    READ_RANGE_BYTES_MAX,
-    READ_RANGE_ENTRIES_MAX,
-    WAIT_LAC_TIMEOUT_MAX_S,
     StorageConfig,
 )
-from bookie.storage.durable_files import TMP_SUFFIX, atomic_write, fsync_dir, remove_tmp_files
+from bookie.storage.durable_files import TMP_SUFFIX, remove_tmp_files
+from bookie.storage.engine_apply import ApplyMixin
+from bookie.storage.engine_checkpoint import CheckpointMixin
+from bookie.storage.engine_modes import UNCERTAIN_MARKER_NAME, ModesMixin
+from bookie.storage.engine_reads import ReadPathMixin
+from bookie.storage.engine_types import (  # noqa: F401 - re-exported
+    LedgerKey, LedgerState, ReadResult, _LacWaiters, _locations, _normalize_key, _results, _valid_ledger, _Waiter,
+)
 from bookie.storage.entry_log import EntryLogs
-from bookie.storage.errors import InvariantError, RecordFormatError, StorageLockedError
+from bookie.storage.errors import InvariantError, StorageLockedError
 from bookie.storage.group_commit import (
     KIND_ADD,
     KIND_CONTROL,
@@ -68,32 +60,22 @@ from bookie.storage.index_store import IndexStore
 from bookie.storage.journal import (
     JournalPosition,
     JournalWriter,
-    delete_journal_files_before,
     list_journal_seqs,
     replay_journal,
 )
-from bookie.storage.ledger_index import (
-    LedgerMeta,
-    pack_location,
-    unpack_location,
-)
-from bookie.storage.range_read import RangeRead, read_window
+from bookie.storage.ledger_index import LedgerMeta
 from bookie.storage.stats import StorageStats
 
 log = logging.getLogger(__name__)
 
-LedgerKey = tuple[int, int]
 
 LOCK_NAME = "LOCK"
-UNCERTAIN_MARKER_NAME = "UNCERTAIN"
 JOURNAL_DIR = "journal"
 ENTRIES_DIR = "entries"
 LEDGERS_DIR = "ledgers"
 
 # write_lac and delete_ledger wait at most this long for their journal record to be durable.
 CONTROL_DURABLE_TIMEOUT_S = 10.0
-# Corrupt entries found by reads are logged at most once per this interval.
-CORRUPT_LOG_INTERVAL_S = 1.0
 # Upper bound on fence()'s caller-supplied timeout.
 FENCE_TIMEOUT_MAX_S = 60.0
 # The MASTER_KEY record that may precede a new ledger's first batch; counted in its reservation.
@@ -102,89 +84,7 @@ MASTER_KEY_RECORD_BYTES_MAX = (
 )
 
 
-
-@dataclass(frozen=True, slots=True)
-class ReadResult:
-    entry_id: int
-    status: Status  # OK, NO_SUCH_ENTRY, UNKNOWN_ENTRY_STATE (read_entry: also ledger statuses)
-    data: bytes  # b"" unless OK
-
-
-@dataclass(frozen=True)
-class LedgerState:
-    fenced: bool
-    lac: int
-    entry_count: int
-    size_bytes: int
-    has_master_key: bool
-
-
-class _Waiter:
-    """Completion of one synchronous journal write (fence, write_lac, delete)."""
-
-    __slots__ = ("_event", "status")
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self.status = Status.TIMEOUT
-
-    def __call__(self, status: Status) -> None:
-        self.status = status
-        self._event.set()
-
-    def wait(self, timeout_s: float) -> Status:
-        return self.status if self._event.wait(timeout_s) else Status.TIMEOUT
-
-
-class _LacWaiters:
-    __slots__ = ("cond", "count")
-
-    def __init__(self, lock: threading.Lock) -> None:
-        self.cond = threading.Condition(lock)
-        self.count = 0
-
-
-def _valid_ledger(ledger: Any) -> bool:
-    return (
-        isinstance(ledger, tuple)
-        and len(ledger) == 2
-        and isinstance(ledger[0], int)
-        and isinstance(ledger[1], int)
-        and 0 <= ledger[0] <= LEDGER_ID_MAX
-        and 0 <= ledger[1] <= LEDGER_ID_MAX
-    )
-
-
-def _normalize_key(master_key: Any) -> bytes | None:
-    if not isinstance(master_key, (bytes, bytearray, memoryview)):
-        return None
-    key = bytes(master_key)
-    return key if len(key) <= MASTER_KEY_BYTES_MAX else None
-
-
-def _locations(log_id: int, region_offset: int,
-               batch: records.EncodedBatch | records.DecodedBatch) -> array[int]:
-    """Packed entry-log location of each entry of a batch written at region_offset."""
-    # Entries are back to back: header k starts after headers and data of entries 0..k-1.
-    # accumulate/map/islice run that running sum in C: this is the index's hot loop.
-    steps = map(records.ENTRY_HEADER_BYTES.__add__, batch.lens)
-    base = pack_location(log_id, region_offset)
-    return array("q", islice(accumulate(steps, initial=base), len(batch.lens)))
-
-
-def _results(answer: RangeRead) -> list[ReadResult]:
-    """One ReadResult per id of a bulk answer, in id order (the per-entry form of a read)."""
-    out: list[ReadResult] = [ReadResult(eid, status, b"") for eid, status in answer.others]
-    for run in answer.runs:
-        ends = list(accumulate(run.lengths, initial=0))
-        data = run.data
-        out.extend(ReadResult(run.first_entry_id + i, Status.OK, data[ends[i]:ends[i + 1]])
-                   for i in range(run.count))
-    out.sort(key=lambda r: r.entry_id)
-    return out
-
-
-class BookieStorage:
+class BookieStorage(ApplyMixin, ReadPathMixin, ModesMixin, CheckpointMixin):
     """Thread-safe: every public method may be called from any thread."""
 
     def __init__(self, config: StorageConfig, lock_fd: int) -> None:
@@ -577,322 +477,3 @@ class BookieStorage:
         log.info("ledger deleted ledger=%s", ledger)
         return waiter.wait(CONTROL_DURABLE_TIMEOUT_S)
 
-    # ---- applying durable records (journal thread, and replay at open) ------------------
-
-    def _apply_group(self, group: list[JournalItem], end: JournalPosition) -> None:
-        adds = [item for item in group if item.kind == KIND_ADD]
-        placements = self._logs.append_regions(
-            [memoryview(item.payload.parts[1])[item.payload.region_offset:] for item in adds]
-        ) if adds else []
-        # Entry locations are computed before taking the lock: readers wait less.
-        locations = [_locations(log_id, offset, item.payload)
-                     for item, (log_id, offset) in zip(adds, placements)]
-        with self._lock:
-            next_add = 0
-            for item in group:
-                if item.kind == KIND_ADD:
-                    locs = locations[next_add]
-                    next_add += 1
-                    meta = self._ledgers.get(item.ledger)
-                    if meta is None or meta.deleted:
-                        continue  # deleted while the add was in flight
-                    self._index_batch(item.ledger, meta, locs, item.payload)
-                elif item.kind == KIND_LAC:
-                    meta = self._ledgers.get(item.ledger)
-                    if meta is not None and not meta.deleted:
-                        self._raise_lac(item.ledger, meta, item.payload)
-            self._applied_pos = end
-
-    def _index_batch(self, ledger: LedgerKey, meta: LedgerMeta, locs: array[int],
-                     batch: records.EncodedBatch | records.DecodedBatch) -> None:
-        meta.index.put_batch(batch.ids, locs, batch.lens, batch.contiguous, batch.data_bytes)
-        self._dirty.add(ledger)
-        self._raise_lac(ledger, meta, batch.max_lac)
-
-    def _raise_lac(self, ledger: LedgerKey, meta: LedgerMeta, lac: int) -> None:
-        if lac <= meta.lac:
-            return
-        meta.lac = lac
-        self._dirty.add(ledger)
-        waiters = self._lac_waiters.get(ledger)
-        if waiters is not None:
-            waiters.cond.notify_all()
-
-    def _replay_record(self, body: memoryview) -> None:
-        """Apply one journal record at open (single-threaded, no lock needed)."""
-        kind = records.record_type(body)
-        if kind == records.ADD_BATCH:
-            batch = records.decode_add_batch(body)
-            ledger = (batch.scope, batch.ledger)
-            meta = self._meta_for_replay(ledger)
-            if meta.deleted:
-                return
-            with body[records.ADD_HEADER_BYTES:] as region:
-                [(log_id, offset)] = self._logs.append_regions([region])
-            self._index_batch(ledger, meta, _locations(log_id, offset, batch), batch)
-        elif kind == records.MASTER_KEY:
-            scope, ledger_id, key = records.decode_master_key(body)
-            ledger = (scope, ledger_id)
-            meta = self._meta_for_replay(ledger)
-            if not meta.deleted and meta.key is None:
-                meta.key = key
-            elif not meta.deleted and meta.key != key:
-                log.warning("replay: conflicting master key ignored ledger=%s", ledger)
-        elif kind == records.FENCE:
-            ledger = records.decode_ledger_record(body)
-            meta = self._meta_for_replay(ledger)
-            if not meta.deleted:
-                meta.fenced = True
-        elif kind == records.EXPLICIT_LAC:
-            scope, ledger_id, lac = records.decode_explicit_lac(body)
-            ledger = (scope, ledger_id)
-            meta = self._meta_for_replay(ledger)
-            if not meta.deleted:
-                self._raise_lac(ledger, meta, lac)
-        elif kind == records.DELETE:
-            ledger = records.decode_ledger_record(body)
-            self._meta_for_replay(ledger).mark_deleted()
-        else:
-            raise RecordFormatError(f"unknown journal record type {kind}")
-        self._dirty.add(ledger)
-
-    def _meta_for_replay(self, ledger: LedgerKey) -> LedgerMeta:
-        meta = self._ledgers.get(ledger)
-        if meta is None:
-            # Normally a MASTER_KEY record or a ledger file comes first; tolerate either order.
-            meta = LedgerMeta(None)
-            self._ledgers[ledger] = meta
-        return meta
-
-    # ---- read path ----------------------------------------------------------------------
-
-    def _missing_ledger_status(self) -> Status:
-        # In uncertain mode we may have lost what we once had: never claim "no such ledger".
-        return Status.UNKNOWN_ENTRY_STATE if self._uncertain else Status.NO_SUCH_LEDGER
-
-    def read_lac(self, ledger: LedgerKey) -> tuple[Status, int]:
-        if not _valid_ledger(ledger):
-            return Status.INVALID_REQUEST, LAC_NONE
-        with self._lock:
-            if self._closed:
-                return Status.INTERNAL_ERROR, LAC_NONE
-            meta = self._ledgers.get(ledger)
-            if meta is None or meta.deleted:
-                return self._missing_ledger_status(), LAC_NONE
-            return Status.OK, meta.lac
-
-    def wait_lac(self, ledger: LedgerKey, min_lac: int, timeout_s: float) -> tuple[Status, int]:
-        """Long poll: return as soon as LAC >= min_lac, or at the timeout with the current LAC
-        (status OK either way; NO_SUCH_LEDGER if the ledger is unknown or gets deleted)."""
-        if not _valid_ledger(ledger) or not isinstance(min_lac, int):
-            return Status.INVALID_REQUEST, LAC_NONE
-        deadline = time.monotonic() + min(max(timeout_s, 0.0), WAIT_LAC_TIMEOUT_MAX_S)
-        with self._lock:
-            meta = self._ledgers.get(ledger)
-            if self._closed:
-                return Status.INTERNAL_ERROR, LAC_NONE
-            if meta is None or meta.deleted:
-                return self._missing_ledger_status(), LAC_NONE
-            if meta.lac >= min_lac:
-                return Status.OK, meta.lac
-            waiters = self._lac_waiters.get(ledger)
-            if waiters is None:
-                waiters = self._lac_waiters[ledger] = _LacWaiters(self._lock)
-            waiters.count += 1
-            try:
-                while meta.lac < min_lac and not meta.deleted and not self._closed:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        break
-                    waiters.cond.wait(remaining)
-            finally:
-                waiters.count -= 1
-                if waiters.count == 0:
-                    del self._lac_waiters[ledger]
-            if meta.deleted:
-                return self._missing_ledger_status(), LAC_NONE
-            return Status.OK, meta.lac
-
-    def read_entry(self, ledger: LedgerKey, entry_id: int) -> ReadResult:
-        """One entry. When the ledger itself is missing (or the request invalid) the result
-        carries that status (NO_SUCH_LEDGER, UNKNOWN_ENTRY_STATE, INVALID_REQUEST, ...)."""
-        status, results = self.read_range(ledger, entry_id, entry_id, 1, READ_RANGE_BYTES_MAX)
-        if status != Status.OK:
-            return ReadResult(entry_id if isinstance(entry_id, int) else -1, status, b"")
-        return results[0]
-
-    def read_range(self, ledger: LedgerKey, first: int, last: int, max_entries: int,
-                   max_bytes: int) -> tuple[Status, list[ReadResult]]:
-        """Entries first..last in order, stopping after max_entries, or before the entry that
-        would take the data past max_bytes (the first entry is always returned). Missing ids
-        give NO_SUCH_ENTRY (UNKNOWN_ENTRY_STATE in uncertain mode); corrupt ones
-        UNKNOWN_ENTRY_STATE. Contiguous entries are read with one pread."""
-        status, answer = self.read_runs(ledger, first, last, max_entries, max_bytes)
-        return status, _results(answer) if answer is not None else []
-
-    def read_runs(self, ledger: LedgerKey, first: int, last: int, max_entries: int,
-                  max_bytes: int) -> tuple[Status, RangeRead | None]:
-        """read_range's answer in bulk form (range_read.RangeRead): the verified entries as
-        runs of consecutive ids, each one buffer plus lengths, and the other ids with their
-        status. None unless the status is OK."""
-        if (not _valid_ledger(ledger) or not isinstance(first, int) or not isinstance(last, int)
-                or not 0 <= first <= last <= ENTRY_ID_MAX or max_entries < 1 or max_bytes < 0):
-            return Status.INVALID_REQUEST, None
-        count = min(last - first + 1, max_entries, READ_RANGE_ENTRIES_MAX)
-        max_bytes = min(max_bytes, READ_RANGE_BYTES_MAX)
-        with self._lock:
-            if self._closed:
-                return Status.INTERNAL_ERROR, None
-            meta = self._ledgers.get(ledger)
-            if meta is None or meta.deleted:
-                return self._missing_ledger_status(), None
-            locs, lens = meta.index.window(first, count)
-            missing = Status.UNKNOWN_ENTRY_STATE if self._uncertain else Status.NO_SUCH_ENTRY
-            self._reads_inflight += 1
-        answer = RangeRead()
-        try:
-            answer = read_window(self._logs.pread, ledger, first, locs, lens, max_bytes, missing)
-        finally:
-            with self._lock:
-                self._reads_inflight -= 1
-                if self._closed and self._reads_inflight == 0:
-                    self._reads_drained.notify_all()
-                stats = self._stats
-                stats.read_calls += 1
-                stats.reads += answer.count
-                stats.read_bytes += answer.data_bytes
-                stats.corrupt_reads += len(answer.corrupt)
-                stats.read_preads += answer.preads
-        for log_id, offset, error in answer.failed_preads:
-            log.error("entry log read failed ledger=%s log_id=%d offset=%d error=%s",
-                      ledger, log_id, offset, error)
-        for c in answer.corrupt:
-            # Never NO_SUCH_ENTRY for an entry we hold a damaged copy of: it might be the one
-            # recovery is asking about (PAR / TigerBeetle "do not nack corrupt entries").
-            self._report_corrupt(ledger, c.entry_id, c.location, c.length)
-        return Status.OK, answer
-
-    def _report_corrupt(self, ledger: LedgerKey, entry_id: int, loc: int, length: int) -> None:
-        # At most one line per CORRUPT_LOG_INTERVAL_S: a damaged log file read in a loop must
-        # not flood the log (stats()["corrupt_reads"] counts them all).
-        now = time.monotonic()
-        if now < self._corrupt_log_next:
-            self._corrupt_log_suppressed += 1
-            return
-        log_id, offset = unpack_location(loc)
-        log.error("corrupt entry (crc/header mismatch) ledger=%s entry=%d log_id=%d offset=%d "
-                  "length=%d suppressed_since_last=%d", ledger, entry_id, log_id, offset, length,
-                  self._corrupt_log_suppressed)
-        self._corrupt_log_next = now + CORRUPT_LOG_INTERVAL_S
-        self._corrupt_log_suppressed = 0
-
-    # ---- introspection and modes --------------------------------------------------------
-
-    def ledgers(self) -> list[LedgerKey]:
-        with self._lock:
-            return [key for key, meta in self._ledgers.items() if not meta.deleted]
-
-    def ledger_state(self, ledger: LedgerKey) -> LedgerState | None:
-        with self._lock:
-            meta = self._ledgers.get(ledger)
-            if meta is None or meta.deleted:
-                return None
-            return LedgerState(meta.fenced, meta.lac, meta.index.count, meta.index.size_bytes,
-                               meta.key is not None)
-
-    @property
-    def read_only(self) -> bool:
-        """Refusing adds: the disk is full (set_read_only) or the journal failed."""
-        return self._read_only or self._failed
-
-    @property
-    def journal_failed(self) -> bool:
-        return self._failed
-
-    def set_read_only(self, read_only: bool) -> None:
-        """The disk monitor's verdict. It never makes a bookie whose journal failed writable."""
-        if read_only != self._read_only:
-            log.warning("storage read_only=%s data_dir=%s", read_only, self._data_dir)
-        self._read_only = read_only
-
-    def disk_usage(self) -> tuple[int, int]:
-        usage = shutil.disk_usage(self._data_dir)
-        return usage.used, usage.total
-
-    @property
-    def uncertain(self) -> bool:
-        return self._uncertain
-
-    def _enter_uncertain(self, reason: str) -> None:
-        atomic_write(self._data_dir / UNCERTAIN_MARKER_NAME,
-                     f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')} {reason}\n".encode(), fsync=True)
-        self._uncertain = True
-        log.error("entering uncertain mode data_dir=%s reason=%s", self._data_dir, reason)
-
-    def clear_uncertain(self) -> None:
-        """Operator action, once this bookie's ledgers are known complete (re-replicated)."""
-        path = self._data_dir / UNCERTAIN_MARKER_NAME
-        path.unlink(missing_ok=True)
-        fsync_dir(self._data_dir)
-        with self._lock:
-            was = self._uncertain
-            self._uncertain = False
-        if was:
-            log.warning("uncertain mode cleared by operator data_dir=%s", self._data_dir)
-
-    def stats(self) -> dict[str, Any]:
-        with self._lock:
-            out = self._stats.to_dict()
-            out.update(
-                pending_add_bytes=self._queue.pending_bytes,
-                pending_add_bytes_max=self._queue.pending_bytes_max,
-                ledgers=sum(1 for m in self._ledgers.values() if not m.deleted),
-                dirty_ledgers=len(self._dirty),
-                applied_journal_position=tuple(self._applied_pos),
-                uncertain=self._uncertain,
-                read_only=self._read_only or self._failed,
-                failed=self._failed,
-            )
-        return out
-
-    # ---- checkpoint ---------------------------------------------------------------------
-
-    def _checkpoint_loop(self) -> None:
-        interval_s = self._config.checkpoint_interval_s
-        while not self._stop.wait(interval_s):
-            try:
-                self.checkpoint()
-            except Exception:
-                log.exception("checkpoint failed data_dir=%s; will retry", self._data_dir)
-
-    def checkpoint(self) -> None:
-        """Persist index + ledger states covering the applied journal position, then delete the
-        journal files wholly before it. Order matters for crash safety: entry logs fsynced ->
-        ledger files -> manifest -> journal deletion."""
-        entry_logs = self._logs
-        with self._checkpoint_lock:
-            started = time.perf_counter()
-            with self._lock:
-                position = self._applied_pos
-                dirty, self._dirty = self._dirty, set()
-                if not dirty and position == self._checkpointed_pos:
-                    return
-                snapshots = [(key, encode_ledger(key, self._ledgers[key])) for key in dirty]
-            try:
-                entry_logs.sync()
-                if self._index_store is None:
-                    raise InvariantError("checkpoint before recovery opened the index store")
-                write_ledger_snapshots(self._index_store, snapshots)
-                write_manifest(self._data_dir, position, self._config.fsync)
-            except BaseException:
-                with self._lock:
-                    self._dirty |= dirty
-                raise
-            self._checkpointed_pos = position
-            deleted = delete_journal_files_before(self._journal_dir, position.seq)
-            elapsed = time.perf_counter() - started
-            self._stats.checkpoints += 1
-            self._stats.checkpoint_ledgers_written += len(snapshots)
-            self._stats.checkpoint_latency.record(elapsed)
-            log.debug("checkpoint done position=%s ledgers_written=%d journal_files_deleted=%d "
-                      "seconds=%.3f", tuple(position), len(snapshots), deleted, elapsed)
