@@ -94,7 +94,9 @@ def test_partition_client_bookie_then_heal(fault_cluster: FaultCluster) -> None:
 def test_full_disk_bookie_goes_read_only(small_fs_cluster: FaultCluster) -> None:
     """A bookie's tmpfs is filled by a ballast file: to 95% (over its 90% threshold: the disk
     monitor turns it read-only) or to the last byte (its writes fail with ENOSPC: the journal
-    failure turns it read-only). Either way it registers read-only and the writer moves on."""
+    failure turns it read-only). Either way it registers read-only and the writer moves on; once
+    the ballast is removed it registers writable again and takes adds, with no restart (after
+    ENOSPC its journal is reopened: bookie/writable_again.py)."""
     started = time.monotonic()
     fc = small_fs_cluster
     enospc = fc.disk_mode == "enospc"
@@ -108,8 +110,8 @@ def test_full_disk_bookie_goes_read_only(small_fs_cluster: FaultCluster) -> None
             _assert_moved_off(rnd, victim)  # it goes on without the full bookie
         finally:
             victim.fs.drain()
-        if enospc:
-            victim.bookie.restart()  # a failed journal stays read-only until the bookie restarts
+        _wait_registered(fc, victim.bookie_id, read_only=False)
+        _assert_takes_adds(fc, victim.bookie_id)
 
     kind = f"full-disk-{fc.disk_mode}"
     counters = _rounds(fc, kind, fault)
@@ -117,15 +119,36 @@ def test_full_disk_bookie_goes_read_only(small_fs_cluster: FaultCluster) -> None
 
 
 def _wait_read_only(fc: FaultCluster, bookie_id: str, bound_s: float = 30.0) -> None:
+    _wait_registered(fc, bookie_id, read_only=True, bound_s=bound_s)
+
+
+def _wait_registered(fc: FaultCluster, bookie_id: str, *, read_only: bool, bound_s: float = 30.0) -> None:
     from pyspark_ledger.client import LedgerClient
 
     deadline = time.monotonic() + bound_s
     with LedgerClient(fc.metadata_uri) as c:
         while time.monotonic() < deadline:
-            if any(b.bookie_id == bookie_id for b in c.bookies(writable=False, read_only=True)):
+            if any(b.bookie_id == bookie_id for b in c.bookies(writable=not read_only, read_only=read_only)):
                 return
             time.sleep(0.1)
-    raise AssertionError(f"bookie {bookie_id} did not turn read-only within {bound_s:g} s")
+    state = "read-only" if read_only else "writable"
+    raise AssertionError(f"bookie {bookie_id} did not register {state} within {bound_s:g} s")
+
+
+def _assert_takes_adds(fc: FaultCluster, bookie_id: str) -> None:
+    """A ledger placed on exactly this bookie and two others takes adds and reads them back."""
+    from pyspark_ledger.client import LedgerClient
+
+    with LedgerClient(fc.metadata_uri, add_timeout_s=5) as c:
+        others = [b.bookie_id for b in c.bookies(read_only=False) if b.bookie_id != bookie_id][:2]
+        w = c.create_ledger(3, 3, 3, ensemble=[bookie_id, *others])
+        payloads = [b"after the full disk %d" % i for i in range(20)]
+        for p in payloads:
+            w.add_entry(p)
+        w.close()
+        meta = c.ledger_metadata(w.ledger_id)
+        assert bookie_id in meta.segments[-1].bookies, "the bookie was replaced: it refused adds"
+        assert [e.payload for e in c.open_ledger(w.ledger_id).read_entries(0, 19)] == payloads
 
 
 def test_corrupted_replica_reads_intact_copies(fault_cluster: FaultCluster) -> None:
