@@ -22,8 +22,9 @@ from metadata.ids import LedgerId
 LOG_FORMAT_VERSION = 1
 _MAGIC = b"PLOG"
 _HEADER = struct.Struct(">4sHHII")
-# Bounds: a log record is one metadata value; keep it far below ZooKeeper's 1 MiB znode limit.
-LOG_LEDGERS_MAX = 20_000
+# Bounds: the stored head holds only a bounded tail (metadata.log_segments); the rest lives in
+# immutable segment records, so this caps only the in-memory view of one log.
+LOG_LEDGERS_MAX = 2_000_000
 COMMITTED_BATCH_KEYS_MAX = 1_000
 
 

@@ -1,14 +1,22 @@
-"""LogManager: named log records in the metadata store, changed only by compare-and-set."""
+"""LogManager: named logs in the metadata store, changed only by compare-and-set on the head.
+
+The full LogRecord is the view every caller works with; storage is segmented (metadata.log_segments):
+a bounded head plus immutable segments, so a commit writes a bounded number of bytes."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from dataclasses import replace
 from typing import Callable
 
-from metadata import log_record
-from metadata.errors import NodeExistsError, NoNodeError
-from metadata.log_record import LogRecord
-from metadata.paths import LOGS, check_name, log_path
+from metadata import log_segments as segs
+from metadata.errors import BadVersionError, MetadataError, NodeExistsError, NoNodeError
+from metadata.log_record import LogLedger, LogRecord
+from metadata.log_segments import LogHead
+from metadata.paths import LOGS, check_name, log_path, log_queries_path, log_segment_path, log_segments_path
 from metadata.store import MetadataStore, RetryPolicy, Versioned, Watch, cas_update
+
+SEGMENT_CACHE_MAX = 4096  # immutable segments kept decoded (about 256 ledgers each)
 
 
 class NoSuchLogError(NoNodeError):
@@ -23,18 +31,57 @@ class LogManager:
     def __init__(self, store: MetadataStore, retry: RetryPolicy | None = None):
         self.store = store
         self.retry = retry or RetryPolicy()
+        self._segments: OrderedDict[tuple[str, int], tuple[LogLedger, ...]] = OrderedDict()
 
     def create(self, record: LogRecord) -> int:
+        change = segs.plan_change(LogHead(LogRecord(record.name)), [], record)
+        self._write_segments(record.name, change)
         try:
-            return self.store.create(log_path(record.name), log_record.encode(record))
+            return self.store.create(log_path(record.name), segs.encode_head(change.head))
         except NodeExistsError:
             raise LogExistsError(f"log {record.name!r} already exists") from None
 
-    def read(self, name: str) -> tuple[LogRecord, int]:
+    # ---- reads --------------------------------------------------------------------------------
+
+    def read_head(self, name: str) -> tuple[LogHead, int]:
         got = self.store.get(log_path(name))
         if got is None:
             raise NoSuchLogError(f"no such log {name!r}")
-        return log_record.decode(got.value, name), got.version
+        return segs.decode_head(got.value, name), got.version
+
+    def segment(self, name: str, index: int) -> tuple[LogLedger, ...]:
+        """One immutable segment, from the cache when it was read before."""
+        key = (name, index)
+        hit = self._segments.get(key)
+        if hit is not None:
+            self._segments.move_to_end(key)
+            return hit
+        path = log_segment_path(name, index)
+        got = self.store.get(path)
+        if got is None:
+            raise MetadataError(f"log {name!r}: segment {index} referenced by the head is missing")
+        ledgers = segs.decode_segment(got.value, f"log {name!r} segment {index}")
+        self._segments[key] = ledgers
+        while len(self._segments) > SEGMENT_CACHE_MAX:
+            self._segments.popitem(last=False)
+        return ledgers
+
+    def sealed_ledgers(self, name: str, head: LogHead, from_seq: int = 0) -> list[LogLedger]:
+        """The sealed ledgers with seq >= max(from_seq, trim): only the segments that can hold them."""
+        low = max(from_seq, head.trim_seq)
+        out: list[LogLedger] = []
+        for index in range(max(head.seg_first, low // segs.SEGMENT_LEDGERS), head.seg_next):
+            out.extend(lg for lg in self.segment(name, index) if lg.seq >= low)
+        return out
+
+    def read(self, name: str) -> tuple[LogRecord, int]:
+        head, version = self.read_head(name)
+        return self._full(name, head), version
+
+    def _full(self, name: str, head: LogHead) -> LogRecord:
+        if head.seg_next == 0:
+            return head.record
+        return replace(head.record, ledgers=tuple(self.sealed_ledgers(name, head)) + head.record.ledgers)
 
     def get(self, name: str) -> tuple[LogRecord, int] | None:
         try:
@@ -42,17 +89,67 @@ class LogManager:
         except NoSuchLogError:
             return None
 
+    # ---- writes -------------------------------------------------------------------------------
+
     def compare_and_set(self, record: LogRecord, expected_version: int) -> int:
+        """One CAS on the head: the commit point. New segments are created before it, segments
+        trimmed away are deleted after it."""
+        name = record.name
+        old, version = self.read_head(name)
+        if version != expected_version:
+            raise BadVersionError(log_path(name), expected_version, version)
+        sealed = [lg.seq for lg in self.sealed_ledgers(name, old)] if old.seg_next else []
+        change = segs.plan_change(old, sealed, record)
+        self._write_segments(name, change)
         try:
-            return self.store.compare_and_set(log_path(record.name), log_record.encode(record), expected_version)
+            new_version = self.store.compare_and_set(log_path(name), segs.encode_head(change.head), expected_version)
         except NoNodeError:
-            raise NoSuchLogError(f"no such log {record.name!r}") from None
+            raise NoSuchLogError(f"no such log {name!r}") from None
+        for index in change.dropped_segments:
+            self._delete_segment(name, index)
+        return new_version
+
+    def _write_segments(self, name: str, change: segs.HeadChange) -> None:
+        for index, ledgers in change.new_segments:
+            try:
+                self.store.create(log_segment_path(name, index), segs.encode_segment(ledgers))
+            except NodeExistsError:
+                # A writer sealing the same index writes the same ledgers (fixed by earlier head
+                # CASes); a leftover of a lost race is replaced only if it differs.
+                got = self.store.get(log_segment_path(name, index))
+                if got is not None and got.value != segs.encode_segment(ledgers):
+                    self.store.compare_and_set(log_segment_path(name, index), segs.encode_segment(ledgers), got.version)
+            self._segments.pop((name, index), None)
+
+    def _delete_segment(self, name: str, index: int) -> None:
+        self._segments.pop((name, index), None)
+        try:
+            self.store.delete(log_segment_path(name, index))
+        except NoNodeError:
+            pass
 
     def update(self, name: str, change: Callable[[LogRecord], LogRecord | None]) -> tuple[LogRecord, int]:
         """CAS loop: `change` returns the new record, None for no change, or raises to give up."""
         return cas_update(lambda: self.read(name), self.compare_and_set, change, self.retry)
 
     def delete(self, name: str, expected_version: int | None = None) -> None:
+        """Delete the head (the commit point), then its segments and query records."""
+        if expected_version is not None:
+            _, version = self.read_head(name)
+            if version != expected_version:
+                raise BadVersionError(log_path(name), expected_version, version)
+        for parent in (log_segments_path(name), log_queries_path(name)):
+            for child in self.store.children(parent):
+                try:
+                    self.store.delete(f"{parent}/{child}")
+                except NoNodeError:
+                    pass
+            try:
+                self.store.delete(parent)
+            except NoNodeError:
+                pass
+        for key in [k for k in self._segments if k[0] == name]:
+            self._segments.pop(key, None)
         try:
             self.store.delete(log_path(name), expected_version)
         except NoNodeError:
@@ -65,6 +162,9 @@ class LogManager:
         check_name("log", name)
 
         def on_change(v: Versioned | None) -> None:
-            callback(None, -1) if v is None else callback(log_record.decode(v.value, name), v.version)
+            if v is None:
+                callback(None, -1)
+            else:
+                callback(self._full(name, segs.decode_head(v.value, name)), v.version)
 
         return self.store.watch(log_path(name), on_change)

@@ -81,3 +81,18 @@ def counter_path(counter: str) -> str:
 
 def orphan_path(lid: LedgerId) -> str:
     return f"{ORPHANS}/{lid.qualified_name}"
+
+
+def log_segments_path(name: str) -> str:
+    """Parent of a log's immutable segment records (metadata.log_segments)."""
+    return f"{log_path(name)}/segments"
+
+
+def log_segment_path(name: str, index: int) -> str:
+    # Fixed width so children() sorts segments in log order.
+    return f"{log_segments_path(name)}/{index:012d}"
+
+
+def log_queries_path(name: str) -> str:
+    """Parent of a log's per-query committed batch records."""
+    return f"{log_path(name)}/queries"

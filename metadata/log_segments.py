@@ -1,0 +1,158 @@
+"""Segmented storage of a log record: a small head plus immutable segments (issue 19 item 1).
+
+    /logs/<name>                      head (format 2): every LogRecord field except the sealed
+                                      ledgers, plus the open tail and the range of segments
+    /logs/<name>/segments/<index>     immutable: the ledgers with seq in [index*SEG, (index+1)*SEG)
+
+Segment `k` covers a fixed range of sequence numbers, so the head names its segments with two
+integers (first, next) however long the log is, and a commit writes a bounded number of bytes:
+the head's tail holds at most one segment's worth of ledgers plus the open ones. The head CAS is
+the only commit point. Sealing writes the segment first, then CASes the head; a segment the head
+never references (a lost race, a crash in between) is ignored by readers. Two writers that seal
+the same index write the same bytes (its ledgers were fixed by earlier head CASes), so "already
+exists" is success. Trimming raises `trim_seq` and drops whole segments below it (deleted after
+the head CAS). Modelled on Pulsar's managed ledger and DistributedLog's log segment metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass, replace
+from typing import Any
+
+import crc32c
+
+from metadata import log_record
+from metadata.errors import CorruptMetadataError, InvalidMetadataError, UnsupportedFormatVersionError
+from metadata.ids import LedgerId
+from metadata.log_record import LogLedger, LogRecord
+
+HEAD_FORMAT_VERSION = 2
+SEGMENT_LEDGERS = 256  # seqs per segment: a segment of 256 ledgers is about 40 KB of JSON
+_MAGIC = b"PLOG"
+_SEG_MAGIC = b"PLSG"
+_HEADER = struct.Struct(">4sHHII")
+
+
+@dataclass(frozen=True, slots=True)
+class LogHead:
+    """What the head record says: the record without its sealed ledgers, and where they are."""
+
+    record: LogRecord  # ledgers = the open tail only (seq >= seg_next * SEGMENT_LEDGERS)
+    seg_first: int = 0  # first segment still referenced
+    seg_next: int = 0  # segments [seg_first, seg_next) hold seqs below seg_next*SEGMENT_LEDGERS
+    trim_seq: int = 0  # ledgers with seq below this were trimmed
+    legacy: bool = False  # read from a format 1 record (converted on the first write)
+
+    @property
+    def boundary(self) -> int:
+        return self.seg_next * SEGMENT_LEDGERS
+
+
+def _ledger_json(lg: LogLedger) -> dict[str, Any]:
+    return {"seq": lg.seq, "ledger": lg.ledger_id.qualified_name, "ctimeMs": lg.ctime_ms,
+            "entryCount": lg.entry_count, "sizeBytes": lg.size_bytes}
+
+
+def _ledger_from_json(x: dict[str, Any]) -> LogLedger:
+    return LogLedger(int(x["seq"]), LedgerId.from_qualified_name(x["ledger"]), int(x["ctimeMs"]),
+                     x.get("entryCount"), x.get("sizeBytes"))
+
+
+def _envelope(magic: bytes, body_obj: dict[str, Any]) -> bytes:
+    body = json.dumps(body_obj, sort_keys=True, separators=(",", ":")).encode()
+    return _HEADER.pack(magic, HEAD_FORMAT_VERSION, 0, len(body), crc32c.crc32c(body)) + body
+
+
+def _open(data: bytes, magic_wanted: bytes, where: str) -> tuple[int, bytes]:
+    if len(data) < _HEADER.size:
+        raise CorruptMetadataError(f"{where}: stored record is truncated")
+    magic, version, reserved, length, checksum = _HEADER.unpack_from(data)
+    if magic != magic_wanted or reserved != 0:
+        raise CorruptMetadataError(f"{where}: stored record has a bad header")
+    if version > HEAD_FORMAT_VERSION:
+        raise UnsupportedFormatVersionError(f"{where}: format {version} is newer than supported ({HEAD_FORMAT_VERSION})")
+    body = data[_HEADER.size:]
+    if len(body) != length or crc32c.crc32c(body) != checksum:
+        raise CorruptMetadataError(f"{where}: stored record is truncated or corrupt")
+    return version, body
+
+
+def encode_head(head: LogHead) -> bytes:
+    d = log_record.to_json_dict(head.record)
+    d["formatVersion"] = HEAD_FORMAT_VERSION
+    d["segFirst"], d["segNext"], d["trimSeq"] = head.seg_first, head.seg_next, head.trim_seq
+    d["segmentLedgers"] = SEGMENT_LEDGERS
+    return _envelope(_MAGIC, d)
+
+
+def decode_head(data: bytes, name: str) -> LogHead:
+    """Format 2 heads, and format 1 records (the whole log in one value) as a head whose tail is
+    every ledger: the next write seals them into segments."""
+    version, body = _open(data, _MAGIC, f"log {name!r}")
+    if version < HEAD_FORMAT_VERSION:
+        return LogHead(log_record.decode(data, name), legacy=True)
+    try:
+        d = json.loads(body)
+        if int(d.get("segmentLedgers", SEGMENT_LEDGERS)) != SEGMENT_LEDGERS:
+            raise UnsupportedFormatVersionError(f"log {name!r}: segment size {d['segmentLedgers']} not supported")
+        d["formatVersion"] = log_record.LOG_FORMAT_VERSION
+        rec = log_record.from_json_dict(d)
+        return LogHead(rec, int(d["segFirst"]), int(d["segNext"]), int(d["trimSeq"]))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptMetadataError(f"log {name!r}: stored head is invalid: {exc}") from exc
+
+
+def encode_segment(ledgers: tuple[LogLedger, ...]) -> bytes:
+    return _envelope(_SEG_MAGIC, {"ledgers": [_ledger_json(lg) for lg in ledgers]})
+
+
+def decode_segment(data: bytes, where: str) -> tuple[LogLedger, ...]:
+    _, body = _open(data, _SEG_MAGIC, where)
+    try:
+        return tuple(_ledger_from_json(x) for x in json.loads(body)["ledgers"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptMetadataError(f"{where}: stored segment is invalid: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class HeadChange:
+    """The next head, the segments to create before its CAS and the ones to delete after it."""
+
+    head: LogHead
+    new_segments: tuple[tuple[int, tuple[LogLedger, ...]], ...]
+    dropped_segments: tuple[int, ...]
+
+
+def plan_change(old: LogHead, sealed_seqs: list[int], record: LogRecord) -> HeadChange:
+    """Split `record` (the full view after a change) against the stored head `old`.
+
+    `sealed_seqs` are the seqs of the old sealed part (in segments, not trimmed); segments are
+    immutable, so the change may only drop a prefix of them."""
+    boundary = old.boundary
+    in_segments = [lg for lg in record.ledgers if lg.seq < boundary]
+    trim_seq = old.trim_seq
+    if in_segments:
+        trim_seq = max(trim_seq, in_segments[0].seq)
+    elif boundary:
+        trim_seq = max(trim_seq, boundary)
+    # Only a prefix of the sealed ledgers may go; anything else would rewrite an immutable segment.
+    if [lg.seq for lg in in_segments] != [seq for seq in sealed_seqs if seq >= trim_seq]:
+        raise InvalidMetadataError(f"log {record.name}: ledgers below seq {boundary} are sealed in segments")
+    tail = [lg for lg in record.ledgers if lg.seq >= boundary]
+    seg_next, new_segments = old.seg_next, []
+    while True:
+        end = (seg_next + 1) * SEGMENT_LEDGERS
+        full = [lg for lg in tail if lg.seq < end]
+        if record.next_seq < end or not all(lg.sealed for lg in full):
+            break
+        new_segments.append((seg_next, tuple(full)))
+        tail = tail[len(full):]
+        seg_next += 1
+    if not tail and not new_segments and not in_segments:
+        trim_seq = max(trim_seq, seg_next * SEGMENT_LEDGERS)
+    seg_first = min(trim_seq // SEGMENT_LEDGERS, seg_next)
+    dropped = tuple(range(old.seg_first, min(seg_first, old.seg_next)))
+    head = LogHead(replace(record, ledgers=tuple(tail)), seg_first, seg_next, trim_seq)
+    return HeadChange(head, tuple(new_segments), dropped)
