@@ -54,6 +54,13 @@ class BookieConfig:
     fsync: bool = True
     repair_journal: bool = False
     shutdown_grace_s: float = 5.0
+    # Garbage collection (bookie/storage/gc.py, docs/storage.md); 0 = no periodic GC.
+    gc_interval_s: float = 300.0
+    # Compaction of entry logs whose live fraction is under a threshold (BookKeeper's minor /
+    # major compaction); 0 disables that kind.
+    minor_compaction_threshold: float = 0.2
+    major_compaction_threshold: float = 0.8
+    compaction_rate_mb_s: float = 50.0
 
     def validate(self) -> None:
         if not 0 <= self.port < 65536:
@@ -65,6 +72,11 @@ class BookieConfig:
                 "disk thresholds must satisfy 0 < --disk-usage-lwm-threshold <= --disk-usage-threshold <= 1, got "
                 f"{self.disk_usage_lwm_threshold} and {self.disk_usage_threshold}"
             )
+        if self.gc_interval_s < 0 or self.compaction_rate_mb_s <= 0:
+            raise ConfigError("--gc-interval-s must be >= 0 and --compaction-rate-mb-s > 0")
+        if not 0 <= self.minor_compaction_threshold <= self.major_compaction_threshold < 1.0:
+            raise ConfigError("compaction thresholds must satisfy 0 <= --minor-compaction-threshold "
+                              "<= --major-compaction-threshold < 1")
         if self.grpc_workers < 4:
             raise ConfigError("--grpc-workers must be at least 4")
         if self.max_entry_size_bytes <= 0 or self.max_entry_size_bytes > GRPC_MESSAGE_BYTES_MAX // 2:

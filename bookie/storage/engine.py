@@ -41,6 +41,7 @@ from bookie.storage.config import (
 from bookie.storage.durable_files import TMP_SUFFIX, remove_tmp_files
 from bookie.storage.engine_apply import ApplyMixin
 from bookie.storage.engine_checkpoint import CheckpointMixin
+from bookie.storage.engine_gc import GcMixin
 from bookie.storage.engine_modes import UNCERTAIN_MARKER_NAME, ModesMixin
 from bookie.storage.engine_reads import ReadPathMixin
 from bookie.storage.engine_types import (  # noqa: F401 - re-exported
@@ -84,7 +85,7 @@ MASTER_KEY_RECORD_BYTES_MAX = (
 )
 
 
-class BookieStorage(ApplyMixin, ReadPathMixin, ModesMixin, CheckpointMixin):
+class BookieStorage(ApplyMixin, ReadPathMixin, ModesMixin, CheckpointMixin, GcMixin):
     """Thread-safe: every public method may be called from any thread."""
 
     def __init__(self, config: StorageConfig, lock_fd: int) -> None:
@@ -173,7 +174,8 @@ class BookieStorage(ApplyMixin, ReadPathMixin, ModesMixin, CheckpointMixin):
         self._applied_pos = self._writer.position
         # Persist what replay rebuilt (and fsync the entries it re-appended) so the replayed
         # journal files, including any torn or repaired spots, can be deleted now.
-        self.checkpoint()
+        # Entry logs nothing points into (a crash during GC) are removed with it.
+        self.reclaim_entry_logs()
         log.info(
             "storage opened data_dir=%s ledgers=%d replayed_records=%d from=%s truncated=%d "
             "skipped=%d uncertain=%s seconds=%.3f",

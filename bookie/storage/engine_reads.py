@@ -13,7 +13,7 @@ from bookie.storage.config import (
     READ_RANGE_ENTRIES_MAX,
     WAIT_LAC_TIMEOUT_MAX_S,
 )
-from bookie.storage.ledger_index import unpack_location
+from bookie.storage.ledger_index import HOLE, LedgerMeta, unpack_location
 from bookie.storage.range_read import RangeRead, read_window
 
 from bookie.storage.engine_types import LedgerKey, ReadResult, _LacWaiters, _results, _valid_ledger
@@ -22,6 +22,11 @@ log = logging.getLogger(__name__)
 
 # Corrupt entries found by reads are logged at most once per this interval.
 CORRUPT_LOG_INTERVAL_S = 1.0
+
+
+def _capped_lac(meta: LedgerMeta) -> int:
+    """The LAC a reader may see: never past a CLOSED ledger's last entry."""
+    return meta.lac if meta.closed_last is None else min(meta.lac, meta.closed_last)
 
 
 class ReadPathMixin:
@@ -42,7 +47,7 @@ class ReadPathMixin:
             meta = self._ledgers.get(ledger)
             if meta is None or meta.deleted:
                 return self._missing_ledger_status(), LAC_NONE
-            return Status.OK, meta.lac
+            return Status.OK, _capped_lac(meta)
 
     def wait_lac(self, ledger: LedgerKey, min_lac: int, timeout_s: float) -> tuple[Status, int]:
         """Long poll: return as soon as LAC >= min_lac, or at the timeout with the current LAC
@@ -57,7 +62,7 @@ class ReadPathMixin:
             if meta is None or meta.deleted:
                 return self._missing_ledger_status(), LAC_NONE
             if meta.lac >= min_lac:
-                return Status.OK, meta.lac
+                return Status.OK, _capped_lac(meta)
             waiters = self._lac_waiters.get(ledger)
             if waiters is None:
                 waiters = self._lac_waiters[ledger] = _LacWaiters(self._lock)
@@ -74,7 +79,7 @@ class ReadPathMixin:
                     del self._lac_waiters[ledger]
             if meta.deleted:
                 return self._missing_ledger_status(), LAC_NONE
-            return Status.OK, meta.lac
+            return Status.OK, _capped_lac(meta)
 
     def read_entry(self, ledger: LedgerKey, entry_id: int) -> ReadResult:
         """One entry. When the ledger itself is missing (or the request invalid) the result
@@ -110,6 +115,10 @@ class ReadPathMixin:
             if meta is None or meta.deleted:
                 return self._missing_ledger_status(), None
             locs, lens = meta.index.window(first, count)
+            if meta.closed_last is not None and first + count - 1 > meta.closed_last:
+                # A dirty tail (past a CLOSED ledger's last entry): never served, as if absent.
+                for i in range(max(meta.closed_last + 1 - first, 0), count):
+                    locs[i] = HOLE
             missing = Status.UNKNOWN_ENTRY_STATE if self._uncertain else Status.NO_SUCH_ENTRY
             self._reads_inflight += 1
         answer = RangeRead()

@@ -128,6 +128,27 @@ class EntryLogs:
             raise
         return len(todo)
 
+    def sizes(self) -> dict[int, int]:
+        """Size in bytes of every open entry log, by log id."""
+        return {log_id: os.fstat(fd).st_size for log_id, fd in list(self._fds.items())}
+
+    def remove(self, log_id: int) -> int:
+        """Close and delete a log no index location points into any more (never the current
+        one); returns the bytes freed. The caller guarantees no read is using it."""
+        ensure(log_id != self._current_id, "the current entry log cannot be removed")
+        fd = self._fds.pop(log_id, None)
+        if fd is None:
+            return 0
+        size = os.fstat(fd).st_size
+        os.close(fd)
+        with self._unsynced_lock:
+            self._unsynced.discard(log_id)
+        entry_log_path(self._directory, log_id).unlink(missing_ok=True)
+        if self._fsync:
+            fsync_dir(self._directory)
+        log.info("entry log removed log_id=%d bytes=%d", log_id, size)
+        return size
+
     def close(self) -> None:
         for fd in self._fds.values():
             os.close(fd)

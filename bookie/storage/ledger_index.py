@@ -198,7 +198,7 @@ class LedgerIndex:
 class LedgerMeta:
     """Mutable state of one ledger; guarded by the engine lock."""
 
-    __slots__ = ("key", "fenced", "deleted", "lac", "index")
+    __slots__ = ("key", "fenced", "deleted", "lac", "index", "closed_last")
 
     def __init__(self, key: bytes | None) -> None:
         self.key = key
@@ -206,6 +206,9 @@ class LedgerMeta:
         self.deleted = False
         self.lac = LAC_NONE
         self.index = LedgerIndex()
+        # Last entry of the ledger once metadata says CLOSED (learned by GC; None until then):
+        # entries past it were written by a fenced writer and are never served.
+        self.closed_last: int | None = None
 
     def mark_deleted(self) -> None:
         # Keep only a tombstone: the entries' space is reclaimed by a future GC.

@@ -1,0 +1,30 @@
+"""Wires a bookie's garbage collector (bookie/storage/gc.py) to the metadata store: one
+ledger lookup per local ledger through LedgerManager."""
+
+from __future__ import annotations
+
+from bookie.storage.engine_types import LedgerKey
+from bookie.storage.gc import GarbageCollector, GcSettings, GcStorage, LedgerFacts
+from metadata.ledgers import LedgerManager
+from metadata.store import MetadataStore
+
+
+def metadata_lookup(store: MetadataStore):  # type: ignore[no-untyped-def]
+    """A LedgerLookup over the store. LedgerManager.get returns None only for "no such node";
+    every other failure raises, and GC then leaves the ledger alone."""
+    ledgers = LedgerManager(store)
+
+    def lookup(ledger: LedgerKey) -> LedgerFacts:
+        got = ledgers.get(ledger)
+        if got is None:
+            return LedgerFacts(exists=False)
+        meta, _ = got
+        return LedgerFacts(True, meta.last_entry_id if meta.is_closed else None)
+
+    return lookup
+
+
+def start_gc(storage: GcStorage, store: MetadataStore, interval_s: float) -> GarbageCollector:
+    gc = GarbageCollector(storage, metadata_lookup(store), GcSettings(interval_s=interval_s))
+    gc.start()
+    return gc
