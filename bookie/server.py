@@ -33,7 +33,9 @@ from bookie.malloc_tuning import tune_malloc
 from bookie.metrics import Metrics, serve_metrics
 from bookie.proto import bookie_pb2_grpc as pb_grpc
 from bookie.service import BookieService
+from bookie.gc_service import start_gc
 from bookie.storage import BookieStorage, StorageConfig
+from bookie.storage.gc import GarbageCollector
 from bookie.writable_again import WritableAgain
 from metadata import BookieInfo, BookieRegistry, MetadataError, open_store
 
@@ -60,6 +62,7 @@ class BookieServer:
         self.registration: Any = None
         self.disk_monitor: DiskMonitor | None = None
         self.writable_again: WritableAgain | None = None
+        self.gc: GarbageCollector | None = None  # bookie/gc_service.py
         self.metrics_server: Any = None
         self.port = cfg.port
         self.bookie_id = cfg.bookie_id or f"{cfg.host}:{cfg.port}"
@@ -134,6 +137,7 @@ class BookieServer:
             # monitor finds room again and the journal is reopened (bookie/writable_again.py).
             self.storage.on_journal_failure(self._on_journal_failure)
             self.disk_monitor.start()
+            self.gc = start_gc(self.storage, self.store, cfg.gc_interval_s)
         except BaseException:
             self.stop()
             raise
@@ -197,6 +201,8 @@ class BookieServer:
         log.info("bookie stopping bookie=%s", self.bookie_id)
         if self.disk_monitor is not None:
             self.disk_monitor.stop()
+        if self.gc is not None:
+            self.gc.stop()
         if self.registration is not None:
             try:
                 self.registration.close()
