@@ -98,6 +98,7 @@ class _SqliteRegistration:
         self._closed = threading.Event()
         self._lock = threading.Lock()
         self._store._put_ephemeral(path, value, self._owner, fail_if_other_owner=True, replace_if=replace_if)
+        self._refreshed_at = time.monotonic()
         self._thread = threading.Thread(target=self._heartbeat, name=f"heartbeat {path}", daemon=True)
         self._thread.start()
 
@@ -108,15 +109,23 @@ class _SqliteRegistration:
                 with self._lock:
                     if not self._closed.is_set():
                         self._store._put_ephemeral(self.path, self._value, self._owner, fail_if_other_owner=False, refresh_only=True)
+                        self._refreshed_at = time.monotonic()
             except MetadataError as exc:
                 log.warning("registration heartbeat failed path=%s error=%s", self.path, exc)
             except sqlite3.Error as exc:
                 log.warning("registration heartbeat failed path=%s error=%s", self.path, exc)
 
+    @property
+    def registered(self) -> bool:
+        """False once heartbeats have failed for a TTL: the row may have lapsed (and be re-created
+        by the next successful heartbeat)."""
+        return not self._closed.is_set() and time.monotonic() - self._refreshed_at < self._store.ttl_ms / 1000.0
+
     def update(self, value: bytes) -> None:
         with self._lock:
             self._value = value
             self._store._put_ephemeral(self.path, value, self._owner, fail_if_other_owner=False, recreate=True)
+            self._refreshed_at = time.monotonic()
 
     def close(self) -> None:
         with self._lock:

@@ -62,6 +62,12 @@ class BookieRegistration:
         self._handle.update(self.info.to_bytes())
         log.warning("bookie state changed bookie=%s read_only=%s", self.info.bookie_id, read_only)
 
+    @property
+    def registered(self) -> bool:
+        """False while the store may have dropped the registration (session lost, lease lapsed);
+        the store re-creates it when it can, and this turns True again."""
+        return bool(self._handle.registered)
+
     def close(self) -> None:
         self._handle.close()
 

@@ -40,6 +40,10 @@ class Watch(Protocol):
 class Registration(Protocol):
     path: str
 
+    @property
+    def registered(self) -> bool:
+        """Whether the node surely exists now (False after a session loss or lapse, until re-created)."""
+
     def update(self, value: bytes) -> None: ...
 
     def close(self) -> None: ...

@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from metadata import MetadataUnavailableError, open_store
+from metadata.registry import BookieInfo, BookieRegistry
 from metadata.zookeeper_store import ZooKeeperStore
 from pyspark_ledger.testing.zookeeper_server import LocalZooKeeper
 
@@ -87,7 +88,7 @@ def test_calls_fail_within_the_deadline_and_the_store_reconnects(own_zk: LocalZo
 def test_a_registration_is_not_registered_while_its_session_may_be_gone(own_zk: LocalZooKeeper) -> None:
     store, observer = _open(own_zk), None
     try:
-        reg = store.register_ephemeral("/bookies/b1", b"addr")
+        reg = BookieRegistry(store).register(BookieInfo("b1", "127.0.0.1:3181"))
         assert reg.registered
         own_zk.kill()
         deadline = time.monotonic() + HANG_BOUND_S
@@ -99,8 +100,8 @@ def test_a_registration_is_not_registered_while_its_session_may_be_gone(own_zk: 
             time.sleep(0.1)
         assert reg.registered
         observer = _open(own_zk)
-        got = observer.get("/bookies/b1")
-        assert got is not None and got.value == b"addr"
+        seen = BookieRegistry(observer).get("b1")
+        assert seen is not None and seen.address == "127.0.0.1:3181"
     finally:
         store.close()
         if observer is not None:
