@@ -9,6 +9,7 @@ from collections import OrderedDict
 from dataclasses import replace
 from typing import Callable
 
+from metadata import log_queries
 from metadata import log_segments as segs
 from metadata.errors import BadVersionError, MetadataError, NodeExistsError, NoNodeError
 from metadata.log_record import LogLedger, LogRecord
@@ -99,15 +100,29 @@ class LogManager:
         if version != expected_version:
             raise BadVersionError(log_path(name), expected_version, version)
         sealed = [lg.seq for lg in self.sealed_ledgers(name, old)] if old.seg_next else []
-        change = segs.plan_change(old, sealed, record)
+        # Every committed pair but the newest goes to its own record BEFORE the head CAS; the head
+        # keeps only the newest (the commit point carries it), written out after the CAS.
+        *earlier, newest = record.committed_batches or ((None, None),)
+        for query_id, batch_id in earlier:
+            log_queries.raise_batch(self.store, name, query_id, batch_id)
+        kept = () if newest[0] is None else (newest,)
+        change = segs.plan_change(old, sealed, replace(record, committed_batches=kept))
         self._write_segments(name, change)
         try:
             new_version = self.store.compare_and_set(log_path(name), segs.encode_head(change.head), expected_version)
         except NoNodeError:
             raise NoSuchLogError(f"no such log {name!r}") from None
+        if kept and kept != old.record.committed_batches[-1:]:
+            log_queries.raise_batch(self.store, name, kept[0][0], kept[0][1])
         for index in change.dropped_segments:
             self._delete_segment(name, index)
         return new_version
+
+    def committed_batch(self, record: LogRecord, query_id: str) -> int | None:
+        """The last batch committed by `query_id`: max(its record, the pair `record`'s head carries)."""
+        found = [b for b in (record.committed_batch(query_id), log_queries.read_batch(self.store, record.name, query_id))
+                 if b is not None]
+        return max(found) if found else None
 
     def _write_segments(self, name: str, change: segs.HeadChange) -> None:
         for index, ledgers in change.new_segments:

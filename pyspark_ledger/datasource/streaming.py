@@ -331,7 +331,7 @@ def commit_stream_batch(base: WriteJob, run_id: str, messages: list[StreamTaskRe
             sizes.append((r.entry_count, int(meta.length_bytes or 0)))
 
         def change(rec: LogRecord) -> LogRecord | None:
-            done = rec.committed_batch(query_id)
+            done = client.logs.committed_batch(rec, query_id)  # its own record or the head's last pair
             if done is not None and done >= batch_id:
                 replayed[0] = True
                 return None
