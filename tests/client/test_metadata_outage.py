@@ -41,6 +41,31 @@ def _append_until_error(writer: object, acked: list[bytes], failure: list[BaseEx
         acked.append(payload)
 
 
+def _check_calls_fail_while_gone(client: LedgerClient, ledger: object) -> None:
+    """Creating and opening (a ledger, a log writer) fail with an error, not a hang."""
+    calls = {
+        "create_ledger": client.create_ledger,
+        "open_ledger": lambda: client.open_ledger(ledger),  # type: ignore[arg-type]
+        "open_log_writer": lambda: client.open_log_writer("outage", create=False),
+    }
+    for name, call in calls.items():
+        errors: list[BaseException] = []
+
+        def run(call: "object" = call) -> None:
+            try:
+                call()  # type: ignore[operator]
+            except Exception as exc:  # noqa: BLE001 - inspected below
+                errors.append(exc)
+
+        started = time.monotonic()
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        t.join(HANG_BOUND_S)
+        assert not t.is_alive(), f"{name} hung with ZooKeeper gone"
+        assert errors, f"{name} succeeded with ZooKeeper gone"
+        print(f"{name}: {type(errors[0]).__name__} after {time.monotonic() - started:.2f} s: {errors[0]}")
+
+
 def test_zookeeper_killed_during_appends_with_rollovers(own_zk: LocalZooKeeper, tmp_path: Path) -> None:
     uri = own_zk.uri("/outage") + "?session_timeout_ms=6000"
     with LocalCluster(3, metadata_uri=uri, work_dir=tmp_path / "cluster"):
@@ -61,6 +86,7 @@ def test_zookeeper_killed_during_appends_with_rollovers(own_zk: LocalZooKeeper, 
             assert not appender.is_alive(), f"the writer hung with ZooKeeper gone ({HANG_BOUND_S:g} s)"
             assert failure, "the appender ended without an error"
             print(f"writer error {time.monotonic() - killed_at:.2f} s after the kill: {failure[0]!r}")
+            _check_calls_fail_while_gone(client, writer.current_ledger)
             own_zk.start()
             try:
                 writer.close()  # the stopped writer: the new writer below owns the log either way
