@@ -92,6 +92,11 @@ def test_zookeeper_killed_during_appends_with_rollovers(own_zk: LocalZooKeeper, 
                 writer.close()  # the stopped writer: the new writer below owns the log either way
             except Exception as exc:  # noqa: BLE001 - a stopped writer may refuse to close
                 print(f"closing the stopped writer: {exc!r}")
+            # The bookies' sessions survived or they re-registered: all three are back in the registry.
+            deadline = time.monotonic() + HANG_BOUND_S
+            while len(client.bookies()) < 3 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert len(client.bookies()) == 3, f"bookies registered after the outage: {client.bookies()}"
             successor = client.open_log_writer("outage", create=False, rollover_entries=4)
             more = [b"after-%d" % i for i in range(10)]
             for payload in more:
