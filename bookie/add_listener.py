@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import threading
 import time
 
 from google.protobuf.message import DecodeError
 
 from bookie.add_handler import AddHandler, encode_add_response
+from bookie.tls import cert_identity
 from bookie.proto import bookie_pb2 as pb
 from bookie.proto.add_framing import (
     HELLO,
@@ -42,12 +44,38 @@ log = logging.getLogger(__name__)
 HELLO_TIMEOUT_S = 5.0
 CONNECTIONS_MAX_DEFAULT = 256
 _ACCEPT_ERROR_PAUSE_S = 0.1  # e.g. out of file descriptors: do not spin
+_TLS_HANDSHAKE_BYTE = 0x16  # a TLS record of type handshake: how a ClientHello begins
+
+
+def _linger_close(conn: socket.socket) -> None:
+    """Close a refused connection without a TCP reset: a close with the client's bytes unread
+    resets the connection, and the client would then see 'connection reset' instead of the TLS
+    alert or the end of stream that says why. Bounded: 1 s, 64 KiB."""
+    try:
+        if isinstance(conn, ssl.SSLSocket):
+            conn = socket.socket(fileno=conn.detach())
+        conn.shutdown(socket.SHUT_WR)
+        conn.settimeout(1.0)
+        drained = 0
+        while drained < 64 * 1024 and (chunk := conn.recv(4096)):
+            drained += len(chunk)
+    except OSError:
+        pass  # the client went first
+    finally:
+        conn.close()
 
 
 class AddListener:
-    def __init__(self, handler: AddHandler, host: str, port: int, *, connections_max: int = CONNECTIONS_MAX_DEFAULT):
+    def __init__(self, handler: AddHandler, host: str, port: int, *, connections_max: int = CONNECTIONS_MAX_DEFAULT,
+                 ssl_context: ssl.SSLContext | None = None, allow_plaintext: bool = False):
+        """ssl_context: TLS on every connection (bookie/tls.py), plaintext ones refused unless
+        allow_plaintext (told apart by their first byte)."""
         self.handler = handler
         self.connections_max = connections_max
+        self._ssl_context = ssl_context
+        self._allow_plaintext = allow_plaintext
+        # The verified client identity of each mutual-TLS connection, for authorization.
+        self._identities: dict[socket.socket, str] = {}
         try:
             self._sock = socket.create_server((host, port), backlog=128)
         except OSError as exc:
@@ -65,6 +93,40 @@ class AddListener:
     def connections(self) -> int:
         with self._lock:
             return len(self._conns)
+
+    def peer_identities(self) -> list[str]:
+        """The client certificate identities (bookie.tls.cert_identity) of the open connections."""
+        with self._lock:
+            return list(self._identities.values())
+
+    def _secure(self, conn: socket.socket, peer: object) -> socket.socket:
+        """The connection after the TLS handshake (or as is when plaintext is allowed and the client
+        speaks it); FramingError for a refused one."""
+        if self._ssl_context is None:
+            return conn
+        first = conn.recv(1, socket.MSG_PEEK)
+        if first and first[0] != _TLS_HANDSHAKE_BYTE:
+            if self._allow_plaintext:
+                return conn
+            _linger_close(conn)
+            raise FramingError("a plaintext connection, and this bookie requires TLS")
+        tls_conn = self._ssl_context.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
+        try:
+            tls_conn.do_handshake()
+        except ssl.SSLError as exc:
+            _linger_close(tls_conn)  # the alert we sent reaches the client (no reset first)
+            detail = getattr(exc, "verify_message", None) or exc.reason or str(exc)
+            raise FramingError(f"TLS handshake failed: {detail}") from None
+        identity = cert_identity(tls_conn.getpeercert())
+        with self._lock:  # close() must shut down the TLS socket (the raw one is detached now)
+            thread = self._conns.pop(conn, None)
+            if thread is not None:
+                self._conns[tls_conn] = thread
+            if identity:
+                self._identities[tls_conn] = identity
+        if identity:
+            log.info("add connection peer=%s identity=%s", peer, identity)
+        return tls_conn
 
     def _accept_loop(self) -> None:
         while True:
@@ -90,9 +152,11 @@ class AddListener:
             t.start()
 
     def _serve(self, conn: socket.socket, peer: object) -> None:
+        raw = conn
         try:
             prepare_socket(conn)
             conn.settimeout(HELLO_TIMEOUT_S)
+            conn = self._secure(conn, peer)
             version = parse_hello(recv_exactly(conn, HELLO_BYTES))
             conn.sendall(HELLO)  # our version: a client of another version closes and says so
             if version != VERSION:
@@ -117,7 +181,9 @@ class AddListener:
         finally:
             conn.close()
             with self._lock:
+                self._conns.pop(raw, None)
                 self._conns.pop(conn, None)
+                self._identities.pop(conn, None)
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop accepting, end every connection (a request being journaled finishes first), and

@@ -61,6 +61,13 @@ class BookieConfig:
     minor_compaction_threshold: float = 0.2
     major_compaction_threshold: float = 0.8
     compaction_rate_mb_s: float = 50.0
+    # TLS (docs/security.md): with a certificate and key every listener speaks TLS only.
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None  # the CA client certificates must be signed by (mutual TLS)
+    tls_client_auth: bool = False
+    allow_plaintext: bool = False  # with TLS on: the add listener also takes plaintext connections
+    metrics_host: str = "127.0.0.1"  # the metrics endpoint is local unless asked otherwise
 
     def validate(self) -> None:
         if not 0 <= self.port < 65536:
@@ -77,6 +84,10 @@ class BookieConfig:
         if not 0 <= self.minor_compaction_threshold <= self.major_compaction_threshold < 1.0:
             raise ConfigError("compaction thresholds must satisfy 0 <= --minor-compaction-threshold "
                               "<= --major-compaction-threshold < 1")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ConfigError("--tls-cert and --tls-key go together (the bookie's certificate and its private key)")
+        if self.tls_client_auth and not (self.tls_cert and self.tls_ca):
+            raise ConfigError("--tls-client-auth needs --tls-cert, --tls-key and --tls-ca (the CA of client certificates)")
         if self.grpc_workers < 4:
             raise ConfigError("--grpc-workers must be at least 4")
         if self.max_entry_size_bytes <= 0 or self.max_entry_size_bytes > GRPC_MESSAGE_BYTES_MAX // 2:
@@ -100,6 +111,13 @@ _FLAG_HELP = {
     "disk_usage_lwm_threshold": "turn writable again at or below this fraction (default 0.90)",
     "repair_journal": "open even if the journal is corrupt in the middle (answers UNKNOWN for what it lacks)",
     "fsync": "fsync the journal (default on; --no-fsync is for tests only)",
+    "tls_cert": "PEM certificate of this bookie: with --tls-key, gRPC and the add listener speak TLS only",
+    "tls_key": "PEM private key of --tls-cert",
+    "tls_ca": "PEM CA certificate(s) that client certificates must be signed by (with --tls-client-auth)",
+    "tls_client_auth": "mutual TLS: refuse clients without a certificate signed by --tls-ca",
+    "allow_plaintext": "with TLS on, let the add listener also accept plaintext connections (migration only; "
+                       "gRPC stays TLS-only)",
+    "metrics_host": "address of the metrics endpoint (default 127.0.0.1: local only)",
 }
 
 

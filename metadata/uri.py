@@ -4,13 +4,16 @@
 
 op_timeout_ms is the deadline of every metadata call (default: the session timeout, 10 s).
     sqlite:///absolute/path/to/metadata.db[?ttl_ms=N&poll_ms=N]
+
+Either may also carry the client's bookie TLS settings, tls_ca=, tls_cert=, tls_key= (file
+paths, docs/security.md): tls_params() returns them, and the store ignores them.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from metadata.errors import InvalidUriError
 from metadata.store import MetadataStore
@@ -19,6 +22,25 @@ _HOST_RE = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.\-]+):(\d{1,5})$")
 DEFAULT_ZK_ROOT = "/ledgers"
 _ZK_PARAMS = {"session_timeout_ms", "connect_timeout_ms", "op_timeout_ms"}
 _SQLITE_PARAMS = {"ttl_ms", "poll_ms"}
+TLS_PARAMS = ("tls_ca", "tls_cert", "tls_key")  # for the bookie connections, not the store
+
+
+def _split_tls(uri: str) -> tuple[str, dict[str, str]]:
+    """The URI without its TLS query parameters, and those parameters."""
+    base, sep, query = uri.partition("?")
+    if not sep:
+        return uri, {}
+    pairs = parse_qsl(query, keep_blank_values=True)
+    tls = {k: v for k, v in pairs if k in TLS_PARAMS}
+    if not tls:
+        return uri, {}
+    rest = [(k, v) for k, v in pairs if k not in TLS_PARAMS]
+    return (base + "?" + urlencode(rest)) if rest else base, tls
+
+
+def tls_params(uri: str) -> dict[str, str]:
+    """The tls_ca / tls_cert / tls_key query parameters of a metadata URI (absent ones left out)."""
+    return _split_tls(uri.strip())[1] if isinstance(uri, str) else {}
 
 
 @dataclass(frozen=True)
@@ -43,7 +65,7 @@ def _int_params(uri: str, query: str, allowed: set[str]) -> dict[str, int]:
 def parse_uri(uri: str) -> StoreUri:
     if not isinstance(uri, str) or not uri.strip():
         raise InvalidUriError("empty metadata service URI")
-    uri = uri.strip()
+    uri = _split_tls(uri.strip())[0]
     if "://" not in uri:
         raise InvalidUriError(
             f"malformed metadata URI {uri!r}: expected zk://host:port/root or sqlite:///absolute/path.db"

@@ -11,6 +11,7 @@ Usable without pyspark or a JVM:
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from metadata import (
@@ -28,7 +29,9 @@ from metadata import (
 )
 from metadata.log_record import LogRecord
 from metadata.logs import LogManager
+from metadata.uri import tls_params
 from pyspark_ledger.transport.bookie_pool import BookiePool
+from pyspark_ledger.transport.tls import TlsSettings
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.ledger.context import LedgerContext
 from pyspark_ledger.protocol.placement import PlacementPolicy, RandomPlacement
@@ -58,14 +61,22 @@ class LedgerClient:
         rpc_timeout_s: float = 10.0,
         explicit_lac_interval_ms: int = 20,
         metadata_timeout_s: float | None = None,
+        tls_ca: str | Path | None = None,
+        tls_cert: str | Path | None = None,
+        tls_key: str | Path | None = None,
     ):
+        """tls_ca / tls_cert / tls_key: TLS to the bookies (docs/security.md); each defaults to
+        the metadata URI's query parameter of the same name."""
         self.metadata_uri = metadata_uri
+        uri_tls = tls_params(metadata_uri)
+        tls = TlsSettings.from_values(tls_ca or uri_tls.get("tls_ca"), tls_cert or uri_tls.get("tls_cert"),
+                                      tls_key or uri_tls.get("tls_key"))
         # The deadline of every metadata call (None: the URI's op_timeout_ms, else its session timeout).
         self.store = open_store(metadata_uri, timeout_s=metadata_timeout_s)
         self.ledgers = LedgerManager(self.store)
         self.logs = LogManager(self.store)
         self.registry = BookieRegistry(self.store)
-        self.pool = BookiePool(self.registry, add_timeout_s=add_timeout_s, rpc_timeout_s=rpc_timeout_s)
+        self.pool = BookiePool(self.registry, add_timeout_s=add_timeout_s, rpc_timeout_s=rpc_timeout_s, tls=tls)
         self.placement: PlacementPolicy = placement or RandomPlacement()
         self.add_timeout_s = add_timeout_s
         self.explicit_lac_interval_ms = explicit_lac_interval_ms

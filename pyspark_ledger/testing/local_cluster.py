@@ -47,7 +47,10 @@ class LocalBookie:
         bookie_id: str | None = None,
         extra_args: list[str] | None = None,
         log_path: str | Path | None = None,
+        client_tls: dict[str, str] | None = None,
     ):
+        """client_tls: tls_ca/tls_cert/tls_key to reach a TLS bookie (the readiness check)."""
+        self.client_tls = client_tls or {}
         self.metadata_uri = metadata_uri
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
@@ -80,9 +83,11 @@ class LocalBookie:
     def wait_serving(self, timeout_s: float = START_TIMEOUT_S) -> None:
         from pyspark_ledger.transport.bookie_client import BookieClient
         from pyspark_ledger.errors import BookieUnavailableError
+        from pyspark_ledger.transport.tls import TlsSettings
 
         deadline = time.monotonic() + timeout_s
-        client = BookieClient(self.bookie_id, self.address, rpc_timeout_s=1.0)
+        client = BookieClient(self.bookie_id, self.address, rpc_timeout_s=1.0,
+                              tls=TlsSettings.from_values(*(self.client_tls.get(k) for k in ("tls_ca", "tls_cert", "tls_key"))))
         try:
             while True:
                 if self.proc is None or self.proc.poll() is not None:
@@ -161,14 +166,22 @@ class LocalCluster:
         work_dir: str | Path | None = None,
         bookie_args: list[str] | None = None,
         bookie_id_prefix: str | None = None,
+        tls: bool = False,
+        tls_client_auth: bool = False,
     ):
         """bookie_id_prefix: name bookies <prefix><i> (stable across restarts, addresses come from
-        the registry) instead of by their random loopback address."""
+        the registry) instead of by their random loopback address. tls: TLS bookies with test
+        certificates made under work_dir/tls (self.certs); tls_client_auth: mutual TLS. Clients
+        then connect with `LedgerClient(c.metadata_uri, **c.client_tls)`."""
         self._own_dir = work_dir is None
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="ledger-cluster-"))
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.metadata_uri = metadata_uri or f"sqlite://{self.work_dir / 'metadata.db'}"
         self.bookie_args = bookie_args or []
+        self.certs = None
+        self.client_tls: dict[str, str] = {}
+        if tls or tls_client_auth:
+            self._enable_tls(tls_client_auth)
         self.bookies: list[LocalBookie] = []
         self.bookie_id_prefix = bookie_id_prefix
         self._num = num_bookies
@@ -188,12 +201,21 @@ class LocalCluster:
         return cls(num_bookies, metadata_uri=f"sqlite://{db}", work_dir=db.parent / "bookies",
                    bookie_args=bookie_args, bookie_id_prefix="bookie-")
 
+    def _enable_tls(self, client_auth: bool) -> None:
+        from pyspark_ledger.testing.certs import make_test_certificates
+
+        certs = self.certs = make_test_certificates(self.work_dir / "tls")
+        self.bookie_args = [*self.bookie_args, "--tls-cert", str(certs.bookie.cert), "--tls-key", str(certs.bookie.key),
+                            "--tls-ca", str(certs.ca), *(["--tls-client-auth"] if client_auth else [])]
+        self.client_tls = {"tls_ca": str(certs.ca), "tls_cert": str(certs.client.cert), "tls_key": str(certs.client.key)}
+
     def add_bookie(self, start: bool = True, extra_args: list[str] | None = None) -> LocalBookie:
         i = len(self.bookies)
         b = LocalBookie(
             self.metadata_uri, self.work_dir / f"bookie-{i}", extra_args=self.bookie_args + (extra_args or []),
             log_path=self.work_dir / f"bookie-{i}.log",
             bookie_id=None if self.bookie_id_prefix is None else f"{self.bookie_id_prefix}{i}",
+            client_tls=self.client_tls,
         )
         self.bookies.append(b)
         if start:

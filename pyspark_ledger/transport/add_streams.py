@@ -26,6 +26,7 @@ import logging
 import queue
 import select
 import socket
+import ssl
 import threading
 import time
 from collections import deque
@@ -52,6 +53,7 @@ from bookie.proto.add_framing import (
 from bookie.proto.wire import encode_varint
 from bookie.status import Status
 from pyspark_ledger.errors import BookieUnavailableError
+from pyspark_ledger.transport.tls_socket import TlsSocketIO, describe_tls_failure
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,11 @@ _SLOT_POLL_S = 0.5
 CONNECT_TIMEOUT_S = 5.0  # TCP connect plus the hello exchange
 # Unanswered requests on one plain-TCP add connection (see SocketAddStream).
 REQUESTS_IN_FLIGHT_MAX = 2
+
+_HELLO_REFUSED_PLAIN = ("the bookie closed the connection at the hello (does it require TLS? set tls_ca, "
+                        "and tls_cert/tls_key for mutual TLS)")
+_HELLO_REFUSED_TLS = ("the bookie closed the TLS connection at the hello (does it require a client certificate? "
+                      "set tls_cert/tls_key to one signed by the bookie's CA)")
 
 AddCallback = Callable[[Status, str], None]
 LedgerKey = tuple[int, int]
@@ -297,11 +304,14 @@ class SocketAddStream(AddStream):
     what is pending) by whoever notices trouble, and closed only once the reader is done with
     it and no sender can still be using it."""
 
-    def __init__(self, bookie_id: str, address: str, poller: StreamPoller):
+    def __init__(self, bookie_id: str, address: str, poller: StreamPoller, ssl_context: ssl.SSLContext | None = None):
         super().__init__(bookie_id)
         self.address = address
         self.poller = poller
+        self._ssl_context = ssl_context
         self.sock = self._connect(address)
+        # Over TLS, reads and sends go through one lock on a non-blocking socket (tls_socket.py).
+        self._tls = TlsSocketIO(self.sock) if isinstance(self.sock, ssl.SSLSocket) else None
         self.requests_in_flight = 0
         self.queued: deque[EncodedAddBatch] = deque()
         self._unread = b""  # the start of a frame whose rest has not arrived yet
@@ -324,12 +334,22 @@ class SocketAddStream(AddStream):
             raise BookieUnavailableError(self.bookie_id, f"add listener {address}: {exc}") from None
         try:
             prepare_socket(sock)
+            if self._ssl_context is not None:
+                sock = self._ssl_context.wrap_socket(sock, server_hostname=host.strip("[]"))
             sock.sendall(HELLO)
-            version = parse_hello(recv_exactly(sock, HELLO_BYTES))
+            reply = recv_exactly(sock, HELLO_BYTES)
+            if not reply:
+                raise FramingError(_HELLO_REFUSED_TLS if self._ssl_context else _HELLO_REFUSED_PLAIN)
+            version = parse_hello(reply)
             if version != VERSION:
                 raise FramingError(f"the bookie speaks add protocol version {version}, this client {VERSION}")
             start_frames(sock)
+            if isinstance(sock, ssl.SSLSocket):
+                sock.setblocking(False)  # see tls_socket.TlsSocketIO
             return sock
+        except ssl.SSLError as exc:
+            sock.close()
+            raise BookieUnavailableError(self.bookie_id, f"add listener {address}: {describe_tls_failure(exc)}") from None
         except (OSError, FramingError) as exc:
             sock.close()
             raise BookieUnavailableError(self.bookie_id, f"add listener {address}: {exc}") from None
@@ -337,6 +357,8 @@ class SocketAddStream(AddStream):
     def answers_waiting(self) -> bool:
         if self._reader_done:
             return False
+        if self._tls is not None and self._tls.pending():
+            return True  # decrypted bytes that select() cannot see
         try:
             readable, _, _ = select.select([self.sock], [], [], 0)
         except (OSError, ValueError):
@@ -374,7 +396,10 @@ class SocketAddStream(AddStream):
         try:
             data = batches[0].request() if len(batches) == 1 else frame([b.frame for b in batches])
             with self._send_lock:
-                self.sock.sendall(data)
+                if self._tls is not None:
+                    self._tls.sendall(data)
+                else:
+                    self.sock.sendall(data)
         except (OSError, FramingError) as exc:
             self._break(f"add connection to {self.address} failed: {exc}")
         finally:
@@ -389,7 +414,12 @@ class SocketAddStream(AddStream):
         if self._reader_done:
             return
         try:
-            data = self.sock.recv(RECV_BYTES, socket.MSG_DONTWAIT)
+            if self._tls is not None:
+                data = self._tls.recv_available(RECV_BYTES)
+                if data is None:
+                    return  # only part of a TLS record arrived
+            else:
+                data = self.sock.recv(RECV_BYTES, socket.MSG_DONTWAIT)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:

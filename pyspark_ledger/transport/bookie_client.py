@@ -30,6 +30,7 @@ from pyspark_ledger.transport.add_streams import (
 )
 from pyspark_ledger.errors import BookieUnavailableError
 from pyspark_ledger.transport.run_response import RunResponse, parse_run_response
+from pyspark_ledger.transport.tls import TlsSettings, grpc_failure_hint
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +62,12 @@ def channel_options() -> list[tuple[str, int]]:
 class BookieClient:
     """`add_address`: where the bookie's add listener is ("" = none: add over gRPC), or a
     function that looks it up, called whenever an add stream opens (BookiePool passes one that
-    reads the bookie's registration)."""
+    reads the bookie's registration). `tls`: encrypt both transports and verify the bookie's
+    certificate (pyspark_ledger.transport.tls); None = plaintext."""
 
     def __init__(self, bookie_id: str, address: str, *, add_address: str | Callable[[], str] = "",
-                 add_timeout_s: float = 10.0, rpc_timeout_s: float = 10.0, poller: AddPoller | None = None):
+                 add_timeout_s: float = 10.0, rpc_timeout_s: float = 10.0, poller: AddPoller | None = None,
+                 tls: TlsSettings | None = None):
         self.bookie_id = bookie_id
         # The pool's clients share one poller (one epoll set for all their add connections); a
         # client made on its own gets its own with its first add connection.
@@ -74,7 +77,10 @@ class BookieClient:
         self._add_address = add_address
         self.add_timeout_s = add_timeout_s
         self.rpc_timeout_s = rpc_timeout_s
-        self._channel = grpc.insecure_channel(address, options=channel_options())
+        self._tls = tls
+        self._ssl_context = tls.ssl_context() if tls is not None else None
+        self._channel = (grpc.secure_channel(address, tls.channel_credentials(), options=channel_options())
+                         if tls is not None else grpc.insecure_channel(address, options=channel_options()))
         self._stub = pb_grpc.BookieStub(self._channel)
         # The add stream sends pre-serialized requests (see EncodedAddBatch).
         self._add_method = self._channel.stream_stream(
@@ -128,7 +134,7 @@ class BookieClient:
                 add_address = lookup() if callable(lookup) else lookup
                 if add_address and self.poller is None:
                     self.poller = AddPoller(f"add-poller {self.bookie_id}")
-                self._stream = (SocketAddStream(self.bookie_id, add_address, self.poller) if add_address
+                self._stream = (SocketAddStream(self.bookie_id, add_address, self.poller, self._ssl_context) if add_address
                                 else GrpcAddStream(self.bookie_id, self._add_method))
             return self._stream
 
@@ -155,7 +161,9 @@ class BookieClient:
         try:
             return method(request, timeout=timeout_s or self.rpc_timeout_s)
         except grpc.RpcError as exc:
-            raise BookieUnavailableError(self.bookie_id, f"{exc.code().name} {exc.details() or ''}".strip()) from None
+            details = exc.details() or ""
+            message = f"{exc.code().name} {details}".strip() + grpc_failure_hint(details, self._tls)
+            raise BookieUnavailableError(self.bookie_id, message) from None
 
     def read(
         self, ledger: LedgerKey, first: int, last: int, *, max_entries: int = 0, max_bytes: int = 0,

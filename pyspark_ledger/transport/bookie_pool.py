@@ -18,6 +18,7 @@ from typing import Callable
 from metadata import BookieInfo, BookieRegistry, MetadataError
 from pyspark_ledger.transport.add_poller import AddPoller
 from pyspark_ledger.transport.bookie_client import BookieClient
+from pyspark_ledger.transport.tls import TlsSettings
 from pyspark_ledger.errors import BookieUnavailableError
 
 log = logging.getLogger(__name__)
@@ -40,8 +41,10 @@ class Faults:
 
 
 class BookiePool:
-    def __init__(self, registry: BookieRegistry, *, add_timeout_s: float = 10.0, rpc_timeout_s: float = 10.0):
+    def __init__(self, registry: BookieRegistry, *, add_timeout_s: float = 10.0, rpc_timeout_s: float = 10.0,
+                 tls: TlsSettings | None = None):
         self.registry = registry
+        self.tls = tls  # every bookie connection's TLS settings (None: plaintext)
         self.add_timeout_s = add_timeout_s
         self.rpc_timeout_s = rpc_timeout_s
         self.faults = Faults()
@@ -78,7 +81,7 @@ class BookiePool:
             if client is None:
                 client = BookieClient(bookie_id, address, add_address=lambda: self._add_address(bookie_id),
                                       add_timeout_s=self.add_timeout_s, rpc_timeout_s=self.rpc_timeout_s,
-                                      poller=self.poller)
+                                      poller=self.poller, tls=self.tls)
                 self._clients[bookie_id] = client
             return client
 
