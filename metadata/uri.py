@@ -1,9 +1,9 @@
 """Metadata service URIs and open_store(), which picks the implementation from the scheme.
 
     zk://host:port[,host:port...]/root/path[?session_timeout_ms=N&connect_timeout_ms=N&op_timeout_ms=N]
-
-op_timeout_ms is the deadline of every metadata call (default: the session timeout, 10 s).
     sqlite:///absolute/path/to/metadata.db[?ttl_ms=N&poll_ms=N]
+
+op_timeout_ms is the deadline of every ZooKeeper call (default: the session timeout, 10 s).
 
 Either may also carry the client's bookie TLS settings, tls_ca=, tls_cert=, tls_key= (file
 paths, docs/security.md): tls_params() returns them, and the store ignores them.
