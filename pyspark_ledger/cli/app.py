@@ -75,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="ledger", description="pyspark-ledger admin shell")
     ap.add_argument("--metadata-uri", help=f"zk://host:port/root or sqlite:///path.db (else ${ENV_URI} or the config file)")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
+    # TLS to the bookies (docs/security.md); also tls_ca=... query parameters of the metadata URI.
+    ap.add_argument("--tls-ca", help="PEM CA that signed the bookies' certificates: talk TLS to the bookies")
+    ap.add_argument("--tls-cert", help="PEM client certificate, for bookies that require one (mutual TLS)")
+    ap.add_argument("--tls-key", help="PEM private key of --tls-cert")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     # `--json` is accepted after the command too (`ledger listledgers --json`).
@@ -202,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
             uri = resolve_metadata_uri(args.metadata_uri)
             from pyspark_ledger.client import LedgerClient
 
-            client = LedgerClient(uri, add_timeout_s=10)
+            client = LedgerClient(uri, add_timeout_s=10, tls_ca=args.tls_ca, tls_cert=args.tls_cert,
+                                  tls_key=args.tls_key)
         return HANDLERS[args.command](client, args)
     except UsageError as exc:
         print(f"ledger: {exc}", file=sys.stderr)
