@@ -3,6 +3,7 @@ ledger lookup per local ledger through LedgerManager."""
 
 from __future__ import annotations
 
+from bookie.config import BookieConfig
 from bookie.storage.engine_types import LedgerKey
 from bookie.storage.gc import GarbageCollector, GcSettings, GcStorage, LedgerFacts
 from metadata.ledgers import LedgerManager
@@ -24,7 +25,13 @@ def metadata_lookup(store: MetadataStore):  # type: ignore[no-untyped-def]
     return lookup
 
 
-def start_gc(storage: GcStorage, store: MetadataStore, interval_s: float) -> GarbageCollector:
-    gc = GarbageCollector(storage, metadata_lookup(store), GcSettings(interval_s=interval_s))
+def start_gc(storage: GcStorage, store: MetadataStore, cfg: BookieConfig) -> GarbageCollector:
+    settings = GcSettings(
+        interval_s=cfg.gc_interval_s,
+        minor_compaction_threshold=cfg.minor_compaction_threshold,
+        major_compaction_threshold=cfg.major_compaction_threshold,
+        compaction_rate_bytes_s=cfg.compaction_rate_mb_s * 2**20,
+    )
+    gc = GarbageCollector(storage, metadata_lookup(store), settings)
     gc.start()
     return gc

@@ -41,6 +41,7 @@ from bookie.storage.config import (
 from bookie.storage.durable_files import TMP_SUFFIX, remove_tmp_files
 from bookie.storage.engine_apply import ApplyMixin
 from bookie.storage.engine_checkpoint import CheckpointMixin
+from bookie.storage.engine_compaction import CompactionMixin
 from bookie.storage.engine_gc import GcMixin
 from bookie.storage.engine_modes import UNCERTAIN_MARKER_NAME, ModesMixin
 from bookie.storage.engine_reads import ReadPathMixin
@@ -85,7 +86,8 @@ MASTER_KEY_RECORD_BYTES_MAX = (
 )
 
 
-class BookieStorage(ApplyMixin, ReadPathMixin, ModesMixin, CheckpointMixin, GcMixin):
+class BookieStorage(ApplyMixin, ReadPathMixin, ModesMixin, CheckpointMixin, GcMixin,
+                    CompactionMixin):
     """Thread-safe: every public method may be called from any thread."""
 
     def __init__(self, config: StorageConfig, lock_fd: int) -> None:

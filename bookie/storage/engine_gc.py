@@ -56,9 +56,9 @@ class GcMixin:
         self.checkpoint()  # the deletions that made logs dead are durable before any unlink
         usage = self.entry_log_usage()
         referenced = self._referenced_logs()
-        current = self._logs.current_id
+        keep = {self._logs.current_id, *self._logs.protected}
         dead = [log_id for log_id, (_, live) in usage.items()
-                if live == 0 and log_id != current and log_id not in referenced]
+                if live == 0 and log_id not in keep and log_id not in referenced]
         freed = 0
         for log_id in sorted(dead):
             with self._lock:

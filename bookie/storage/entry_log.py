@@ -34,6 +34,8 @@ class EntryLogs:
         self._fds: dict[int, int] = {}
         self._unsynced: set[int] = set()
         self._unsynced_lock = threading.Lock()
+        self._id_lock = threading.Lock()  # ids are taken by the writer and by compaction
+        self._protected: set[int] = set()  # compaction targets being written: never removed
         highest = 0
         for p in sorted(directory.glob("*" + ENTRY_LOG_SUFFIX)):
             try:
@@ -50,7 +52,13 @@ class EntryLogs:
         self._current_id = 0
         self._current_fd = -1
         self._current_size = 0
-        self._open_new(highest + 1)
+        self._highest_id = highest
+        self._open_new(self._allocate_id())
+
+    def _allocate_id(self) -> int:
+        with self._id_lock:
+            self._highest_id += 1
+            return self._highest_id
 
     def _open_new(self, log_id: int) -> None:
         ensure(log_id <= LOCATION_LOG_ID_MAX, f"entry log id {log_id} exceeds the location format")
@@ -100,14 +108,14 @@ class EntryLogs:
     def roll(self) -> None:
         """Start a new log now (after a failed append: nothing is appended after its torn end).
         Skips an id a failed earlier attempt already created."""
-        log_id = self._current_id + 1
+        log_id = self._allocate_id()
         while entry_log_path(self._directory, log_id).exists():
-            log_id += 1
+            log_id = self._allocate_id()
         self._open_new(log_id)
 
     def _roll(self) -> None:
         # The old fd stays open for reads; the checkpoint fsyncs it through the same fd.
-        self._open_new(self._current_id + 1)
+        self._open_new(self._allocate_id())
 
     def pread(self, log_id: int, offset: int, size: int) -> bytes:
         """Raises KeyError for an unknown log id, OSError on I/O errors."""
@@ -128,14 +136,39 @@ class EntryLogs:
             raise
         return len(todo)
 
+    def open_side_log(self) -> tuple[int, int]:
+        """A new log compaction writes into (never the current one); protected from removal
+        until release_side_log. Returns (log id, fd)."""
+        log_id = self._allocate_id()
+        fd = os.open(entry_log_path(self._directory, log_id), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        if self._fsync:
+            fsync_dir(self._directory)
+        self._protected.add(log_id)
+        self._fds[log_id] = fd
+        return log_id, fd
+
+    def release_side_log(self, log_id: int) -> None:
+        self._protected.discard(log_id)
+
+    @property
+    def protected(self) -> frozenset[int]:
+        return frozenset(self._protected)
+
     def sizes(self) -> dict[int, int]:
         """Size in bytes of every open entry log, by log id."""
-        return {log_id: os.fstat(fd).st_size for log_id, fd in list(self._fds.items())}
+        out: dict[int, int] = {}
+        for log_id, fd in list(self._fds.items()):
+            try:
+                out[log_id] = os.fstat(fd).st_size
+            except OSError:
+                continue  # removed meanwhile
+        return out
 
     def remove(self, log_id: int) -> int:
         """Close and delete a log no index location points into any more (never the current
         one); returns the bytes freed. The caller guarantees no read is using it."""
-        ensure(log_id != self._current_id, "the current entry log cannot be removed")
+        ensure(log_id != self._current_id and log_id not in self._protected,
+               "the current entry log and compaction targets cannot be removed")
         fd = self._fds.pop(log_id, None)
         if fd is None:
             return 0

@@ -42,6 +42,7 @@ class GcStorage(Protocol):
     def reclaim_entry_logs(self) -> int: ...
     def entry_log_usage(self) -> dict[int, tuple[int, int]]: ...
     def disk_usage(self) -> tuple[int, int]: ...
+    def compact_entry_logs(self, threshold: float, rate_bytes_s: float) -> tuple[int, int]: ...
 
 
 @dataclass
@@ -49,6 +50,10 @@ class GcSettings:
     interval_s: float = 300.0
     max_ledgers_per_scan: int = 100_000  # bound on one scan; the rest waits for the next
     lookups_per_s: float = 1000.0  # rate limit on metadata reads
+    minor_compaction_threshold: float = 0.2  # every round: logs under 20% live
+    major_compaction_threshold: float = 0.8  # every major_every_rounds-th round and run_now
+    major_every_rounds: int = 12
+    compaction_rate_bytes_s: float = 50.0 * 2**20
 
 
 class GarbageCollector:
@@ -80,18 +85,23 @@ class GarbageCollector:
     def _loop(self) -> None:
         while not self._stop.wait(self._settings.interval_s):
             try:
-                self.run_now()
+                major = (self._counters["gc_runs"] + 1) % max(self._settings.major_every_rounds, 1) == 0
+                self.run_now(major=major)
             except Exception:  # noqa: BLE001 - a failed round is retried at the next interval
                 log.exception("gc round failed; will retry")
 
-    def run_now(self, progress: Progress | None = None) -> dict[str, Any]:
-        """One GC round now (the operator's `triggergc`); returns stats()."""
+    def run_now(self, progress: Progress | None = None, major: bool = True) -> dict[str, Any]:
+        """One GC round now (the operator's `triggergc`): the scan, removal of dead entry logs,
+        then a compaction (major by default); returns stats()."""
         with self._run_lock:
             started = time.monotonic()
             deleted, errors, capped = self._scan(progress)
             freed = self._storage.reclaim_entry_logs()
             if progress is not None:
                 progress("reclaim", 1, 1)
+            freed += self._compact(major)
+            if progress is not None:
+                progress("compaction", 1, 1)
             c = self._counters
             c["gc_runs"] += 1
             c["last_gc_time"] = time.time()
@@ -128,6 +138,17 @@ class GarbageCollector:
             if pause:
                 self._stop.wait(pause)
         return deleted, errors, capped
+
+    def _compact(self, major: bool) -> int:
+        st = self._settings
+        threshold = st.major_compaction_threshold if major else st.minor_compaction_threshold
+        if threshold <= 0:
+            return 0
+        logs, freed = self._storage.compact_entry_logs(threshold, st.compaction_rate_bytes_s)
+        if logs:
+            self._counters["compaction_runs"] += 1
+            self._counters["last_compaction_time"] = time.time()
+        return freed
 
     def stats(self) -> dict[str, Any]:
         usage = self._storage.entry_log_usage()

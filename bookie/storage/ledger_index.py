@@ -145,6 +145,20 @@ class LedgerIndex:
             plens[slot] = lens[k]
             self.size_bytes += lens[k]
 
+    def relocate(self, entry_id: int, old_loc: int, new_loc: int) -> bool:
+        """Point entry_id at new_loc (HOLE: drop it) if it still points at old_loc (compaction:
+        an entry rewritten or deleted meanwhile keeps its newer state)."""
+        page = self.pages.get(entry_id >> INDEX_PAGE_BITS)
+        slot = entry_id - page.base if page is not None else -1
+        if page is None or not 0 <= slot < len(page.locs) or page.locs[slot] != old_loc:
+            return False
+        page.locs[slot] = new_loc
+        if new_loc == HOLE:
+            self.count -= 1
+            self.size_bytes -= page.lens[slot]
+            page.lens[slot] = 0
+        return True
+
     # ---- reads --------------------------------------------------------------------------
 
     def get(self, entry_id: int) -> tuple[int, int] | None:

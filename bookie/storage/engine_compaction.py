@@ -1,0 +1,104 @@
+"""The storage engine's compaction: the live entries of entry logs whose live fraction is under
+a threshold are copied into a new log, the index is pointed at the copies, and the old logs are
+removed (engine_gc.reclaim_entry_logs).
+
+Crash safety, step by step: (1) the copies are written to a new log and fsynced; nothing
+points into it yet, so a crash leaves an unreferenced log that the next open removes.
+(2) The in-memory index is switched to the copies (only entries still at their old location:
+a ledger deleted meanwhile keeps its deletion). (3) A checkpoint makes the switch durable;
+before it the durable index still points into the old logs, which still exist. (4) The old logs,
+now unreferenced, are removed; a crash before that leaves them for the next open to remove.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+
+from bookie.storage import records
+from bookie.storage.engine_types import LedgerKey
+from bookie.storage.ledger_index import HOLE, pack_location, unpack_location
+
+log = logging.getLogger(__name__)
+
+# Free space kept beyond the bytes a compaction copies, so that it never fills the disk.
+COMPACTION_FREE_MARGIN_BYTES = 64 * 2**20
+# Entries copied between two rate-limit sleeps (bounds one sleep).
+THROTTLE_CHUNK_BYTES = 1 * 2**20
+
+Move = tuple[LedgerKey, int, int, int]  # ledger, entry id, location, length
+
+
+class CompactionMixin:
+    """Part of BookieStorage (engine.py): uses its fields and lock."""
+
+    def compaction_candidates(self, threshold: float) -> dict[int, tuple[int, int]]:
+        """Entry logs (never the current one) whose live fraction is under threshold."""
+        keep = {self._logs.current_id, *self._logs.protected}
+        return {log_id: (size, live) for log_id, (size, live) in self.entry_log_usage().items()
+                if log_id not in keep and size > 0 and live / size < threshold}
+
+    def compact_entry_logs(self, threshold: float, rate_bytes_s: float) -> tuple[int, int]:
+        """Rewrite the logs under threshold; returns (logs compacted, bytes reclaimed)."""
+        candidates = self.compaction_candidates(threshold)
+        if not candidates:
+            return 0, 0
+        to_copy = sum(live for _, live in candidates.values())
+        free = shutil.disk_usage(self._data_dir).free
+        if to_copy + COMPACTION_FREE_MARGIN_BYTES > free:
+            log.warning("compaction skipped: the disk is too full to copy live_bytes=%d free=%d "
+                        "margin=%d logs=%d", to_copy, free, COMPACTION_FREE_MARGIN_BYTES,
+                        len(candidates))
+            return 0, 0
+        copies, tails = self._entries_in(set(candidates))
+        side_id, fd = self._logs.open_side_log()
+        try:
+            moved = self._copy_entries(copies, side_id, fd, rate_bytes_s)
+            with self._lock:
+                for ledger, entry_id, old, new in moved + [(l, e, o, HOLE) for l, e, o, _ in tails]:
+                    meta = self._ledgers.get(ledger)
+                    if meta is not None and not meta.deleted and meta.index.relocate(entry_id, old, new):
+                        self._dirty.add(ledger)
+            freed = self.reclaim_entry_logs()
+        finally:
+            self._logs.release_side_log(side_id)
+        log.info("compaction done logs=%d entries_copied=%d dirty_tail_entries_dropped=%d "
+                 "freed_bytes=%d", len(candidates), len(moved), len(tails), freed)
+        return len(candidates), freed
+
+    def _entries_in(self, log_ids: set[int]) -> tuple[list[Move], list[Move]]:
+        """(live entries, dirty-tail entries) of existing ledgers stored in log_ids."""
+        copies: list[Move] = []
+        tails: list[Move] = []
+        with self._lock:
+            metas = [(k, m) for k, m in self._ledgers.items() if not m.deleted]
+        for ledger, meta in metas:
+            cap = meta.closed_last
+            for entry_id, loc, length in list(meta.index.items()):
+                if unpack_location(loc)[0] in log_ids:
+                    dest = tails if cap is not None and entry_id > cap else copies
+                    dest.append((ledger, entry_id, loc, length))
+        return copies, tails
+
+    def _copy_entries(self, copies: list[Move], side_id: int, fd: int,
+                      rate_bytes_s: float) -> list[tuple[LedgerKey, int, int, int]]:
+        moved: list[tuple[LedgerKey, int, int, int]] = []
+        offset = chunk = 0
+        started = time.monotonic()
+        for ledger, entry_id, loc, length in copies:
+            log_id, at = unpack_location(loc)
+            data = self._logs.pread(log_id, at, records.ENTRY_HEADER_BYTES + length)
+            os.pwrite(fd, data, offset)
+            moved.append((ledger, entry_id, loc, pack_location(side_id, offset)))
+            offset += len(data)
+            chunk += len(data)
+            if chunk >= THROTTLE_CHUNK_BYTES and rate_bytes_s > 0:
+                chunk = 0
+                ahead = offset / rate_bytes_s - (time.monotonic() - started)
+                if ahead > 0:
+                    time.sleep(min(ahead, 1.0))
+        if self._config.fsync:
+            os.fsync(fd)  # the copies are durable before any index points at them
+        return moved
