@@ -36,6 +36,7 @@ from bookie.service import BookieService
 from bookie.gc_service import start_gc
 from bookie.storage import BookieStorage, StorageConfig
 from bookie.storage.gc import GarbageCollector
+from bookie.tls import TlsSetupError, grpc_server_credentials, server_ssl_context
 from bookie.writable_again import WritableAgain
 from metadata import BookieInfo, BookieRegistry, MetadataError, open_store
 
@@ -83,7 +84,9 @@ class BookieServer:
                 maximum_concurrent_rpcs=cfg.grpc_max_concurrent_rpcs,
             )
             # Bind first: with --port 0 the bookie id (host:port) depends on the port we get.
-            self.port = server.add_insecure_port(f"{cfg.host}:{cfg.port}")
+            tls = (cfg.tls_cert, cfg.tls_key, cfg.tls_ca, cfg.tls_client_auth) if cfg.tls_cert and cfg.tls_key else None
+            self.port = (server.add_secure_port(f"{cfg.host}:{cfg.port}", grpc_server_credentials(*tls)) if tls
+                         else server.add_insecure_port(f"{cfg.host}:{cfg.port}"))
             if self.port == 0:
                 raise OSError(f"cannot listen on {cfg.host}:{cfg.port}")
             self.bookie_id = cfg.bookie_id or f"{cfg.host}:{self.port}"
@@ -107,10 +110,12 @@ class BookieServer:
             self.grpc_server = server
             if cfg.add_port >= 0:
                 self.add_listener = AddListener(service.adds, cfg.host, cfg.add_port,
-                                                connections_max=cfg.grpc_max_concurrent_rpcs).start()
+                                                connections_max=cfg.grpc_max_concurrent_rpcs,
+                                                ssl_context=server_ssl_context(*tls) if tls else None,
+                                                allow_plaintext=cfg.allow_plaintext).start()
             self._install_gauges()
             if cfg.metrics_port is not None:
-                self.metrics_server = serve_metrics(self.metrics, cfg.host, cfg.metrics_port)
+                self.metrics_server = serve_metrics(self.metrics, cfg.metrics_host, cfg.metrics_port)
             registry = BookieRegistry(self.store)
             self.registration = registry.register(
                 BookieInfo(
@@ -120,7 +125,7 @@ class BookieServer:
                     if self.add_listener else "",
                     read_only=self.storage.read_only,
                     version=_version(),
-                    metrics_address=f"{cfg.host}:{cfg.metrics_port}" if cfg.metrics_port else "",
+                    metrics_address=f"{cfg.metrics_host}:{cfg.metrics_port}" if cfg.metrics_port else "",
                     # The storage lock proves no other process serves this data dir, so a stale
                     # registration with our instance id is our own previous (killed) process.
                     instance_id=cookie.instance_id,
@@ -137,12 +142,13 @@ class BookieServer:
             # monitor finds room again and the journal is reopened (bookie/writable_again.py).
             self.storage.on_journal_failure(self._on_journal_failure)
             self.disk_monitor.start()
-            self.gc = start_gc(self.storage, self.store, cfg.gc_interval_s)
+            self.gc = start_gc(self.storage, self.store, cfg)
         except BaseException:
             self.stop()
             raise
-        log.info("bookie serving bookie=%s address=%s:%d add_port=%s data_dir=%s", self.bookie_id, cfg.host, self.port,
-                 self.add_listener.port if self.add_listener else "none", cfg.data_dir)
+        log.info("bookie serving bookie=%s address=%s:%d add_port=%s data_dir=%s tls=%s", self.bookie_id, cfg.host,
+                 self.port, self.add_listener.port if self.add_listener else "none", cfg.data_dir,
+                 ("mutual" if cfg.tls_client_auth else "on") if cfg.tls_cert else "off")
         return self
 
     def _install_gauges(self) -> None:
@@ -243,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     except CookieMismatchError as exc:
         log.error("refusing to start: %s", exc)
         return 1
-    except (MetadataError, OSError) as exc:
+    except (MetadataError, OSError, TlsSetupError) as exc:
         log.error("cannot start bookie: %s", exc)
         return 1
     except Exception as exc:  # noqa: BLE001 - e.g. JournalCorruptionError: one clear line, not a traceback
