@@ -41,7 +41,7 @@ class CompactionMixin:
                 if log_id not in keep and size > 0 and live / size < threshold}
 
     def compact_entry_logs(self, threshold: float, rate_bytes_s: float) -> tuple[int, int]:
-        """Rewrite the logs under threshold; returns (logs compacted, bytes reclaimed)."""
+        """Rewrite the logs under threshold; returns (logs compacted, net bytes reclaimed)."""
         candidates = self.compaction_candidates(threshold)
         if not candidates:
             return 0, 0
@@ -64,9 +64,11 @@ class CompactionMixin:
             freed = self.reclaim_entry_logs()
         finally:
             self._logs.release_side_log(side_id)
-        log.info("compaction done logs=%d entries_copied=%d dirty_tail_entries_dropped=%d "
-                 "freed_bytes=%d", len(candidates), len(moved), len(tails), freed)
-        return len(candidates), freed
+        copied = sum(records.ENTRY_HEADER_BYTES + length for _, _, _, length in copies)
+        log.info("compaction done logs=%d entries_copied=%d bytes_copied=%d "
+                 "dirty_tail_entries_dropped=%d removed_bytes=%d", len(candidates), len(moved),
+                 copied, len(tails), freed)
+        return len(candidates), max(freed - copied, 0)  # net: the copies take space too
 
     def _entries_in(self, log_ids: set[int]) -> tuple[list[Move], list[Move]]:
         """(live entries, dirty-tail entries) of existing ledgers stored in log_ids."""
