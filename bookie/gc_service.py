@@ -33,5 +33,6 @@ def start_gc(storage: GcStorage, store: MetadataStore, cfg: BookieConfig) -> Gar
         compaction_rate_bytes_s=cfg.compaction_rate_mb_s * 2**20,
     )
     gc = GarbageCollector(storage, metadata_lookup(store), settings)
+    storage.attach_gc(gc)
     gc.start()
     return gc

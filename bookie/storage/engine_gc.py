@@ -12,6 +12,7 @@ by the same code then (reclaim_entry_logs runs at open).
 from __future__ import annotations
 
 import logging
+from typing import Any, Callable
 
 from bookie.storage import records
 from bookie.storage.engine_types import LedgerKey
@@ -25,6 +26,28 @@ REMOVE_READS_WAIT_S = 1.0
 
 class GcMixin:
     """Part of BookieStorage (engine.py): uses its fields and lock."""
+
+    def attach_gc(self, collector: Any) -> None:
+        """The bookie's GarbageCollector (bookie/gc_service.start_gc), for the admin surface."""
+        self._gc_collector = collector
+
+    def gc_stats(self) -> dict[str, Any]:
+        """bookie/admin.py's GC figures (keys in docs/storage.md)."""
+        collector = getattr(self, "_gc_collector", None)
+        if collector is not None:
+            return collector.stats()
+        usage = self.entry_log_usage()
+        live = sum(v[1] for v in usage.values())
+        return {"live_bytes": live, "dead_bytes": max(sum(v[0] for v in usage.values()) - live, 0),
+                "entry_log_count": len(usage)}
+
+    def run_gc_now(self, progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+        """`ledger triggergc`: one GC round and a major compaction now, with progress."""
+        collector = getattr(self, "_gc_collector", None)
+        if collector is None:
+            raise RuntimeError("no garbage collector attached to this storage")
+        result: dict[str, Any] = collector.run_now(progress=progress)
+        return result
 
     def set_closed_last(self, ledger: LedgerKey, last_entry: int) -> None:
         """Metadata says the ledger is CLOSED at last_entry: entries past it (a fenced writer's

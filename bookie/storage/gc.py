@@ -43,6 +43,7 @@ class GcStorage(Protocol):
     def entry_log_usage(self) -> dict[int, tuple[int, int]]: ...
     def disk_usage(self) -> tuple[int, int]: ...
     def compact_entry_logs(self, threshold: float, rate_bytes_s: float) -> tuple[int, int]: ...
+    def attach_gc(self, collector: Any) -> None: ...
 
 
 @dataclass
@@ -67,9 +68,9 @@ class GarbageCollector:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._counters: dict[str, Any] = {
-            "gc_runs": 0, "last_gc_time": None, "ledgers_deleted": 0, "lookup_errors": 0,
-            "dirty_tails_capped": 0, "reclaimed_bytes": 0, "compaction_runs": 0,
-            "last_compaction_time": None,
+            "gc_runs": 0, "last_gc_unix_s": None, "ledgers_deleted": 0, "lookup_errors": 0,
+            "dirty_tails_capped": 0, "reclaimed_bytes_total": 0, "compaction_runs_total": 0,
+            "last_compaction_unix_s": None,
         }
 
     def start(self) -> None:
@@ -92,7 +93,8 @@ class GarbageCollector:
 
     def run_now(self, progress: Progress | None = None, major: bool = True) -> dict[str, Any]:
         """One GC round now (the operator's `triggergc`): the scan, removal of dead entry logs,
-        then a compaction (major by default); returns stats()."""
+        then a compaction (major by default); returns stats() plus this round's
+        reclaimed_bytes."""
         with self._run_lock:
             started = time.monotonic()
             deleted, errors, capped = self._scan(progress)
@@ -104,15 +106,15 @@ class GarbageCollector:
                 progress("compaction", 1, 1)
             c = self._counters
             c["gc_runs"] += 1
-            c["last_gc_time"] = time.time()
+            c["last_gc_unix_s"] = time.time()
             c["ledgers_deleted"] += deleted
             c["lookup_errors"] += errors
             c["dirty_tails_capped"] += capped
-            c["reclaimed_bytes"] += freed
+            c["reclaimed_bytes_total"] += freed
             log.info("gc round done ledgers_deleted=%d lookup_errors=%d dirty_tails=%d "
                      "freed_bytes=%d seconds=%.3f", deleted, errors, capped, freed,
                      time.monotonic() - started)
-        return self.stats()
+        return {**self.stats(), "reclaimed_bytes": freed}
 
     def _scan(self, progress: Progress | None) -> tuple[int, int, int]:
         local = self._storage.ledgers()[: self._settings.max_ledgers_per_scan]
@@ -146,8 +148,8 @@ class GarbageCollector:
             return 0
         logs, freed = self._storage.compact_entry_logs(threshold, st.compaction_rate_bytes_s)
         if logs:
-            self._counters["compaction_runs"] += 1
-            self._counters["last_compaction_time"] = time.time()
+            self._counters["compaction_runs_total"] += 1
+            self._counters["last_compaction_unix_s"] = time.time()
         return freed
 
     def stats(self) -> dict[str, Any]:

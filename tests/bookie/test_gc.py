@@ -60,6 +60,7 @@ def test_deleted_ledgers_bytes_are_freed(tmp_path: Path) -> None:
         assert stats["reclaimed_bytes"] == freed
         assert [p[0] for p in progress[-2:]] == ["reclaim", "compaction"]
         assert sorted(engine.ledgers()) == kept
+        assert stats["reclaimed_bytes_total"] == freed
         for ledger in kept:
             read_all_ok(engine, ledger, range(PER_LEDGER), size=ENTRY)
     finally:
