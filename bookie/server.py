@@ -85,6 +85,8 @@ class BookieServer:
             )
             # Bind first: with --port 0 the bookie id (host:port) depends on the port we get.
             tls = (cfg.tls_cert, cfg.tls_key, cfg.tls_ca, cfg.tls_client_auth) if cfg.tls_cert and cfg.tls_key else None
+            # Loaded first: it names a bad file or a key that does not match (gRPC only fails to bind).
+            add_tls_context = server_ssl_context(*tls) if tls else None
             self.port = (server.add_secure_port(f"{cfg.host}:{cfg.port}", grpc_server_credentials(*tls)) if tls
                          else server.add_insecure_port(f"{cfg.host}:{cfg.port}"))
             if self.port == 0:
@@ -111,7 +113,7 @@ class BookieServer:
             if cfg.add_port >= 0:
                 self.add_listener = AddListener(service.adds, cfg.host, cfg.add_port,
                                                 connections_max=cfg.grpc_max_concurrent_rpcs,
-                                                ssl_context=server_ssl_context(*tls) if tls else None,
+                                                ssl_context=add_tls_context,
                                                 allow_plaintext=cfg.allow_plaintext).start()
             self._install_gauges()
             if cfg.metrics_port is not None:
