@@ -1,0 +1,84 @@
+"""TLS settings end to end, short of a full cluster: the metadata URI's tls_* parameters, client
+and bookie refusals of incomplete settings, --allow-plaintext on the add listener (gRPC stays
+TLS-only), and the metrics endpoint bound to 127.0.0.1 unless --metrics-host says otherwise."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from bookie.config import ConfigError, build_parser, config_from_args
+from bookie.status import Status
+from metadata.uri import parse_uri, tls_params
+from pyspark_ledger.errors import BookieUnavailableError
+from pyspark_ledger.protocol.digest import master_key
+from pyspark_ledger.testing.certs import make_test_certificates
+from pyspark_ledger.testing.local_cluster import LocalCluster
+from pyspark_ledger.testing.zookeeper_server import free_port
+from pyspark_ledger.transport.bookie_client import BookieClient
+from pyspark_ledger.transport.tls import TlsConfigError, TlsSettings
+from tests.security.tls_helpers import add_addresses
+
+
+def test_tls_parameters_of_a_metadata_uri_are_for_the_client_and_ignored_by_the_store() -> None:
+    uri = "zk://127.0.0.1:2181/ledgers?op_timeout_ms=500&tls_ca=/etc/ca.pem&tls_cert=/etc/c.pem&tls_key=/etc/c.key"
+    assert tls_params(uri) == {"tls_ca": "/etc/ca.pem", "tls_cert": "/etc/c.pem", "tls_key": "/etc/c.key"}
+    assert parse_uri(uri) == parse_uri("zk://127.0.0.1:2181/ledgers?op_timeout_ms=500")
+    assert tls_params("sqlite:///var/m.db?ttl_ms=5") == {}
+
+
+def test_incomplete_client_settings_are_refused_before_any_connection(tmp_path: Path) -> None:
+    certs = make_test_certificates(tmp_path)
+    with pytest.raises(TlsConfigError, match="tls_cert and tls_key go together"):
+        TlsSettings.from_values(certs.ca, certs.client.cert)
+    with pytest.raises(TlsConfigError, match="without tls_ca"):
+        TlsSettings.from_values(None, certs.client.cert, certs.client.key)
+    with pytest.raises(TlsConfigError, match="missing.pem"):
+        TlsSettings.from_values(tmp_path / "missing.pem")
+    assert TlsSettings.from_values(None) is None
+
+
+def test_incomplete_bookie_settings_are_refused_at_start() -> None:
+    parse = build_parser().parse_args
+    with pytest.raises(ConfigError, match="--tls-cert and --tls-key go together"):
+        config_from_args(parse(["--metadata-uri", "sqlite:///m.db", "--data-dir", "/d", "--tls-cert", "c.pem"]))
+    with pytest.raises(ConfigError, match="--tls-client-auth needs"):
+        config_from_args(parse(["--metadata-uri", "sqlite:///m.db", "--data-dir", "/d", "--tls-cert", "c.pem",
+                                "--tls-key", "k.pem", "--tls-client-auth"]))
+
+
+def _connects(host: str, port: int) -> bool:
+    try:
+        socket.create_connection((host, port), timeout=2.0).close()
+        return True
+    except OSError:
+        return False
+
+
+def test_allow_plaintext_opens_only_the_add_listener_and_metrics_stay_local(tmp_path: Path) -> None:
+    metrics_port = free_port()
+    with LocalCluster(1, work_dir=tmp_path, tls=True,
+                      bookie_args=["--allow-plaintext", "--metrics-port", str(metrics_port)]) as cluster:
+        bookie = cluster.bookies[0]
+        answers: list[Status] = []
+        done = threading.Event()
+        with BookieClient(bookie.bookie_id, bookie.address, add_address=add_addresses(cluster)[bookie.bookie_id],
+                          rpc_timeout_s=5.0) as plain:
+            plain.add_batch((0, 1), master_key(b""), [(0, -1, b"plain")], lambda s, m: (answers.append(s), done.set()))
+            assert done.wait(10.0)
+            assert answers == [Status.OK]
+            with pytest.raises(BookieUnavailableError, match="require TLS"):
+                plain.info()
+        assert _connects("127.0.0.1", metrics_port)
+        assert not _connects("127.0.0.3", metrics_port)  # bound to 127.0.0.1 only
+
+
+def test_metrics_host_binds_the_metrics_endpoint_elsewhere(tmp_path: Path) -> None:
+    metrics_port = free_port()
+    with LocalCluster(1, work_dir=tmp_path,
+                      bookie_args=["--metrics-port", str(metrics_port), "--metrics-host", "127.0.0.3"]):
+        assert _connects("127.0.0.3", metrics_port)
+        assert not _connects("127.0.0.1", metrics_port)
