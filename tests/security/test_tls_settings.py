@@ -82,3 +82,23 @@ def test_metrics_host_binds_the_metrics_endpoint_elsewhere(tmp_path: Path) -> No
                       bookie_args=["--metrics-port", str(metrics_port), "--metrics-host", "127.0.0.3"]):
         assert _connects("127.0.0.3", metrics_port)
         assert not _connects("127.0.0.1", metrics_port)
+
+
+def test_the_grpc_add_stream_runs_over_mutual_tls_and_refuses_a_client_without_a_certificate(tmp_path: Path) -> None:
+    """A bookie without an add listener (--add-port -1): adds go over gRPC's stream, under the
+    same channel credentials."""
+    with LocalCluster(1, work_dir=tmp_path, tls_client_auth=True, bookie_args=["--add-port", "-1"]) as cluster:
+        bookie = cluster.bookies[0]
+        certs = cluster.certs
+        assert certs is not None
+        for tls, expected in ((TlsSettings.from_values(**cluster.client_tls), Status.OK),
+                              (TlsSettings.from_values(certs.ca), Status.INTERNAL_ERROR)):
+            answers: list[tuple[Status, str]] = []
+            done = threading.Event()
+            with BookieClient(bookie.bookie_id, bookie.address, tls=tls, rpc_timeout_s=5.0) as client:
+                client.add_batch((0, 2), master_key(b""), [(0, -1, b"grpc")],
+                                 lambda s, m: (answers.append((s, m)), done.set()))
+                assert done.wait(15.0)
+            assert answers[0][0] == expected, answers
+            if expected != Status.OK:
+                assert "UNAVAILABLE" in answers[0][1]
