@@ -38,13 +38,19 @@ CRC = struct.Struct("<I")
 
 LEDGER_FILE_SUFFIX = ".ldg"
 LEDGER_MAGIC = 0x1ED6_E401
-LEDGER_VERSION = 1
+# Version 2 adds the closed last entry (FLAG_CLOSED_LAST, then an int64 after the key): the
+# dirty-tail cap GC learned from metadata, so a restart never serves a tail before the next GC
+# round. Version 1 files (no cap) are still read.
+LEDGER_VERSION = 2
+LEDGER_VERSIONS_READ = (1, 2)
 # magic, version, flags, scope, ledger, lac, pages, entry count, size bytes, key len
 LEDGER_HEADER = struct.Struct("<IHHQQqIQQH")
+CLOSED_LAST = struct.Struct("<q")
 PAGE_HEADER = struct.Struct("<qI")  # first entry id, slots
 FLAG_FENCED = 1
 FLAG_DELETED = 2
 FLAG_HAS_KEY = 4
+FLAG_CLOSED_LAST = 8
 
 _BIG_ENDIAN = sys.byteorder == "big"
 
@@ -94,11 +100,15 @@ def encode_ledger(key: tuple[int, int], meta: LedgerMeta) -> list[bytes]:
     mkey = meta.key or b""
     if meta.key is not None:
         flags |= FLAG_HAS_KEY
+    if meta.closed_last is not None:
+        flags |= FLAG_CLOSED_LAST
     header = LEDGER_HEADER.pack(
         LEDGER_MAGIC, LEDGER_VERSION, flags, key[0], key[1], meta.lac, len(index.pages),
         index.count, index.size_bytes, len(mkey),
     )
     parts = [header, mkey]
+    if meta.closed_last is not None:
+        parts.append(CLOSED_LAST.pack(meta.closed_last))
     for page_no in sorted(index.pages):
         page = index.pages[page_no]
         parts += [PAGE_HEADER.pack(page.base, len(page.locs)), _le(page.locs), _le(page.lens)]
@@ -125,7 +135,7 @@ def decode_ledger(raw: bytes, path: Path) -> LoadedLedger:
         raise bad("checksum mismatch")
     (magic, version, flags, scope, ledger, lac, page_count, count, size_bytes,
      key_len) = LEDGER_HEADER.unpack_from(raw, 0)
-    if magic != LEDGER_MAGIC or version != LEDGER_VERSION:
+    if magic != LEDGER_MAGIC or version not in LEDGER_VERSIONS_READ:
         raise bad(f"magic={magic:#x} version={version}")
     pos = LEDGER_HEADER.size
     end = len(raw) - CRC.size
@@ -133,6 +143,11 @@ def decode_ledger(raw: bytes, path: Path) -> LoadedLedger:
         raise bad("key past the end")
     meta = LedgerMeta(bytes(raw[pos : pos + key_len]) if flags & FLAG_HAS_KEY else None)
     pos += key_len
+    if version >= 2 and flags & FLAG_CLOSED_LAST:
+        if pos + CLOSED_LAST.size > end:
+            raise bad("closed last entry past the end")
+        meta.closed_last = CLOSED_LAST.unpack_from(raw, pos)[0]
+        pos += CLOSED_LAST.size
     meta.fenced = bool(flags & FLAG_FENCED)
     meta.deleted = bool(flags & FLAG_DELETED)
     meta.lac = lac

@@ -51,11 +51,13 @@ class GcMixin:
 
     def set_closed_last(self, ledger: LedgerKey, last_entry: int) -> None:
         """Metadata says the ledger is CLOSED at last_entry: entries past it (a fenced writer's
-        dirty tail) are never served again."""
+        dirty tail) are never served again. The cap goes into the ledger's checkpoint
+        snapshot (the round's reclaim_entry_logs checkpoints), so a restart keeps it."""
         with self._lock:
             meta = self._ledgers.get(ledger)
-            if meta is not None and not meta.deleted:
+            if meta is not None and not meta.deleted and meta.closed_last != last_entry:
                 meta.closed_last = last_entry
+                self._dirty.add(ledger)
 
     def entry_log_usage(self) -> dict[int, tuple[int, int]]:
         """(file bytes, live bytes) per entry log. Live = entries of non-deleted ledgers, up to
