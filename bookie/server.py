@@ -93,18 +93,7 @@ class BookieServer:
                 raise OSError(f"cannot listen on {cfg.host}:{cfg.port}")
             self.bookie_id = cfg.bookie_id or f"{cfg.host}:{self.port}"
             cookie = verify_or_create_cookie(self.store, self.bookie_id, [cfg.data_dir])
-            self.storage = BookieStorage.open(
-                StorageConfig(
-                    data_dir=cfg.data_dir,
-                    fsync=cfg.fsync,
-                    journal_max_group_bytes=cfg.journal_max_group_bytes,
-                    journal_max_group_wait_ms=cfg.journal_max_group_wait_ms,
-                    checkpoint_interval_s=cfg.checkpoint_interval_s,
-                    max_entry_size_bytes=cfg.max_entry_size_bytes,
-                    max_pending_add_bytes=cfg.max_pending_add_bytes,
-                    repair_journal=cfg.repair_journal,
-                )
-            )
+            self.storage = BookieStorage.open(_storage_config(cfg))
             service = BookieService(self.storage, self.bookie_id, _version(), cookie.instance_id, self.metrics,
                                     data_dir=cfg.data_dir)
             pb_grpc.add_BookieServicer_to_server(service, server)
@@ -118,21 +107,7 @@ class BookieServer:
             self._install_gauges()
             if cfg.metrics_port is not None:
                 self.metrics_server = serve_metrics(self.metrics, cfg.metrics_host, cfg.metrics_port)
-            registry = BookieRegistry(self.store)
-            self.registration = registry.register(
-                BookieInfo(
-                    bookie_id=self.bookie_id,
-                    address=cfg.advertised_address or f"{cfg.host}:{self.port}",
-                    add_address=(cfg.advertised_add_address or f"{cfg.host}:{self.add_listener.port}")
-                    if self.add_listener else "",
-                    read_only=self.storage.read_only,
-                    version=_version(),
-                    metrics_address=f"{cfg.metrics_host}:{cfg.metrics_port}" if cfg.metrics_port else "",
-                    # The storage lock proves no other process serves this data dir, so a stale
-                    # registration with our instance id is our own previous (killed) process.
-                    instance_id=cookie.instance_id,
-                )
-            )
+            self.registration = BookieRegistry(self.store).register(self._registration_info(cookie.instance_id))
             self.writable_again = WritableAgain(self.storage, cfg.data_dir / "journal")
             service.journal_reopens = lambda: self.writable_again.reopened if self.writable_again else 0
             self.disk_monitor = DiskMonitor(
@@ -152,6 +127,22 @@ class BookieServer:
                  self.port, self.add_listener.port if self.add_listener else "none", cfg.data_dir,
                  ("mutual" if cfg.tls_client_auth else "on") if cfg.tls_cert else "off")
         return self
+
+    def _registration_info(self, instance_id: str) -> BookieInfo:
+        cfg = self.cfg
+        assert self.storage is not None
+        return BookieInfo(
+            bookie_id=self.bookie_id,
+            address=cfg.advertised_address or f"{cfg.host}:{self.port}",
+            add_address=(cfg.advertised_add_address or f"{cfg.host}:{self.add_listener.port}")
+            if self.add_listener else "",
+            read_only=self.storage.read_only,
+            version=_version(),
+            metrics_address=f"{cfg.metrics_host}:{cfg.metrics_port}" if cfg.metrics_port else "",
+            # The storage lock proves no other process serves this data dir, so a stale
+            # registration with our instance id is our own previous (killed) process.
+            instance_id=instance_id,
+        )
 
     def _install_gauges(self) -> None:
         storage = self.storage
@@ -228,6 +219,20 @@ class BookieServer:
         self._stopped.set()
 
 
+
+def _storage_config(cfg: BookieConfig) -> StorageConfig:
+    return StorageConfig(
+        data_dir=cfg.data_dir,
+        fsync=cfg.fsync,
+        journal_max_group_bytes=cfg.journal_max_group_bytes,
+        journal_max_group_wait_ms=cfg.journal_max_group_wait_ms,
+        checkpoint_interval_s=cfg.checkpoint_interval_s,
+        max_entry_size_bytes=cfg.max_entry_size_bytes,
+        max_pending_add_bytes=cfg.max_pending_add_bytes,
+        repair_journal=cfg.repair_journal,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -270,3 +275,4 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
