@@ -84,6 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
     # `--json` is accepted after the command too (`ledger listledgers --json`).
     sub.add_parser = _json_adder(sub.add_parser)  # type: ignore[method-assign]
 
+    _add_ledger_commands(sub)
+    _add_bookie_commands(sub)
+    _add_log_commands(sub)
+    _add_bp44_commands(sub)
+    return ap
+
+
+def _add_ledger_commands(sub: Any) -> None:
     p = sub.add_parser("listledgers", help="list ledgers (filter by scope, bookie, state)")
     p.add_argument("--scope", type=int, help="only this scope id")
     p.add_argument("--bookie", help="only ledgers with a fragment on this bookie")
@@ -114,6 +122,13 @@ def build_parser() -> argparse.ArgumentParser:
     _ledger_args(p)
     p.add_argument("--force", action="store_true", help="do not ask for confirmation")
 
+    p = sub.add_parser("quorums", help="explain the replication and recovery quorums of E/W/A")
+    p.add_argument("-e", "--ensemble-size", type=int, required=True)
+    p.add_argument("-w", "--write-quorum-size", type=int, required=True)
+    p.add_argument("-a", "--ack-quorum-size", type=int, required=True)
+
+
+def _add_bookie_commands(sub: Any) -> None:
     p = sub.add_parser("listbookies", help="list registered bookies")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--rw", action="store_true", help="writable bookies only")
@@ -136,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bookie", help="check only this bookie")
     p.add_argument("-n", "--num-entries", type=int, default=10)
 
+
+def _add_log_commands(sub: Any) -> None:
     p = sub.add_parser("logs", help="list, show or trim named logs")
     lsub = p.add_subparsers(dest="logs_command", metavar="ACTION")
     lsub.required = True
@@ -149,11 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--max-age-s", type=float)
     q.add_argument("--max-size-bytes", type=int)
 
-    p = sub.add_parser("quorums", help="explain the replication and recovery quorums of E/W/A")
-    p.add_argument("-e", "--ensemble-size", type=int, required=True)
-    p.add_argument("-w", "--write-quorum-size", type=int, required=True)
-    p.add_argument("-a", "--ack-quorum-size", type=int, required=True)
-
+def _add_bp44_commands(sub: Any) -> None:
     p = sub.add_parser("listorphaned", help="list orphaned ledgers found by the auditor (BP-44)")
     p.add_argument("--printorphanreason", action="store_true")
 
@@ -168,7 +181,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--passes", type=int, default=None, help="stop after this many passes")
     p.add_argument("--grace-period-s", type=float, default=3600.0)
     p.add_argument("--rate", type=float, default=200.0, help="ledgers scanned per second at most")
-    return ap
 
 
 HANDLERS: dict[str, Callable[..., int]] = {
