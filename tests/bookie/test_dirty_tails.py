@@ -188,7 +188,9 @@ def _snapshot(parts: list[bytes], version: int | None = None) -> bytes:
 
     body = bytearray(b"".join(parts))
     if version is not None:
-        LEDGER_HEADER.pack_into(body, 0, *(version if i == 1 else v for i, v in enumerate(LEDGER_HEADER.unpack_from(body, 0))))
+        fields = list(LEDGER_HEADER.unpack_from(body, 0))
+        fields[1] = version  # magic, version, ...
+        LEDGER_HEADER.pack_into(body, 0, *fields)
     return bytes(body) + CRC.pack(crc32c(bytes(body)))
 
 

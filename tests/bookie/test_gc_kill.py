@@ -8,8 +8,8 @@ Bookie 0 runs GC every second and compacts slowly (--compaction-rate-mb-s 1, min
    on bookie 0), then deletes them: one through the client, one in metadata only;
 2. "during GC": as soon as GC's scan has deleted the metadata-only ledger on bookie 0 (its
    ledger count drops), kill -9 it (the round's checkpoint, removal and compaction run then);
-3. restarts it (which rolls its entry log, so this round's log becomes a compaction candidate)
-   and, "during compaction": as soon as a compaction's side log appears (a log file newer than
+3. restarts it, then restarts it cleanly (which rolls its entry log, so this round's log
+   becomes a compaction candidate even if the open replayed the journal into a new log) and, "during compaction": as soon as a compaction's side log appears (a log file newer than
    the ones present at start), kill -9 it;
 4. restarts it with GC off and checks: every acknowledged live entry of every round reads back
    from bookie 0 (a bookie RPC, by entry id) with exact bytes; then stops it (SIGTERM) and, from
@@ -104,8 +104,9 @@ def unreferenced_entry_logs(bookie: LocalBookie) -> set[int]:
     on_disk = log_ids(bookie)
     store = IndexStore(bookie.data_dir / "ledgers", fsync=False)
     try:
-        referenced = {unpack_location(loc)[0] for loaded in load_ledger_snapshots(store, bookie.data_dir / "ledgers", False)
-                      if not loaded.meta.deleted for _, loc, _ in loaded.meta.index.items()}
+        snapshots = load_ledger_snapshots(store, bookie.data_dir / "ledgers", False)
+        referenced = {unpack_location(loc)[0] for loaded in snapshots if not loaded.meta.deleted
+                      for _, loc, _ in loaded.meta.index.items()}
     finally:
         store.close()
     return on_disk - referenced - {max(on_disk, default=0)}
@@ -129,6 +130,9 @@ def test_kill9_during_gc_and_compaction_loses_no_live_entry_and_leaks_no_log(clu
             victim.proc = None
 
             victim.start()
+            # If the kill came before the round's checkpoint, the open replayed the journal into
+            # its new current log; a clean restart rolls that log so it can be compacted.
+            victim.restart()
             at_start = max(log_ids(victim))
             wait_until(lambda: max(log_ids(victim)) > at_start, "a compaction side log")
             kill9(victim.proc)  # during compaction: the side log is being written
