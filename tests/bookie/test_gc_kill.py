@@ -14,7 +14,9 @@ Bookie 0 runs GC every second and compacts slowly (--compaction-rate-mb-s 1, min
 4. restarts it with GC off and checks: every acknowledged live entry of every round reads back
    from bookie 0 (a bookie RPC, by entry id) with exact bytes; then stops it (SIGTERM) and, from
    its index store, checks that every entry log on disk but the current one is pointed into by
-   some index location (an unreferenced log would be a permanent leak).
+   some index location (an unreferenced log would be a permanent leak);
+5. starts it with GC on, kills it -9 right after a compaction finished (its log line), and
+   checks the live entries again after a restart.
 """
 
 from __future__ import annotations
@@ -61,6 +63,10 @@ def log_ids(bookie: LocalBookie) -> set[int]:
 def ledger_count(bookie: LocalBookie) -> int:
     with BookieClient(bookie.bookie_id, bookie.address) as bc:
         return int(bc.info(timeout_s=10).ledger_count)
+
+
+def compactions_done(bookie: LocalBookie) -> int:
+    return bookie.log_path.read_text(errors="replace").count("compaction done")
 
 
 def start_with(bookie: LocalBookie, base: list[str], args: list[str]) -> None:
@@ -144,6 +150,15 @@ def test_kill9_during_gc_and_compaction_loses_no_live_entry_and_leaks_no_log(clu
             assert_live_entries_read_back(victim, acked)
             victim.stop()
             assert unreferenced_entry_logs(victim) == set()
+            # Right after a compaction finished (index switched, old logs removed): kill -9 again.
+            start_with(victim, base, [])
+            done = compactions_done(victim)
+            wait_until(lambda: compactions_done(victim) > done, "a compaction finished")
+            kill9(victim.proc)
+            victim.proc = None
+            start_with(victim, base, GC_OFF)
+            assert_live_entries_read_back(victim, acked)
+            victim.stop()
             start_with(victim, base, [])
     print(f"gc kill: rounds={ROUNDS} compaction_kills={compaction_kills} live_ledgers={len(acked)} "
           f"live_entries={sum(len(v) for v in acked.values())}")
