@@ -135,10 +135,12 @@ def test_kill9_during_gc_and_compaction_loses_no_live_entry_and_leaks_no_log(clu
             victim.proc.wait(timeout=15)
             victim.proc = None
 
-            victim.start()
             # If the kill came before the round's checkpoint, the open replayed the journal into
-            # its new current log; a clean restart rolls that log so it can be compacted.
-            victim.restart()
+            # its new current log; a clean restart rolls that log so it can be compacted (GC off
+            # meanwhile, so that no compaction finishes before the kill below can land in it).
+            start_with(victim, base, GC_OFF)
+            victim.stop()
+            start_with(victim, base, [])
             at_start = max(log_ids(victim))
             wait_until(lambda: max(log_ids(victim)) > at_start, "a compaction side log")
             kill9(victim.proc)  # during compaction: the side log is being written
