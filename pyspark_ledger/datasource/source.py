@@ -38,6 +38,7 @@ from pyspark_ledger.datasource.planning import (
     shape_of,
 )
 from pyspark_ledger.datasource.reader import ReadSpec, read_partition
+from pyspark_ledger.datasource.write_task import write_task
 from pyspark_ledger.datasource.writer import (
     TaskResult,
     WriteJob,
@@ -45,7 +46,6 @@ from pyspark_ledger.datasource.writer import (
     commit_job,
     new_job_id,
     prepare_job,
-    write_task,
 )
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 stream_source.py wraps these in Spark's classes).
 
 Sink, per micro-batch: every task attempt writes its own ledger exactly as a batch write does
-(writer.write_task), staged under /staging/<log>/<query id>.<batch id>.<run id>. The driver's
+(write_task.write_task), staged under /staging/<log>/<query id>.<batch id>.<run id>. The driver's
 commit(messages, batchId) then makes ONE compare-and-set of the log record that both appends the
 batch's sealed ledgers and records (query id, batchId) as committed. A replayed batch (Spark
 re-runs the last batch after a crash, with the same batchId) finds its batch id already recorded:
@@ -45,8 +45,8 @@ from pyspark_ledger.datasource.writer import (
     _clean_staging,
     _job_value,
     check_columns,
-    write_task,
 )
+from pyspark_ledger.datasource.write_task import write_task
 from pyspark_ledger.errors import LedgerError
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ DataFrame against the log (format, Arrow schema), create the log if it is missin
 the job's staging node /staging/<log>/<job id> in state "open". The job id is made here and
 travels to the executors inside the pickled writer.
 
-Executor, per task attempt (write_task): on the first row, create a ledger and register it at
+Executor, per task attempt (write_task.py): on the first row, create a ledger and register it at
 /staging/<log>/<job id>/<ledger> *before* writing, then check the job is still open (a late
 duplicate attempt of a finished job deletes its ledger and stops). Write the rows (raw: one row
 = one entry; arrow: a bounded batch of rows = one entry, an Arrow IPC stream), seal the ledger,
@@ -29,19 +29,13 @@ import json
 import logging
 import os
 import time
-from collections import deque
 from dataclasses import dataclass, replace
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Iterator
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from metadata import (
     BadVersionError,
     CloseContext,
-    CreateContext,
     LedgerId,
-    LedgerState,
     MetadataError,
     NoNodeError,
     NoSuchLedgerError,
@@ -62,22 +56,10 @@ from pyspark_ledger.errors import LedgerError
 
 if TYPE_CHECKING:
     from pyspark_ledger.client import LedgerClient
-    from pyspark_ledger.ledger.write_handle import WriteHandle
-    from pyspark_ledger.transport.add_future import AddFuture
 
 log = logging.getLogger(__name__)
 
 STAGING = "/staging"
-# Adds a task keeps in flight: enough to batch well, few enough that one add's latency (the
-# bookies' backlog) stays far below the add timeout on a busy machine.
-INFLIGHT_ENTRIES_MAX = 4_096
-INFLIGHT_BYTES_MAX = 32 * 2**20
-ADD_WAIT_TIMEOUT_S = 120.0
-# Task writers tolerate slow bookies longer than the client default: with E == W there is no
-# spare bookie, so an add timeout fails the task.
-TASK_ADD_TIMEOUT_S = 30.0
-# BP-44 hints for a task's ledger: an attempt that is open longer than this is an orphan.
-TASK_LEDGER_MAX_OPEN = timedelta(hours=24)
 DELETE_ATTEMPTS_MAX = 3
 ABNORMAL_MESSAGE_CHARS_MAX = 200
 JOB_OPEN, JOB_COMMITTING, JOB_COMMITTED, JOB_ABORTING = "open", "committing", "committed", "aborting"
@@ -200,181 +182,9 @@ def prepare_job(opts: LedgerSourceOptions, job_id: str, schema_json: str | None,
     return job
 
 
-# ---- executor: one task attempt ----------------------------------------------------------------------
-
-
-class _TaskLedger:
-    """The ledger of one task attempt, registered in staging before anything is written."""
-
-    def __init__(self, client: "LedgerClient", job: WriteJob, partition_id: int, attempt_number: int,
-                 task_attempt_id: int):
-        o = job.opts
-        ctx = CreateContext.builder().created_by("", "spark", f"job {job.job_id}", this_host())
-        if o.owner is not None:
-            p = o.owner
-            ctx = ctx.created_on_behalf_of(p.enterprise, p.system, p.service, p.instance)
-        ctx = ctx.part_of_data_set(o.data_set or f"log:{job.log_name}").expected_max_open_duration(TASK_LEDGER_MAX_OPEN)
-        self.client = client
-        self.password = o.password
-        self.handle: "WriteHandle" = client.create_ledger(
-            o.ensemble_size, o.write_quorum_size, o.ack_quorum_size, o.digest_type, o.password,
-            create_context=ctx.build(),
-        )
-        self.ledger_id = self.handle.ledger_id
-        self.node = join(job.staging_path, self.ledger_id.qualified_name)
-        info = {"partition": partition_id, "attempt": attempt_number, "taskAttemptId": task_attempt_id,
-                "host": this_host(), "timeMs": now_ms()}
-        try:
-            client.store.create(self.node, json.dumps(info).encode())
-            # Registered first, checked second: either commit/abort sees this node, or this
-            # attempt sees the job is no longer open. A linearizable store rules out both missing.
-            job_node = client.store.get(job.staging_path)
-            state = None if job_node is None else _job_state(job_node.value)
-            if state != JOB_OPEN:
-                raise LedgerSourceError(
-                    f"write job {job.job_id} on log {job.log_name!r} is {state or 'gone'}: this attempt "
-                    f"(partition {partition_id}, attempt {attempt_number}) is a late duplicate and stops"
-                )
-        except BaseException as exc:
-            self.discard(f"{exc}")
-            _remove_implicit_parents(client, job)
-            raise
-        self.entries = 0
-        self._inflight: deque[tuple["AddFuture", int]] = deque()
-        self._inflight_bytes = 0
-
-    def add(self, payload: bytes) -> None:
-        size = len(payload)
-        self._inflight.append((self.handle.add_entry_async(payload), size))
-        self.entries += 1
-        self._inflight_bytes += size
-        inflight = self._inflight
-        if len(inflight) > INFLIGHT_ENTRIES_MAX or self._inflight_bytes > INFLIGHT_BYTES_MAX:
-            # Drain to half the bounds and wait once, on the newest add drained: completions are
-            # in entry order, so it succeeding means every older one did. (One wake-up per
-            # thousands of adds, not one per add.)
-            last = None
-            while len(inflight) > INFLIGHT_ENTRIES_MAX // 2 or self._inflight_bytes > INFLIGHT_BYTES_MAX // 2:
-                last, n = inflight.popleft()
-                self._inflight_bytes -= n
-            if last is not None:
-                last.result(timeout=ADD_WAIT_TIMEOUT_S)
-
-    def wait_acknowledged(self) -> None:
-        """Completions are in entry order: the last add acknowledged means all of them were."""
-        if self._inflight:
-            self._inflight[-1][0].result(timeout=ADD_WAIT_TIMEOUT_S)
-            self._inflight.clear()
-            self._inflight_bytes = 0
-
-    def seal(self) -> tuple[int, int]:
-        """Close the ledger; check that exactly the entries this attempt added are in it."""
-        self.wait_acknowledged()
-        self.handle.close(CloseContext.builder().because_no_more_data().build())
-        meta = self.handle.metadata
-        if meta.state is not LedgerState.CLOSED or meta.last_entry_id != self.entries - 1:
-            raise LedgerError(
-                f"ledger {self.ledger_id}: sealed at entry {meta.last_entry_id} but {self.entries} entries were written"
-            )
-        return self.entries, int(meta.length_bytes or 0)
-
-    def discard(self, reason: str) -> None:
-        """A failed attempt: seal it marked for deletion, delete it, unregister it. Best effort:
-        whatever is left stays registered in staging for commit()/abort() to finish."""
-        ctx = abnormal_close_context(reason)
-        try:
-            self.handle.close(ctx)
-        except Exception as exc:  # noqa: BLE001 - the ledger is deleted next anyway
-            log.info("could not seal a failed attempt's ledger ledger=%s error=%s", self.ledger_id, exc)
-        if delete_or_mark(self.client, self.ledger_id, reason, self.password):
-            try:
-                self.client.store.delete(self.node)
-            except NoNodeError:
-                pass
-            except MetadataError as exc:
-                log.warning("could not unregister a deleted ledger from staging node=%s error=%s", self.node, exc)
-
-
-def _remove_implicit_parents(client: "LedgerClient", job: WriteJob) -> None:
-    """After a late attempt unregistered itself: the job is finished, and the driver may have
-    failed to delete the job node because this attempt's node was there, or this attempt's
-    registration re-created it (create makes missing parents, with empty values). Remove the
-    job node and the log's staging node if they are empty and not an open job."""
-    for path in (job.staging_path, join(STAGING, job.log_name)):
-        try:
-            got = client.store.get(path)
-            if got is None or client.store.children(path) or _job_state(got.value) == JOB_OPEN:
-                return
-            client.store.delete(path, got.version)
-        except MetadataError as exc:
-            log.debug("staging node left in place path=%s reason=%s", path, exc)
-            return
-
-
 def abnormal_close_context(reason: str) -> CloseContext:
     return (CloseContext.builder().closing_abnormally(reason[:ABNORMAL_MESSAGE_CHARS_MAX])
             .expect_delete_after(now_ms()).build())
-
-
-def _raw_payloads(batch: pa.RecordBatch) -> list[bytes]:
-    col = batch.column(batch.schema.get_field_index("payload"))
-    if col.null_count:
-        raise LedgerSourceError("raw writes need a payload in every row; the payload column has nulls")
-    return col.to_pylist()  # type: ignore[no-any-return]
-
-
-def _inject_failure(job: WriteJob, partition_id: int, attempt_number: int, ledger: _TaskLedger) -> None:
-    """Testing hook (testFailAttempts/testFailMode): fail attempts < N after their first
-    batch is acknowledged, so a failed attempt leaves a ledger with data behind."""
-    if attempt_number >= job.opts.test_fail_attempts:
-        return
-    ledger.wait_acknowledged()
-    log.warning("injected failure partition=%d attempt=%d ledger=%s mode=%s", partition_id, attempt_number,
-                ledger.ledger_id, job.opts.test_fail_mode)
-    if job.opts.test_fail_mode == "exit":
-        os._exit(17)  # a crashed worker: no cleanup runs, only staging finds the ledger
-    raise LedgerSourceError(f"injected failure (testFailAttempts) in partition {partition_id} attempt {attempt_number}")
-
-
-def write_task(job: WriteJob, batches: Iterator[pa.RecordBatch], partition_id: int, attempt_number: int,
-               task_attempt_id: int) -> TaskResult:
-    """Executor side: write this attempt's rows to a new ledger and seal it."""
-    client = open_client(job.opts, add_timeout_s=TASK_ADD_TIMEOUT_S)
-    ledger: _TaskLedger | None = None
-    packer: codec.ArrowEntryPacker | None = None
-    rows = 0
-    try:
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            if ledger is None:
-                ledger = _TaskLedger(client, job, partition_id, attempt_number, task_attempt_id)
-            rows += batch.num_rows
-            if job.payload_format == "raw":
-                for payload in _raw_payloads(batch):
-                    ledger.add(payload)
-            else:
-                if packer is None:
-                    packer = codec.ArrowEntryPacker(batch.schema, job.opts.arrow_batch_rows, job.opts.arrow_compression)
-                for entry in packer.add(batch):
-                    ledger.add(entry.to_pybytes())  # the one copy the client would make anyway
-            if job.opts.test_fail_attempts:
-                _inject_failure(job, partition_id, attempt_number, ledger)
-        if packer is not None and ledger is not None:
-            for entry in packer.flush():
-                ledger.add(entry.to_pybytes())
-        if ledger is None:
-            return TaskResult(partition_id, attempt_number, task_attempt_id, None, 0, 0, 0)
-        entries, size = ledger.seal()
-        log.info("task wrote ledger=%s partition=%d attempt=%d rows=%d entries=%d bytes=%d",
-                 ledger.ledger_id, partition_id, attempt_number, rows, entries, size)
-        return TaskResult(partition_id, attempt_number, task_attempt_id, ledger.ledger_id, entries, size, rows)
-    except BaseException as exc:
-        if ledger is not None:
-            ledger.discard(f"spark task attempt failed: {exc!r}")
-        raise
-    finally:
-        client.close()
 
 
 # ---- driver: commit and abort ---------------------------------------------------------------------------
