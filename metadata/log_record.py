@@ -196,23 +196,34 @@ def from_json_dict(d: dict[str, Any]) -> LogRecord:
     )
 
 
+def envelope(magic: bytes, version: int, body_obj: dict[str, Any]) -> bytes:
+    """A stored log value: header (magic, version, length, crc32c of the body) + JSON body."""
+    body = json.dumps(body_obj, sort_keys=True, separators=(",", ":")).encode()
+    return _HEADER.pack(magic, version, 0, len(body), crc32c.crc32c(body)) + body
+
+
+def open_envelope(data: bytes, magic_wanted: bytes, version_max: int, where: str) -> tuple[int, bytes]:
+    """(version, body) of a value `envelope` made; a clear error naming `where` otherwise."""
+    if len(data) < _HEADER.size:
+        raise CorruptMetadataError(f"{where}: stored record is truncated")
+    magic, version, reserved, length, checksum = _HEADER.unpack_from(data)
+    if magic != magic_wanted or reserved != 0:
+        raise CorruptMetadataError(f"{where}: stored record has a bad header")
+    if version > version_max:
+        raise UnsupportedFormatVersionError(f"{where}: record format {version} is newer than supported ({version_max})")
+    body = data[_HEADER.size:]
+    if len(body) != length or crc32c.crc32c(body) != checksum:
+        raise CorruptMetadataError(f"{where}: stored record is truncated or corrupt")
+    return version, body
+
+
 def encode(rec: LogRecord) -> bytes:
-    body = json.dumps(to_json_dict(rec), sort_keys=True, separators=(",", ":")).encode()
-    return _HEADER.pack(_MAGIC, LOG_FORMAT_VERSION, 0, len(body), crc32c.crc32c(body)) + body
+    return envelope(_MAGIC, LOG_FORMAT_VERSION, to_json_dict(rec))
 
 
 def decode(data: bytes, name: str) -> LogRecord:
     where = f"log {name!r}"
-    if len(data) < _HEADER.size:
-        raise CorruptMetadataError(f"{where}: stored record is truncated")
-    magic, version, reserved, length, checksum = _HEADER.unpack_from(data)
-    if magic != _MAGIC or reserved != 0:
-        raise CorruptMetadataError(f"{where}: stored record has a bad header")
-    if version > LOG_FORMAT_VERSION:
-        raise UnsupportedFormatVersionError(f"{where}: record format {version} is newer than supported ({LOG_FORMAT_VERSION})")
-    body = data[_HEADER.size:]
-    if len(body) != length or crc32c.crc32c(body) != checksum:
-        raise CorruptMetadataError(f"{where}: stored record is truncated or corrupt")
+    _, body = open_envelope(data, _MAGIC, LOG_FORMAT_VERSION, where)
     try:
         return from_json_dict(json.loads(body))
     except (ValueError, KeyError, TypeError) as exc:

@@ -17,11 +17,8 @@ the head CAS). Modelled on Pulsar's managed ledger and DistributedLog's log segm
 from __future__ import annotations
 
 import json
-import struct
 from dataclasses import dataclass, replace
 from typing import Any
-
-import crc32c
 
 from metadata import log_record
 from metadata.errors import CorruptMetadataError, InvalidMetadataError, UnsupportedFormatVersionError
@@ -32,7 +29,6 @@ HEAD_FORMAT_VERSION = 2
 SEGMENT_LEDGERS = 256  # seqs per segment: a segment of 256 ledgers is about 40 KB of JSON
 _MAGIC = b"PLOG"
 _SEG_MAGIC = b"PLSG"
-_HEADER = struct.Struct(">4sHHII")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,22 +57,11 @@ def _ledger_from_json(x: dict[str, Any]) -> LogLedger:
 
 
 def _envelope(magic: bytes, body_obj: dict[str, Any]) -> bytes:
-    body = json.dumps(body_obj, sort_keys=True, separators=(",", ":")).encode()
-    return _HEADER.pack(magic, HEAD_FORMAT_VERSION, 0, len(body), crc32c.crc32c(body)) + body
+    return log_record.envelope(magic, HEAD_FORMAT_VERSION, body_obj)
 
 
 def _open(data: bytes, magic_wanted: bytes, where: str) -> tuple[int, bytes]:
-    if len(data) < _HEADER.size:
-        raise CorruptMetadataError(f"{where}: stored record is truncated")
-    magic, version, reserved, length, checksum = _HEADER.unpack_from(data)
-    if magic != magic_wanted or reserved != 0:
-        raise CorruptMetadataError(f"{where}: stored record has a bad header")
-    if version > HEAD_FORMAT_VERSION:
-        raise UnsupportedFormatVersionError(f"{where}: format {version} is newer than supported ({HEAD_FORMAT_VERSION})")
-    body = data[_HEADER.size:]
-    if len(body) != length or crc32c.crc32c(body) != checksum:
-        raise CorruptMetadataError(f"{where}: stored record is truncated or corrupt")
-    return version, body
+    return log_record.open_envelope(data, magic_wanted, HEAD_FORMAT_VERSION, where)
 
 
 def encode_head(head: LogHead) -> bytes:
