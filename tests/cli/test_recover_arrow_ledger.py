@@ -19,7 +19,6 @@ LEDGER_BYTES_MIN = 64 * 2**20
 
 def test_recover_bookie_of_an_arrow_ledger_written_by_spark(capsys: pytest.CaptureFixture[str], zk_uri: str,
                                                              tmp_path: Path) -> None:
-    pytest.importorskip("pyspark")
     from pyspark.sql import functions as F
 
     cluster = LocalCluster(4, metadata_uri=zk_uri, work_dir=tmp_path / "cluster").start()
