@@ -23,6 +23,7 @@ READ_RESPONSE_BYTES_MAX = 32 * 2**20
 READ_RESPONSE_ENTRIES_DEFAULT = 10_000
 READ_RESPONSE_ENTRIES_MAX = 65_536
 LONG_POLL_TIMEOUT_MS_MAX = 30_000
+ENTRY_LOG_SIZE_MB_MAX = 64 * 1024  # far below the location format's 1 TiB per log
 
 
 class ConfigError(ValueError):
@@ -61,6 +62,7 @@ class BookieConfig:
     minor_compaction_threshold: float = 0.2
     major_compaction_threshold: float = 0.8
     compaction_rate_mb_s: float = 50.0
+    entry_log_size_mb: int = 1024  # an entry log rolls at this size (BookKeeper's logSizeLimit)
     # TLS (docs/security.md): with a certificate and key every listener speaks TLS only.
     tls_cert: str | None = None
     tls_key: str | None = None
@@ -81,6 +83,8 @@ class BookieConfig:
             )
         if self.gc_interval_s < 0 or self.compaction_rate_mb_s <= 0:
             raise ConfigError("--gc-interval-s must be >= 0 and --compaction-rate-mb-s > 0")
+        if not 1 <= self.entry_log_size_mb <= ENTRY_LOG_SIZE_MB_MAX:
+            raise ConfigError(f"--entry-log-size-mb must be in 1..{ENTRY_LOG_SIZE_MB_MAX}, got {self.entry_log_size_mb}")
         if not 0 <= self.minor_compaction_threshold <= self.major_compaction_threshold < 1.0:
             raise ConfigError("compaction thresholds must satisfy 0 <= --minor-compaction-threshold "
                               "<= --major-compaction-threshold < 1")
@@ -117,6 +121,8 @@ _FLAG_HELP = {
     "tls_client_auth": "mutual TLS: refuse clients without a certificate signed by --tls-ca",
     "allow_plaintext": "with TLS on, let the add listener also accept plaintext connections (migration only; "
                        "gRPC stays TLS-only)",
+    "entry_log_size_mb": "roll entry logs at this size in MiB (default 1024); compaction also rolls a "
+                         "mostly-dead current log once it holds 1/16 of this",
     "metrics_host": "address of the metrics endpoint (default 127.0.0.1: local only)",
 }
 

@@ -27,6 +27,10 @@ log = logging.getLogger(__name__)
 COMPACTION_FREE_MARGIN_BYTES = 64 * 2**20
 # Entries copied between two rate-limit sleeps (bounds one sleep).
 THROTTLE_CHUNK_BYTES = 1 * 2**20
+# The current entry log is rolled for compaction once it holds this fraction of the log size
+# limit and its live fraction is under the threshold: otherwise a bookie with little traffic
+# would keep up to a whole log of dead bytes until appends fill it.
+CURRENT_LOG_ROLL_FRACTION = 1 / 16
 
 Move = tuple[LedgerKey, int, int, int]  # ledger, entry id, location, length
 
@@ -40,8 +44,21 @@ class CompactionMixin:
         return {log_id: (size, live) for log_id, (size, live) in self.entry_log_usage().items()
                 if log_id not in keep and size > 0 and live / size < threshold}
 
+    def roll_dead_current_log(self, threshold: float) -> bool:
+        """Roll the current entry log if it is big enough and under threshold, so that this
+        compaction can take it. True if it rolled."""
+        current = self._logs.current_id
+        size, live = self.entry_log_usage().get(current, (0, 0))
+        if size < self._config.entry_log_max_bytes * CURRENT_LOG_ROLL_FRACTION or live / size >= threshold:
+            return False
+        rolled = self._logs.roll_current(current)
+        if rolled:
+            log.info("current entry log rolled for compaction log_id=%d size=%d live=%d", current, size, live)
+        return rolled
+
     def compact_entry_logs(self, threshold: float, rate_bytes_s: float) -> tuple[int, int]:
         """Rewrite the logs under threshold; returns (logs compacted, net bytes reclaimed)."""
+        self.roll_dead_current_log(threshold)
         candidates = self.compaction_candidates(threshold)
         if not candidates:
             return 0, 0

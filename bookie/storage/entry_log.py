@@ -35,6 +35,8 @@ class EntryLogs:
         self._unsynced: set[int] = set()
         self._unsynced_lock = threading.Lock()
         self._id_lock = threading.Lock()  # ids are taken by the writer and by compaction
+        # Held by every append and roll: compaction may roll the current log from its own thread.
+        self._append_lock = threading.Lock()
         self._protected: set[int] = set()  # compaction targets being written: never removed
         highest = 0
         for p in sorted(directory.glob("*" + ENTRY_LOG_SUFFIX)):
@@ -80,6 +82,10 @@ class EntryLogs:
     def append_regions(self, regions: Sequence[bytes | memoryview]) -> list[tuple[int, int]]:
         """Append each region (the entries of one batch, already in entry-log layout) whole
         into one log; returns (log id, file offset) per region. One pwrite per log touched."""
+        with self._append_lock:
+            return self._append_regions(regions)
+
+    def _append_regions(self, regions: Sequence[bytes | memoryview]) -> list[tuple[int, int]]:
         placements: list[tuple[int, int]] = []
         pending: list[bytes | memoryview] = []
         pending_bytes = 0
@@ -108,10 +114,21 @@ class EntryLogs:
     def roll(self) -> None:
         """Start a new log now (after a failed append: nothing is appended after its torn end).
         Skips an id a failed earlier attempt already created."""
-        log_id = self._allocate_id()
-        while entry_log_path(self._directory, log_id).exists():
+        with self._append_lock:
             log_id = self._allocate_id()
-        self._open_new(log_id)
+            while entry_log_path(self._directory, log_id).exists():
+                log_id = self._allocate_id()
+            self._open_new(log_id)
+
+    def roll_current(self, log_id: int) -> bool:
+        """Start a new log if `log_id` is still the current one (between two appends, never
+        inside one); True if it rolled. Compaction uses it so a mostly-dead current log can be
+        compacted instead of waiting until appends fill it."""
+        with self._append_lock:
+            if self._current_id != log_id or self._current_size == 0:
+                return False
+            self._roll()
+            return True
 
     def _roll(self) -> None:
         # The old fd stays open for reads; the checkpoint fsyncs it through the same fd.

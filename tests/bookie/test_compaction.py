@@ -129,9 +129,74 @@ def test_compaction_drops_a_dirty_tail_durably(tmp_path: Path) -> None:
     reopened = open_engine(data, entry_log_max_bytes=LOG_MAX)  # the in-memory cap is gone
     try:
         read_all_ok(reopened, KEPT, range(100), size=ENTRY)
-        # 100 and 150 lay in compacted logs; the newest entries sit in the current log, which
-        # is never compacted, so their tail stays on disk until a later round.
+        # 100 and 150 lay in compacted logs (the newest entries may sit in the current log,
+        # which is rolled and compacted only once it is mostly dead).
         for entry_id in (100, 150):
             assert reopened.read_entry(KEPT, entry_id).status == Status.NO_SUCH_ENTRY
     finally:
         reopened.close()
+
+
+def test_a_mostly_dead_current_log_is_rolled_and_compacted(tmp_path: Path) -> None:
+    """A bookie with little traffic: everything it holds sits in its current entry log. Once GC
+    made that log mostly dead (and it holds at least 1/16 of the log size limit), compaction
+    rolls it and frees it, instead of keeping the dead bytes until appends fill the log."""
+    data = tmp_path / "data"
+    engine = open_engine(data, entry_log_max_bytes=LOG_MAX)
+    try:
+        assert add_ids(engine, GONE, range(40), size=ENTRY) == Status.OK  # 160 KiB of a 256 KiB log
+        assert add_ids(engine, KEPT, range(3), size=ENTRY) == Status.OK
+        assert len(entry_log_files(data)) == 1
+        before = _bytes(data)
+        gc = _gc(engine)
+        gc.run_now(major=False)  # 3 of 43 entries live: under the minor threshold (0.2)
+        freed = before - _bytes(data)
+        assert freed >= 0.9 * 40 * ENTRY, (before, freed)
+        read_all_ok(engine, KEPT, range(3), size=ENTRY)
+        assert add_ids(engine, KEPT, range(3, 6), size=ENTRY) == Status.OK  # appends go on
+    finally:
+        engine.close()
+    reopened = open_engine(data, entry_log_max_bytes=LOG_MAX)
+    try:
+        read_all_ok(reopened, KEPT, range(6), size=ENTRY)
+        _no_unreferenced_logs(reopened, data)
+    finally:
+        reopened.close()
+
+
+def test_a_small_or_live_current_log_is_not_rolled(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    engine = open_engine(data, entry_log_max_bytes=LOG_MAX)
+    try:
+        assert add_ids(engine, GONE, range(2), size=ENTRY) == Status.OK  # 8 KiB: under 1/16 of the limit
+        assert add_ids(engine, KEPT, range(1), size=ENTRY) == Status.OK
+        current = engine._logs.current_id
+        assert not engine.roll_dead_current_log(0.99)
+        assert add_ids(engine, KEPT, range(1, 40), size=ENTRY) == Status.OK  # big, but mostly live
+        assert not engine.roll_dead_current_log(0.2)
+        assert engine._logs.current_id == current
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--entry-log-size-mb", "0"], "--entry-log-size-mb must be in 1.."),
+    (["--entry-log-size-mb", "99999999"], "--entry-log-size-mb must be in 1.."),
+    (["--minor-compaction-threshold", "0.9", "--major-compaction-threshold", "0.5"], "compaction thresholds"),
+    (["--compaction-rate-mb-s", "0"], "--compaction-rate-mb-s"),
+])
+def test_bad_storage_flags_are_refused_with_their_names(tmp_path: Path, flags: list[str], message: str) -> None:
+    from bookie.config import ConfigError, build_parser, config_from_args
+
+    args = build_parser().parse_args(["--metadata-uri", "sqlite:///x.db", "--data-dir", str(tmp_path), *flags])
+    with pytest.raises(ConfigError, match=message):
+        config_from_args(args)
+
+
+def test_entry_log_size_flag_reaches_the_storage_engine(tmp_path: Path) -> None:
+    from bookie.config import build_parser, config_from_args
+    from bookie.server import _storage_config
+
+    args = build_parser().parse_args(["--metadata-uri", "sqlite:///x.db", "--data-dir", str(tmp_path),
+                                      "--entry-log-size-mb", "64"])
+    assert _storage_config(config_from_args(args)).entry_log_max_bytes == 64 * 2**20
