@@ -12,3 +12,22 @@ class LogWriterStoppedError(LedgerError):
 
 class LogFencedError(LogWriterStoppedError, LedgerFencedError):
     """Another writer opened the log: this writer may not append any more."""
+
+
+class StaleEpochError(LogFencedError):
+    """A writer whose writer epoch is no longer the log's: another writer (a LogWriter, a Spark
+    batch job, a streaming query) took the log over after it. Nothing of the stale writer's
+    commit became visible. Names the log and both epochs."""
+
+    def __init__(self, log_name: str, current_epoch: int, writer_epoch: int, writer: str = "this writer"):
+        super().__init__(
+            f"log {log_name!r}: another writer took over (epoch {current_epoch}, {writer} has {writer_epoch}); "
+            "nothing more of this writer is appended"
+        )
+        self.log_name = log_name
+        self.current_epoch = current_epoch
+        self.writer_epoch = writer_epoch
+        self.writer = writer
+
+    def __reduce__(self) -> tuple[type, tuple[str, int, int, str]]:  # picklable (Spark ships errors)
+        return (StaleEpochError, (self.log_name, self.current_epoch, self.writer_epoch, self.writer))

@@ -20,13 +20,13 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from metadata import CloseContext, CreateContext, LedgerId, LedgerMetadata, MetadataError, NoSuchLedgerError
+from metadata import CloseContext, CreateContext, LedgerId, LedgerMetadata, MetadataError
 from metadata.log_record import LogRecord
-from metadata.logs import LogExistsError
 from pyspark_ledger.errors import LedgerError, LedgerFencedError
-from pyspark_ledger.log.errors import LogFencedError, LogWriterStoppedError
+from pyspark_ledger.log.errors import LogFencedError, LogWriterStoppedError, StaleEpochError
 from pyspark_ledger.log.position import Position
 from pyspark_ledger.log.service import LedgerService
+from pyspark_ledger.log.takeover import check_epoch, take_over
 
 if TYPE_CHECKING:
     from pyspark_ledger.ledger.write_handle import WriteHandle
@@ -84,41 +84,26 @@ class LogWriter:
         # update failed): written with the next change of the record.
         self._unrecorded_seals: dict[LedgerId, tuple[int, int]] = {}
         self.epoch = -1
+        self.from_seq = -1  # every ledger this writer appends has seq >= from_seq
         self._open(create)
 
     # -- opening --
 
     def _open(self, create: bool) -> None:
-        logs = self.client.logs
-        if create:
-            try:
-                logs.create(LogRecord(self.name))
-            except LogExistsError:
-                pass
-        rec, _ = logs.update(self.name, lambda r: r.with_epoch(r.writer_epoch + 1))
-        self.epoch = rec.writer_epoch
+        # The shared takeover: bump the epoch, fence and close EVERY unsealed ledger of the log
+        # (not only the last two: a writer that stopped after a failed seal left one behind its
+        # newest ledger, and no ledger may stay OPEN without a writer), record their seals.
+        taken = take_over(self.client, self.name, self.options.password, create=create, writer="this log writer")
+        self.epoch, self.from_seq = taken.epoch, taken.from_seq
         log.warning("log writer opening log=%s epoch=%d", self.name, self.epoch)
-        # Every unsealed ledger, not only the last two: a writer that stopped after a failed
-        # seal left one behind its newest ledger, and no ledger may stay OPEN without a writer.
-        for lg in rec.ledgers:
-            if lg.sealed:
-                continue
-            try:
-                reader = self.client.open_ledger(lg.ledger_id, recovery=True, password=self.options.password)
-            except NoSuchLedgerError:
-                continue  # deleted by a trim; nothing to recover
-            self._note_sealed(reader.metadata)
-            reader.close()
+        rec = taken.record
         previous = rec.ledgers[-1].ledger_id if rec.ledgers else None
         handle = self._new_ledger(previous)
         rec = self._add_to_record(handle)
         self._switch_to(handle, rec)
 
     def _check_epoch(self, r: LogRecord) -> None:
-        if r.writer_epoch != self.epoch:
-            raise LogFencedError(
-                f"log {self.name!r}: another writer took over (epoch {r.writer_epoch}, this writer has {self.epoch})"
-            )
+        check_epoch(r, self.epoch, "this log writer")
 
     def _new_ledger(self, previous: LedgerId | None) -> "WriteHandle":
         o = self.options
@@ -184,9 +169,7 @@ class LogWriter:
                     self.name, lid)
         if rec.writer_epoch != self.epoch:
             handle._close_quietly()  # noqa: SLF001 - in the log: the writer that took over recovers it
-            fenced = LogFencedError(f"log {self.name!r}: another writer took over (epoch {rec.writer_epoch}, "
-                                    f"this writer has {self.epoch})")
-            raise self._stop(fenced) from exc
+            raise self._stop(StaleEpochError(self.name, rec.writer_epoch, self.epoch, "this log writer")) from exc
         return rec
 
     def _discard(self, handle: "WriteHandle") -> None:
