@@ -64,6 +64,9 @@ class LogRecord:
     properties: tuple[tuple[str, str], ...] = ()
     ctime_ms: int = field(default_factory=now_ms)
     format_version: int = LOG_FORMAT_VERSION
+    # Every seq below this was trimmed. A head view (metadata.logs.LogManager.update_head) holds
+    # only the tail's ledgers, so a trim of sealed segments is said here, not by a ledger list.
+    trim_seq: int = 0
 
     def __post_init__(self) -> None:
         if len(self.ledgers) > LOG_LEDGERS_MAX:
@@ -71,6 +74,8 @@ class LogRecord:
         seqs = [lg.seq for lg in self.ledgers]
         if seqs != sorted(set(seqs)) or (seqs and seqs[-1] >= self.next_seq):
             raise InvalidMetadataError(f"log {self.name}: ledger sequence numbers must increase and be < next_seq")
+        if not 0 <= self.trim_seq <= self.next_seq or (seqs and seqs[0] < self.trim_seq):
+            raise InvalidMetadataError(f"log {self.name}: trim point {self.trim_seq} outside the log")
         if len(self.committed_batches) > COMMITTED_BATCH_KEYS_MAX:
             raise InvalidMetadataError(f"log {self.name}: too many committed batch keys")
 
@@ -136,6 +141,16 @@ class LogRecord:
         pending = self.pending_deletions + tuple(x for x in removed if x not in self.pending_deletions)
         return replace(self, ledgers=kept, pending_deletions=pending)
 
+    def trimmed_to(self, seq: int) -> "LogRecord":
+        """Trim every ledger with seq < `seq` (at most next_seq): the ones this view holds become
+        pending deletions; in a head view the sealed segments below go with the commit and their
+        ledgers are deleted from the segments themselves (metadata.log_trim)."""
+        seq = min(seq, self.next_seq)
+        if seq <= self.trim_seq:
+            return self
+        gone = {lg.ledger_id for lg in self.ledgers if lg.seq < seq}
+        return replace(self.without_ledgers(gone), trim_seq=seq)
+
     def without_pending(self, ledger_ids: set[LedgerId]) -> "LogRecord":
         return replace(self, pending_deletions=tuple(x for x in self.pending_deletions if x not in ledger_ids))
 
@@ -193,6 +208,7 @@ def from_json_dict(d: dict[str, Any]) -> LogRecord:
         properties=tuple(sorted(d.get("properties", {}).items())),
         ctime_ms=int(d.get("ctimeMs", 0)),
         format_version=int(d.get("formatVersion", LOG_FORMAT_VERSION)),
+        trim_seq=int(d.get("trimSeq", 0)),
     )
 
 

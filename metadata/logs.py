@@ -93,25 +93,76 @@ class LogManager:
     # ---- writes -------------------------------------------------------------------------------
 
     def compare_and_set(self, record: LogRecord, expected_version: int) -> int:
-        """One CAS on the head: the commit point. New segments are created before it, segments
-        trimmed away are deleted after it."""
+        """One CAS on the head: the commit point, for a change of the FULL view (read()). Lists
+        every sealed seq: the rare callers that need the whole log only; hot paths use
+        update_head."""
         name = record.name
         old, version = self.read_head(name)
         if version != expected_version:
             raise BadVersionError(log_path(name), expected_version, version)
         sealed = [lg.seq for lg in self.sealed_ledgers(name, old)] if old.seg_next else []
-        # Every committed pair but the newest goes to its own record BEFORE the head CAS; the head
-        # keeps only the newest (the commit point carries it), written out after the CAS.
+        kept = self._stage_batches(name, record)
+        change = segs.plan_change(old, sealed, replace(record, committed_batches=kept))
+        return self._commit(name, old, expected_version, change)
+
+    def read_tail(self, name: str) -> tuple[LogRecord, int]:
+        """The head view: the record with only the head's tail of ledgers (one get, no segment).
+        Its trim_seq, next_seq and last ledgers are exact; older ledgers are in segments."""
+        head, version = self.read_head(name)
+        return head.record, version
+
+    def compare_and_set_head(self, record: LogRecord, expected_version: int) -> int:
+        """One CAS on the head for a change of the head VIEW (read_tail()): never reads a segment."""
+        name = record.name
+        old, version = self.read_head(name)
+        if version != expected_version:
+            raise BadVersionError(log_path(name), expected_version, version)
+        return self._commit_head(old, version, record)
+
+    def _commit_head(self, old: LogHead, version: int, record: LogRecord) -> int:
+        kept = self._stage_batches(record.name, record)
+        change = segs.plan_head_change(old, replace(record, committed_batches=kept))
+        return self._commit(record.name, old, version, change)
+
+    def update_head(self, name: str, change: Callable[[LogRecord], LogRecord | None]) -> tuple[LogRecord, int]:
+        """CAS loop on the head view: `change` sees the record with only the tail's ledgers (what
+        a writer, rollover, seal, epoch bump, Spark or sink commit touch) and returns the new
+        view, None for no change, or raises to give up. A trim of sealed segments is said by
+        raising trim_seq (LogRecord.trimmed_to). O(1) store reads per attempt, whatever the
+        log's length: one get of the head (plus the committed-batch records it writes)."""
+        heads: dict[int, LogHead] = {}
+
+        def read() -> tuple[LogRecord, int]:
+            head, version = self.read_head(name)
+            heads.clear()
+            heads[version] = head
+            return head.record, version
+
+        def write(record: LogRecord, version: int) -> int:
+            try:
+                return self._commit_head(heads[version], version, record)
+            except NoNodeError:
+                raise NoSuchLogError(f"no such log {name!r}") from None
+
+        return cas_update(read, write, change, self.retry)
+
+    def _stage_batches(self, name: str, record: LogRecord) -> tuple[tuple[str, int], ...]:
+        """Every committed pair but the newest goes to its own record BEFORE the head CAS; the
+        head keeps only the newest (the commit point carries it), written out after the CAS."""
         *earlier, newest = record.committed_batches or ((None, None),)
         for query_id, batch_id in earlier:
             log_queries.raise_batch(self.store, name, query_id, batch_id)
-        kept = () if newest[0] is None else (newest,)
-        change = segs.plan_change(old, sealed, replace(record, committed_batches=kept))
+        return () if newest[0] is None else (newest,)  # type: ignore[return-value]
+
+    def _commit(self, name: str, old: LogHead, expected_version: int, change: segs.HeadChange) -> int:
+        """New segments before the head CAS (the commit point); the pair it carries and the
+        segments no longer stored after it."""
         self._write_segments(name, change)
         try:
             new_version = self.store.compare_and_set(log_path(name), segs.encode_head(change.head), expected_version)
         except NoNodeError:
             raise NoSuchLogError(f"no such log {name!r}") from None
+        kept = change.head.record.committed_batches
         if kept and kept != old.record.committed_batches[-1:]:
             log_queries.raise_batch(self.store, name, kept[0][0], kept[0][1])
         for index in change.dropped_segments:
