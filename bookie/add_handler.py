@@ -13,13 +13,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from bookie.metrics import Metrics
 from bookie.proto import bookie_pb2 as pb
 from bookie.proto.wire import encode_varint
 from bookie.status import Status
 from bookie.storage import BookieStorage
+
+if TYPE_CHECKING:
+    from bookie.auth import AuthRefusals
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +74,10 @@ class _Submitted:
 
 
 class AddHandler:
-    def __init__(self, storage: BookieStorage, metrics: Metrics):
+    def __init__(self, storage: BookieStorage, metrics: Metrics, refusals: "AuthRefusals | None" = None):
         self.storage = storage
         self.metrics = metrics
+        self.refusals = refusals  # counts the adds storage refused for a wrong master key
 
     def handle(self, request: pb.AddRequest) -> list[AddOutcome]:
         """The outcome of every batch of `request`, in its order, once all are durable or
@@ -85,7 +89,7 @@ class AddHandler:
         allow_inline = len(batches) == 1
         submitted = [self._submit(b, allow_inline) for b in batches]
         deadline = time.monotonic() + ADD_DURABLE_TIMEOUT_S
-        outcomes = [s.outcome(deadline) for s in submitted]
+        outcomes = [_explained(s.outcome(deadline), s.batch) for s in submitted]
         self._record(submitted)
         return outcomes
 
@@ -95,6 +99,8 @@ class AddHandler:
         for s in submitted:
             self.metrics.record_add(s.status == Status.OK, s.entries, s.nbytes, now - s.started)
             late += s.status == Status.TIMEOUT
+            if s.status == Status.UNAUTHORIZED and self.refusals is not None:
+                self.refusals.count("Add")
         if late:
             log.warning("add request not durable in time batches=%d pending=%d", len(submitted), late)
 
@@ -128,6 +134,15 @@ def encode_add_response(outcomes: list[AddOutcome]) -> bytes:
             body += b"\x1a" + encode_varint(len(text)) + text
         out += b"\x0a" + encode_varint(len(body)) + body
     return bytes(out)
+
+
+def _explained(outcome: AddOutcome, batch: pb.AddBatch) -> AddOutcome:
+    """A key refusal says which operation on which ledger (never the key)."""
+    if outcome.status != Status.UNAUTHORIZED or outcome.message:
+        return outcome
+    ref = batch.ledger
+    return outcome._replace(message=f"Add refused for ledger {ref.scope_id}:{ref.ledger_id}: "
+                                    "wrong master key (password)")
 
 
 def _malformed(batch: pb.AddBatch) -> str | None:

@@ -70,6 +70,10 @@ class BookieConfig:
     tls_client_auth: bool = False
     allow_plaintext: bool = False  # with TLS on: the add listener also takes plaintext connections
     metrics_host: str = "127.0.0.1"  # the metrics endpoint is local unless asked otherwise
+    # Authorization (bookie/auth.py, docs/security.md). The secret only ever from a file.
+    operator_secret_file: str | None = None
+    operator_identities: str | None = None  # comma-separated client certificate identities
+    require_read_auth: bool = False
 
     def validate(self) -> None:
         if not 0 <= self.port < 65536:
@@ -92,6 +96,9 @@ class BookieConfig:
             raise ConfigError("--tls-cert and --tls-key go together (the bookie's certificate and its private key)")
         if self.tls_client_auth and not (self.tls_cert and self.tls_ca):
             raise ConfigError("--tls-client-auth needs --tls-cert, --tls-key and --tls-ca (the CA of client certificates)")
+        if self.operator_identities and not self.tls_client_auth:
+            raise ConfigError("--operator-identities needs mutual TLS (--tls-client-auth): identities come from "
+                              "client certificates")
         if self.grpc_workers < 4:
             raise ConfigError("--grpc-workers must be at least 4")
         if self.max_entry_size_bytes <= 0 or self.max_entry_size_bytes > GRPC_MESSAGE_BYTES_MAX // 2:
@@ -124,6 +131,11 @@ _FLAG_HELP = {
     "entry_log_size_mb": "roll entry logs at this size in MiB (default 1024); compaction also rolls a "
                          "mostly-dead current log once it holds 1/16 of this",
     "metrics_host": "address of the metrics endpoint (default 127.0.0.1: local only)",
+    "operator_secret_file": "file holding the cluster's operator secret (16+ bytes, chmod 600): a client sending "
+                            "it may delete any ledger, write any LAC and call the admin RPCs",
+    "operator_identities": "comma-separated client certificate identities (SAN, else CN; mutual TLS) with the "
+                           "operator's rights",
+    "require_read_auth": "reads (Read, ReadLac) need the ledger's master key or an operator identity",
 }
 
 

@@ -26,6 +26,7 @@ import grpc  # noqa: E402
 from bookie import config as limits
 from bookie.add_listener import AddListener
 from bookie.admin import install_storage_metrics
+from bookie.auth import auth_policy
 from bookie.config import BookieConfig, ConfigError, build_parser, config_from_args
 from bookie.cookie import CookieMismatchError, delete_cookie, verify_or_create_cookie
 from bookie.disk_monitor import DiskMonitor
@@ -95,7 +96,7 @@ class BookieServer:
             cookie = verify_or_create_cookie(self.store, self.bookie_id, [cfg.data_dir])
             self.storage = BookieStorage.open(_storage_config(cfg))
             service = BookieService(self.storage, self.bookie_id, _version(), cookie.instance_id, self.metrics,
-                                    data_dir=cfg.data_dir)
+                                    data_dir=cfg.data_dir, auth=auth_policy(cfg))
             pb_grpc.add_BookieServicer_to_server(service, server)
             server.start()
             self.grpc_server = server

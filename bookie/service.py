@@ -3,6 +3,12 @@
 A handler first decides whether the request is well-formed (and answers INVALID_REQUEST with a
 message if not), then acts. Protocol outcomes are StatusCode values in responses; only transport
 problems surface as gRPC errors. Nothing here logs master keys.
+
+Authorization (bookie/auth.py) comes first: DeleteLedger and WriteLac need the ledger's master key
+or an operator identity, reads need one only with --require-read-auth, the admin RPCs an operator
+once one is configured; refused calls abort with PERMISSION_DENIED / UNAUTHENTICATED before
+storage is touched. Adds and fences keep their protocol status (UNAUTHORIZED, from storage's key
+check): writers and recovery map it to a wrong-password error for that ledger.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from bookie import admin
 from bookie import config as limits
 from bookie.add_handler import MASTER_KEY_BYTES_MAX, AddHandler
 from bookie.add_handler import ledger_key as _ledger_key
+from bookie.auth import AuthPolicy, AuthRefusals, Authorizer
 from bookie.metrics import Metrics
 from bookie.proto import bookie_pb2 as pb
 from bookie.proto import bookie_pb2_grpc as pb_grpc
@@ -29,7 +36,7 @@ log = logging.getLogger(__name__)
 
 class BookieService(pb_grpc.BookieServicer):
     def __init__(self, storage: BookieStorage, bookie_id: str, version: str, instance_id: str, metrics: Metrics,
-                 data_dir: Path | None = None):
+                 data_dir: Path | None = None, auth: AuthPolicy | None = None):
         self.storage = storage
         self.data_dir = data_dir  # for the admin RPCs; None: they report no directories
         self.journal_reopens: Callable[[], int] = lambda: 0  # set by the server (bookie/writable_again.py)
@@ -37,7 +44,9 @@ class BookieService(pb_grpc.BookieServicer):
         self.version = version
         self.instance_id = instance_id
         self.metrics = metrics
-        self.adds = AddHandler(storage, metrics)
+        refusals = AuthRefusals(metrics)
+        self.auth = Authorizer(auth or AuthPolicy(), refusals)
+        self.adds = AddHandler(storage, metrics, refusals)
 
     # ---- add ----------------------------------------------------------------------------------
 
@@ -56,12 +65,15 @@ class BookieService(pb_grpc.BookieServicer):
     def Read(self, request: pb.ReadRequest, context: grpc.ServicerContext) -> pb.ReadResponse:  # noqa: N802
         started = time.monotonic()
         key = _ledger_key(request.ledger)
+        self._check_read(context, "Read", key, request.master_key)
         first, last = request.first_entry_id, request.last_entry_id
         if first < 0 or last < first:
             return pb.ReadResponse(status=int(Status.INVALID_REQUEST), message=f"bad entry range {first}..{last}")
         if request.fence:
             status, _lac = self.storage.fence(key, request.master_key)
             if status != Status.OK:
+                if status == Status.UNAUTHORIZED:
+                    self.auth.refusals.count("Fence")
                 return pb.ReadResponse(status=int(status), message=f"fence failed: {status.name}")
         if request.HasField("long_poll_min_lac"):
             timeout_s = min(request.long_poll_timeout_ms, limits.LONG_POLL_TIMEOUT_MS_MAX) / 1000
@@ -107,6 +119,7 @@ class BookieService(pb_grpc.BookieServicer):
 
     def ReadLac(self, request: pb.ReadLacRequest, context: grpc.ServicerContext) -> pb.ReadLacResponse:  # noqa: N802
         key = _ledger_key(request.ledger)
+        self._check_read(context, "ReadLac", key, request.master_key)
         if request.HasField("long_poll_min_lac"):
             timeout_s = min(request.long_poll_timeout_ms, limits.LONG_POLL_TIMEOUT_MS_MAX) / 1000
             status, lac = self.storage.wait_lac(key, request.long_poll_min_lac, timeout_s)
@@ -114,12 +127,29 @@ class BookieService(pb_grpc.BookieServicer):
             status, lac = self.storage.read_lac(key)
         return pb.ReadLacResponse(status=int(status), lac=lac)
 
+    def _check_read(self, context: grpc.ServicerContext, op: str, key: tuple[int, int], master_key: bytes) -> None:
+        if not self.auth.policy.require_read_auth:
+            return
+        if not self.auth.may_use_ledger(context, self.storage.stored_master_key(key), master_key):
+            self.auth.refuse(context, op, key, master_key, "the ledger's master key or an operator identity "
+                                                            "(this bookie runs with --require-read-auth)")
+
     # ---- control ------------------------------------------------------------------------------
 
     def WriteLac(self, request: pb.WriteLacRequest, context: grpc.ServicerContext) -> pb.WriteLacResponse:  # noqa: N802
         if request.lac < -1:
             return pb.WriteLacResponse(status=int(Status.INVALID_REQUEST), message=f"bad lac {request.lac}")
-        status = self.storage.write_lac(_ledger_key(request.ledger), request.master_key, request.lac)
+        key = _ledger_key(request.ledger)
+        stored = self.storage.stored_master_key(key)
+        master_key = request.master_key
+        # An unseen ledger is created by its first write, as an add does (the reference protocol).
+        if stored is not None and not self.auth.may_use_ledger(context, stored, master_key):
+            self.auth.refuse(context, "WriteLac", key, master_key, "the ledger's master key or an operator identity")
+        if stored is not None and not master_key:
+            master_key = stored  # an operator's write carries no key: the ledger's own applies
+        status = self.storage.write_lac(key, master_key, request.lac)
+        if status == Status.UNAUTHORIZED:  # the key changed between the check and the write: never with one key
+            self.auth.refuse(context, "WriteLac", key, master_key, "the ledger's master key or an operator identity")
         return pb.WriteLacResponse(status=int(status))
 
     def Fence(self, request: pb.FenceRequest, context: grpc.ServicerContext) -> pb.FenceResponse:  # noqa: N802
@@ -127,10 +157,21 @@ class BookieService(pb_grpc.BookieServicer):
         if len(request.master_key) > MASTER_KEY_BYTES_MAX:
             return pb.FenceResponse(status=int(Status.INVALID_REQUEST), message="master key too long")
         status, lac = self.storage.fence(key, request.master_key)  # the engine logs the fence
+        if status == Status.UNAUTHORIZED:
+            self.auth.refusals.count("Fence")
+            return pb.FenceResponse(status=int(status), lac=lac,
+                                    message=f"Fence refused for ledger {key[0]}:{key[1]}: wrong master key (password)")
         return pb.FenceResponse(status=int(status), lac=lac)
 
     def DeleteLedger(self, request: pb.DeleteLedgerRequest, context: grpc.ServicerContext) -> pb.DeleteLedgerResponse:  # noqa: N802
         key = _ledger_key(request.ledger)
+        # Never without a right: a deleted copy makes recovery truncate. A copy whose key this
+        # bookie does not hold (known only from a keyless record) takes an operator to delete.
+        if not self.auth.may_use_ledger(context, self.storage.stored_master_key(key), request.master_key):
+            if self.storage.ledger_state(key) is None:
+                return pb.DeleteLedgerResponse(status=int(Status.NO_SUCH_LEDGER))  # nothing to protect
+            self.auth.refuse(context, "DeleteLedger", key, request.master_key,
+                             "the ledger's master key or an operator identity")
         status = self.storage.delete_ledger(key)
         log.info("ledger deleted ledger=%s status=%s", key, Status(status).name)
         return pb.DeleteLedgerResponse(status=int(status))
@@ -146,6 +187,8 @@ class BookieService(pb_grpc.BookieServicer):
     # ---- admin (ledger bookieinfo, ledger triggergc) -------------------------------------------
 
     def StorageStats(self, request: pb.StorageStatsRequest, context: grpc.ServicerContext) -> pb.StorageStatsResponse:  # noqa: N802
+        if not self.auth.may_administer(context):
+            self.auth.refuse(context, "StorageStats", None, b"", "an operator identity")
         gc = admin.gc_stats(self.storage)
         resp = pb.StorageStatsResponse(
             bookie_id=self.bookie_id, read_only=self.storage.read_only, journal_failed=self.storage.journal_failed,
@@ -166,6 +209,8 @@ class BookieService(pb_grpc.BookieServicer):
         return resp
 
     def TriggerGc(self, request: pb.TriggerGcRequest, context: grpc.ServicerContext) -> Iterator[pb.GcProgress]:  # noqa: N802
+        if not self.auth.may_administer(context):
+            self.auth.refuse(context, "TriggerGc", None, b"", "an operator identity")
         log.info("GC and compaction triggered by an operator")
         for e in admin.run_gc(self.storage):
             msg = pb.GcProgress(status=int(e.status), message=e.message, phase=e.phase, done=e.done, total=e.total,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from metadata.owner_only import create_owner_only
 from metadata.errors import (
     BadVersionError,
     IdAllocationError,
@@ -158,8 +159,9 @@ class EmbeddedStore(MetadataStore):
         self._all_conns: list[sqlite3.Connection] = []
         self._conns_lock = threading.Lock()
         try:
+            create_owner_only(self.db_path)
             self._conn()
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise MetadataUnavailableError(f"cannot open embedded metadata store {self.db_path}: {exc}") from exc
 
     # ---- connections and transactions ---------------------------------------------------------

@@ -7,10 +7,16 @@ op_timeout_ms is the deadline of every ZooKeeper call (default: the session time
 
 Either may also carry the client's bookie TLS settings, tls_ca=, tls_cert=, tls_key= (file
 paths, docs/security.md): tls_params() returns them, and the store ignores them.
+
+ZooKeeper credentials: zk_auth=digest:user:secret (else the LEDGER_ZK_AUTH environment
+variable); every node the store creates then gets a digest ACL for that user only. A URI that
+carries them is shown through redact_uri() wherever it is printed or logged, and error
+messages about a URI never include them.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -23,24 +29,64 @@ DEFAULT_ZK_ROOT = "/ledgers"
 _ZK_PARAMS = {"session_timeout_ms", "connect_timeout_ms", "op_timeout_ms"}
 _SQLITE_PARAMS = {"ttl_ms", "poll_ms"}
 TLS_PARAMS = ("tls_ca", "tls_cert", "tls_key")  # for the bookie connections, not the store
+ZK_AUTH_PARAM = "zk_auth"
+ZK_AUTH_ENV = "LEDGER_ZK_AUTH"
+ZK_AUTH_SCHEMES = ("digest",)
+_STRING_PARAMS = (*TLS_PARAMS, ZK_AUTH_PARAM)
+_REDACTED = "***"
 
 
 def _split_tls(uri: str) -> tuple[str, dict[str, str]]:
-    """The URI without its TLS query parameters, and those parameters."""
+    """The URI without its string query parameters (TLS, zk_auth), and those parameters."""
     base, sep, query = uri.partition("?")
     if not sep:
         return uri, {}
     pairs = parse_qsl(query, keep_blank_values=True)
-    tls = {k: v for k, v in pairs if k in TLS_PARAMS}
-    if not tls:
+    found = {k: v for k, v in pairs if k in _STRING_PARAMS}
+    if not found:
         return uri, {}
-    rest = [(k, v) for k, v in pairs if k not in TLS_PARAMS]
-    return (base + "?" + urlencode(rest)) if rest else base, tls
+    rest = [(k, v) for k, v in pairs if k not in _STRING_PARAMS]
+    return (base + "?" + urlencode(rest)) if rest else base, found
 
 
 def tls_params(uri: str) -> dict[str, str]:
     """The tls_ca / tls_cert / tls_key query parameters of a metadata URI (absent ones left out)."""
-    return _split_tls(uri.strip())[1] if isinstance(uri, str) else {}
+    found = _split_tls(uri.strip())[1] if isinstance(uri, str) else {}
+    return {k: v for k, v in found.items() if k in TLS_PARAMS}
+
+
+def zk_auth(uri: str, environ: dict[str, str] | None = None) -> tuple[str, str] | None:
+    """The ZooKeeper credentials as (scheme, "user:secret"): the URI's zk_auth, else LEDGER_ZK_AUTH,
+    else None. A malformed value is refused without echoing it."""
+    raw = (_split_tls(uri.strip())[1] if isinstance(uri, str) else {}).get(ZK_AUTH_PARAM)
+    if raw is None:
+        raw = (os.environ if environ is None else environ).get(ZK_AUTH_ENV) or None
+    if raw is None:
+        return None
+    scheme, _, credential = raw.partition(":")
+    user, _, secret = credential.partition(":")
+    if scheme not in ZK_AUTH_SCHEMES or not user or not secret:
+        raise InvalidUriError(f"zk_auth must be digest:user:secret (scheme one of {', '.join(ZK_AUTH_SCHEMES)})")
+    return scheme, credential
+
+
+def with_zk_auth(uri: str, auth: str | None) -> str:
+    """`uri` with zk_auth=auth added (replacing one it had); unchanged when auth is None."""
+    if not auth:
+        return uri
+    base, found = _split_tls(uri.strip())
+    found[ZK_AUTH_PARAM] = auth
+    joiner = "&" if "?" in base else "?"
+    return base + joiner + urlencode(found)
+
+
+def redact_uri(uri: str) -> str:
+    """The URI as it may be printed or logged: a zk_auth value replaced by ***."""
+    if not isinstance(uri, str) or ZK_AUTH_PARAM not in uri:
+        return uri
+    base, sep, query = uri.partition("?")
+    pairs = [(k, _REDACTED if k == ZK_AUTH_PARAM else v) for k, v in parse_qsl(query, keep_blank_values=True)]
+    return base + sep + urlencode(pairs, safe="*:/")
 
 
 @dataclass(frozen=True)
@@ -118,7 +164,8 @@ def open_store(uri: str, *, timeout_s: float | None = None) -> MetadataStore:
             session_timeout_s=session_timeout_s,
             connect_timeout_s=p.get("connect_timeout_ms", 10_000) / 1000,
             op_timeout_s=op_timeout_s,
-            uri=uri,
+            uri=redact_uri(uri),
+            auth=zk_auth(uri),
         )
     from metadata.embedded_store import DEFAULT_POLL_MS, DEFAULT_TTL_MS, EmbeddedStore
 
@@ -126,5 +173,5 @@ def open_store(uri: str, *, timeout_s: float | None = None) -> MetadataStore:
         parsed.path,
         ttl_ms=parsed.params.get("ttl_ms", DEFAULT_TTL_MS),
         poll_ms=parsed.params.get("poll_ms", DEFAULT_POLL_MS),
-        uri=uri,
+        uri=redact_uri(uri),
     )

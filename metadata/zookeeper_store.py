@@ -33,6 +33,7 @@ from kazoo.exceptions import BadVersionError as ZkBadVersion
 from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, NotEmptyError, SessionExpiredError
 from kazoo.exceptions import NodeExistsError as ZkNodeExists
 from kazoo.exceptions import NoNodeError as ZkNoNode
+from kazoo.exceptions import NoAuthError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry
@@ -47,6 +48,7 @@ from metadata.errors import (
     OutcomeUnknownError,
 )
 from metadata.paths import counter_path
+from metadata.zk_acl import not_authorized, zk_acl
 from metadata.store import ChildrenCallback, DataCallback, MetadataStore, RetryPolicy, Versioned, check_path
 
 log = logging.getLogger(__name__)
@@ -121,7 +123,11 @@ class ZooKeeperStore(MetadataStore):
         connect_timeout_s: float = 10.0,
         op_timeout_s: float = 10.0,
         uri: str | None = None,
+        auth: tuple[str, str] | None = None,
     ):
+        """auth: ZooKeeper credentials (scheme, "user:secret"), metadata.uri.zk_auth: the session
+        authenticates with them and every node this store creates (parents too) is readable and
+        writable by that user only. `uri` is shown in errors: pass it redacted."""
         self.hosts = hosts
         self.root = check_path(root)
         self.uri = uri or f"zk://{hosts}{root}"
@@ -139,6 +145,8 @@ class ZooKeeperStore(MetadataStore):
             hosts=hosts,
             timeout=session_timeout_s,
             connection_retry=KazooRetry(max_tries=-1, max_delay=2.0),
+            auth_data=[auth] if auth else None,
+            default_acl=zk_acl(auth),
         )
         try:
             self._client.start(timeout=connect_timeout_s)
@@ -178,6 +186,8 @@ class ZooKeeperStore(MetadataStore):
             self._wait_connected(deadline, what)
             try:
                 return async_fn(*args, **kwargs).get(timeout=max(0.01, deadline - time.monotonic()))
+            except NoAuthError:
+                raise not_authorized(self.uri, what) from None
             except _TRANSIENT as exc:
                 if time.monotonic() >= deadline or self._stop.is_set():
                     raise self._unavailable(what, exc) from exc
@@ -185,7 +195,10 @@ class ZooKeeperStore(MetadataStore):
 
     def _once(self, async_fn: Callable[..., Any], *args: Any, deadline: float, **kwargs: Any) -> Any:
         """Send one request and wait until the deadline. Transient errors propagate to the caller."""
-        return async_fn(*args, **kwargs).get(timeout=max(0.01, deadline - time.monotonic()))
+        try:
+            return async_fn(*args, **kwargs).get(timeout=max(0.01, deadline - time.monotonic()))
+        except NoAuthError:
+            raise not_authorized(self.uri, getattr(async_fn, "__name__", "call")) from None
 
     def _wait_connected(self, deadline: float, what: str) -> None:
         while self._client.state != KazooState.CONNECTED:

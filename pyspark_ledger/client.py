@@ -29,8 +29,9 @@ from metadata import (
 )
 from metadata.log_record import LogRecord
 from metadata.logs import LogManager
-from metadata.uri import tls_params
+from metadata.uri import tls_params, with_zk_auth
 from pyspark_ledger.transport.bookie_pool import BookiePool
+from pyspark_ledger.transport.credentials import operator_secret_from
 from pyspark_ledger.transport.tls import TlsSettings
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.ledger.context import LedgerContext
@@ -64,19 +65,25 @@ class LedgerClient:
         tls_ca: str | Path | None = None,
         tls_cert: str | Path | None = None,
         tls_key: str | Path | None = None,
+        operator_secret: bytes | str | None = None,
+        zk_auth: str | None = None,
     ):
         """tls_ca / tls_cert / tls_key: TLS to the bookies (docs/security.md); each defaults to
-        the metadata URI's query parameter of the same name."""
+        the metadata URI's query parameter of the same name. operator_secret: the cluster's
+        operator identity (deletes without the ledger password, admin calls), default
+        LEDGER_OPERATOR_SECRET / LEDGER_OPERATOR_SECRET_FILE. zk_auth: ZooKeeper credentials
+        ("digest:user:secret"), default the URI's zk_auth or LEDGER_ZK_AUTH."""
         self.metadata_uri = metadata_uri
         uri_tls = tls_params(metadata_uri)
         tls = TlsSettings.from_values(tls_ca or uri_tls.get("tls_ca"), tls_cert or uri_tls.get("tls_cert"),
                                       tls_key or uri_tls.get("tls_key"))
         # The deadline of every metadata call (None: the URI's op_timeout_ms, else its session timeout).
-        self.store = open_store(metadata_uri, timeout_s=metadata_timeout_s)
+        self.store = open_store(with_zk_auth(metadata_uri, zk_auth), timeout_s=metadata_timeout_s)
         self.ledgers = LedgerManager(self.store)
         self.logs = LogManager(self.store)
         self.registry = BookieRegistry(self.store)
-        self.pool = BookiePool(self.registry, add_timeout_s=add_timeout_s, rpc_timeout_s=rpc_timeout_s, tls=tls)
+        self.pool = BookiePool(self.registry, add_timeout_s=add_timeout_s, rpc_timeout_s=rpc_timeout_s, tls=tls,
+                               operator_secret=operator_secret_from(operator_secret))
         self.placement: PlacementPolicy = placement or RandomPlacement()
         self.add_timeout_s = add_timeout_s
         self.explicit_lac_interval_ms = explicit_lac_interval_ms

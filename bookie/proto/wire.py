@@ -16,3 +16,8 @@ def encode_varint(n: int) -> bytes:
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+# gRPC metadata key of the cluster's operator secret (bookie/auth.py checks it; the client's
+# pyspark_ledger/transport/credentials.py sends it). Lower case, as gRPC requires; "-bin": the value may be any bytes.
+OPERATOR_SECRET_HEADER = "x-ledger-operator-secret-bin"

@@ -33,6 +33,13 @@ class ModesMixin:
             return LedgerState(meta.fenced, meta.lac, meta.index.count, meta.index.size_bytes,
                                meta.key is not None)
 
+    def stored_master_key(self, ledger: LedgerKey) -> bytes | None:
+        """The master key the ledger was created with, for authorizing requests that carry no
+        write (bookie/auth.py); None: unknown, deleted, or known only from a keyless record."""
+        with self._lock:
+            meta = self._ledgers.get(ledger)
+            return None if meta is None or meta.deleted else meta.key
+
     @property
     def read_only(self) -> bool:
         """Refusing adds: the disk is full (set_read_only) or the journal failed."""

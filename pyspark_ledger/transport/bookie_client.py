@@ -29,6 +29,7 @@ from pyspark_ledger.transport.add_streams import (
     ledger_ref,
 )
 from pyspark_ledger.errors import BookieUnavailableError
+from pyspark_ledger.transport.credentials import with_operator_secret
 from pyspark_ledger.transport.run_response import RunResponse, parse_run_response
 from pyspark_ledger.transport.tls import TlsSettings, grpc_failure_hint
 
@@ -63,11 +64,12 @@ class BookieClient:
     """`add_address`: where the bookie's add listener is ("" = none: add over gRPC), or a
     function that looks it up, called whenever an add stream opens (BookiePool passes one that
     reads the bookie's registration). `tls`: encrypt both transports and verify the bookie's
-    certificate (pyspark_ledger.transport.tls); None = plaintext."""
+    certificate (pyspark_ledger.transport.tls); None = plaintext. `operator_secret`: sent with
+    every gRPC call (pyspark_ledger.transport.credentials); None = calls carry no operator identity."""
 
     def __init__(self, bookie_id: str, address: str, *, add_address: str | Callable[[], str] = "",
                  add_timeout_s: float = 10.0, rpc_timeout_s: float = 10.0, poller: AddPoller | None = None,
-                 tls: TlsSettings | None = None):
+                 tls: TlsSettings | None = None, operator_secret: bytes | None = None):
         self.bookie_id = bookie_id
         # The pool's clients share one poller (one epoll set for all their add connections); a
         # client made on its own gets its own with its first add connection.
@@ -79,8 +81,9 @@ class BookieClient:
         self.rpc_timeout_s = rpc_timeout_s
         self._tls = tls
         self._ssl_context = tls.ssl_context() if tls is not None else None
-        self._channel = (grpc.secure_channel(address, tls.channel_credentials(), options=channel_options())
-                         if tls is not None else grpc.insecure_channel(address, options=channel_options()))
+        self._raw_channel = (grpc.secure_channel(address, tls.channel_credentials(), options=channel_options())
+                             if tls is not None else grpc.insecure_channel(address, options=channel_options()))
+        self._channel = with_operator_secret(self._raw_channel, operator_secret)
         self._stub = pb_grpc.BookieStub(self._channel)
         # The add stream sends pre-serialized requests (see EncodedAddBatch).
         self._add_method = self._channel.stream_stream(
@@ -191,8 +194,9 @@ class BookieClient:
         return self._unary(self._read_runs, req, timeout_s)  # type: ignore[return-value]
 
     def read_lac(self, ledger: LedgerKey, *, long_poll_min_lac: int | None = None, long_poll_timeout_ms: int = 0,
-                 timeout_s: float | None = None) -> pb.ReadLacResponse:
-        req = pb.ReadLacRequest(ledger=ledger_ref(ledger), long_poll_timeout_ms=long_poll_timeout_ms)
+                 timeout_s: float | None = None, master_key: bytes = b"") -> pb.ReadLacResponse:
+        req = pb.ReadLacRequest(ledger=ledger_ref(ledger), long_poll_timeout_ms=long_poll_timeout_ms,
+                                master_key=master_key)
         if long_poll_min_lac is not None:
             req.long_poll_min_lac = long_poll_min_lac
             timeout_s = (timeout_s or self.rpc_timeout_s) + long_poll_timeout_ms / 1000
@@ -205,15 +209,18 @@ class BookieClient:
     def fence(self, ledger: LedgerKey, master_key: bytes, timeout_s: float | None = None) -> pb.FenceResponse:
         return self._unary(self._stub.Fence, pb.FenceRequest(ledger=ledger_ref(ledger), master_key=master_key), timeout_s)  # type: ignore[return-value]
 
-    def delete_ledger(self, ledger: LedgerKey, timeout_s: float | None = None) -> pb.DeleteLedgerResponse:
-        return self._unary(self._stub.DeleteLedger, pb.DeleteLedgerRequest(ledger=ledger_ref(ledger)), timeout_s)  # type: ignore[return-value]
+    def delete_ledger(self, ledger: LedgerKey, timeout_s: float | None = None, *,
+                      master_key: bytes = b"") -> pb.DeleteLedgerResponse:
+        """Authorized by `master_key` (the ledger's) or this client's operator secret."""
+        req = pb.DeleteLedgerRequest(ledger=ledger_ref(ledger), master_key=master_key)
+        return self._unary(self._stub.DeleteLedger, req, timeout_s)  # type: ignore[return-value]
 
     def info(self, timeout_s: float | None = None) -> pb.InfoResponse:
         return self._unary(self._stub.Info, pb.InfoRequest(), timeout_s)  # type: ignore[return-value]
 
     def wait_ready(self, timeout_s: float) -> None:
         try:
-            grpc.channel_ready_future(self._channel).result(timeout=timeout_s)
+            grpc.channel_ready_future(self._raw_channel).result(timeout=timeout_s)
         except grpc.FutureTimeoutError:
             raise BookieUnavailableError(self.bookie_id, f"not reachable at {self.address} within {timeout_s:g} s") from None
 

@@ -42,9 +42,10 @@ class Faults:
 
 class BookiePool:
     def __init__(self, registry: BookieRegistry, *, add_timeout_s: float = 10.0, rpc_timeout_s: float = 10.0,
-                 tls: TlsSettings | None = None):
+                 tls: TlsSettings | None = None, operator_secret: bytes | None = None):
         self.registry = registry
         self.tls = tls  # every bookie connection's TLS settings (None: plaintext)
+        self._operator_secret = operator_secret  # sent on every gRPC call (transport/credentials.py)
         self.add_timeout_s = add_timeout_s
         self.rpc_timeout_s = rpc_timeout_s
         self.faults = Faults()
@@ -81,7 +82,7 @@ class BookiePool:
             if client is None:
                 client = BookieClient(bookie_id, address, add_address=lambda: self._add_address(bookie_id),
                                       add_timeout_s=self.add_timeout_s, rpc_timeout_s=self.rpc_timeout_s,
-                                      poller=self.poller, tls=self.tls)
+                                      poller=self.poller, tls=self.tls, operator_secret=self._operator_secret)
                 self._clients[bookie_id] = client
             return client
 
