@@ -63,6 +63,10 @@ class BookieConfig:
     major_compaction_threshold: float = 0.8
     compaction_rate_mb_s: float = 50.0
     entry_log_size_mb: int = 1024  # an entry log rolls at this size (BookKeeper's logSizeLimit)
+    # The scrubber (bookie/scrubber.py): every stored entry verified once per interval, at most
+    # this fast; damaged copies repaired from peers. 0 = no periodic scrubbing.
+    scrub_interval_s: float = 86_400.0
+    scrub_rate_mb_s: float = 20.0
     # TLS (docs/security.md): with a certificate and key every listener speaks TLS only.
     tls_cert: str | None = None
     tls_key: str | None = None
@@ -87,6 +91,8 @@ class BookieConfig:
             )
         if self.gc_interval_s < 0 or self.compaction_rate_mb_s <= 0:
             raise ConfigError("--gc-interval-s must be >= 0 and --compaction-rate-mb-s > 0")
+        if self.scrub_interval_s < 0 or self.scrub_rate_mb_s <= 0:
+            raise ConfigError("--scrub-interval-s must be >= 0 and --scrub-rate-mb-s > 0")
         if not 1 <= self.entry_log_size_mb <= ENTRY_LOG_SIZE_MB_MAX:
             raise ConfigError(f"--entry-log-size-mb must be in 1..{ENTRY_LOG_SIZE_MB_MAX}, got {self.entry_log_size_mb}")
         if not 0 <= self.minor_compaction_threshold <= self.major_compaction_threshold < 1.0:
@@ -130,6 +136,9 @@ _FLAG_HELP = {
                        "gRPC stays TLS-only)",
     "entry_log_size_mb": "roll entry logs at this size in MiB (default 1024); compaction also rolls a "
                          "mostly-dead current log once it holds 1/16 of this",
+    "scrub_interval_s": "seconds between scrub passes, which verify every stored entry and repair damaged "
+                        "copies from peers (default 86400; 0 = none)",
+    "scrub_rate_mb_s": "read rate limit of a scrub pass in MB/s (default 20)",
     "metrics_host": "address of the metrics endpoint (default 127.0.0.1: local only)",
     "operator_secret_file": "file holding the cluster's operator secret (16+ bytes, chmod 600): a client sending "
                             "it may delete any ledger, write any LAC and call the admin RPCs",

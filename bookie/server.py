@@ -35,6 +35,8 @@ from bookie.metrics import Metrics, serve_metrics
 from bookie.proto import bookie_pb2_grpc as pb_grpc
 from bookie.service import BookieService
 from bookie.gc_service import start_gc
+from bookie.scrub_service import start_scrubber
+from bookie.scrubber import Scrubber
 from bookie.storage import BookieStorage, StorageConfig
 from bookie.storage.gc import GarbageCollector
 from bookie.tls import TlsSetupError, grpc_server_credentials, server_ssl_context
@@ -65,6 +67,7 @@ class BookieServer:
         self.disk_monitor: DiskMonitor | None = None
         self.writable_again: WritableAgain | None = None
         self.gc: GarbageCollector | None = None  # bookie/gc_service.py
+        self.scrubber: Scrubber | None = None  # bookie/scrub_service.py
         self.metrics_server: Any = None
         self.port = cfg.port
         self.bookie_id = cfg.bookie_id or f"{cfg.host}:{cfg.port}"
@@ -121,6 +124,7 @@ class BookieServer:
             self.storage.on_journal_failure(self._on_journal_failure)
             self.disk_monitor.start()
             self.gc = start_gc(self.storage, self.store, cfg)
+            self.scrubber = start_scrubber(self.storage, self.store, cfg, self.bookie_id, self.metrics)
         except BaseException:
             self.stop()
             raise
@@ -203,6 +207,8 @@ class BookieServer:
             self.disk_monitor.stop()
         if self.gc is not None:
             self.gc.stop()
+        if self.scrubber is not None:
+            self.scrubber.stop()
         if self.registration is not None:
             try:
                 self.registration.close()

@@ -45,6 +45,7 @@ from bookie.storage.engine_compaction import CompactionMixin
 from bookie.storage.engine_gc import GcMixin
 from bookie.storage.engine_modes import UNCERTAIN_MARKER_NAME, ModesMixin
 from bookie.storage.engine_reads import ReadPathMixin
+from bookie.storage.engine_scrub import ScrubMixin
 from bookie.storage.engine_types import (  # noqa: F401 - re-exported
     LedgerKey, LedgerState, ReadResult, _LacWaiters, _locations, _normalize_key, _results, _valid_ledger, _Waiter,
 )
@@ -87,7 +88,7 @@ MASTER_KEY_RECORD_BYTES_MAX = (
 
 
 class BookieStorage(ApplyMixin, ReadPathMixin, ModesMixin, CheckpointMixin, GcMixin,
-                    CompactionMixin):
+                    CompactionMixin, ScrubMixin):
     """Thread-safe: every public method may be called from any thread."""
 
     def __init__(self, config: StorageConfig, lock_fd: int) -> None:

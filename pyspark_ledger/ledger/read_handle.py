@@ -27,6 +27,7 @@ from pyspark_ledger.errors import (
     ReadError,
 )
 from pyspark_ledger.ledger.context import LedgerContext
+from pyspark_ledger.ledger.read_repair import ReadRepair
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ class ReadHandle:
         self._read_digest = Digest.for_ledger(metadata.digest_type, password)
         self._read_key = (metadata.ledger_id.scope_id, metadata.ledger_id.id)
         self._known_lac = metadata.last_entry_id if metadata.is_closed else -1
+        self.repairs = ReadRepair(context, self._read_key, self._read_digest, password)
         self._handle_closed = False
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
@@ -239,6 +241,7 @@ class ReadHandle:
                 # mistaken for unreadable entries.
                 if reach is not None:
                     upto = max(first, min(upto, reach))
+        self.repairs.repair(got, first, last)
         out = []
         for e in range(first, upto + 1):
             if e not in got:
@@ -275,12 +278,14 @@ class ReadHandle:
                 continue
             if st != Status.OK:
                 errors.setdefault(eid, []).append(f"{bookie_id}: {Status(st).name}")
+                self.repairs.note(bookie_id, eid, Status(st), self._metadata.is_closed)
                 continue
             try:
                 out[eid] = decode_entry(digest, data, scope, lid, eid)
             except (DigestMismatchError, EntryFormatError) as exc:
                 log.warning("bad copy of an entry, trying another replica bookie=%s error=%s", bookie_id, exc)
                 errors.setdefault(eid, []).append(f"{bookie_id}: {exc}")
+                self.repairs.note(bookie_id, eid, None, self._metadata.is_closed)
         return out, errors, reach
 
     # ---- tailing ------------------------------------------------------------------------------
