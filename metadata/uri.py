@@ -70,14 +70,42 @@ def zk_auth(uri: str, environ: dict[str, str] | None = None) -> tuple[str, str] 
     return scheme, credential
 
 
+def with_client_params(uri: str, params: dict[str, str]) -> str:
+    """`uri` with these tls_* / zk_auth parameters set (replacing the URI's own); a URI then
+    carrying zk_auth comes back as a RedactedUri."""
+    if not params:
+        return uri
+    unknown = sorted(set(params) - set(_STRING_PARAMS))
+    if unknown:
+        raise InvalidUriError(f"not a client parameter of the metadata URI: {', '.join(unknown)}")
+    base, found = _split_tls(uri.strip())
+    found.update(params)
+    joiner = "&" if "?" in base else "?"
+    full = base + joiner + urlencode(found)
+    return RedactedUri(full) if ZK_AUTH_PARAM in found else full
+
+
 def with_zk_auth(uri: str, auth: str | None) -> str:
     """`uri` with zk_auth=auth added (replacing one it had); unchanged when auth is None."""
-    if not auth:
-        return uri
-    base, found = _split_tls(uri.strip())
-    found[ZK_AUTH_PARAM] = auth
-    joiner = "&" if "?" in base else "?"
-    return base + joiner + urlencode(found)
+    return with_client_params(uri, {ZK_AUTH_PARAM: auth}) if auth else uri
+
+
+class RedactedUri(str):
+    """A metadata URI that carries zk_auth and hides it wherever it is printed: str(), repr() and
+    f-strings show redact_uri's form, while its value (what parse_uri, open_store and pickling
+    read) is the whole URI. For option objects that are passed around and put in messages
+    (pyspark_ledger.datasource.options)."""
+
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        return redact_uri(self[:])
+
+    def __repr__(self) -> str:
+        return repr(redact_uri(self[:]))
+
+    def __format__(self, spec: str) -> str:
+        return format(redact_uri(self[:]), spec)
 
 
 def redact_uri(uri: str) -> str:

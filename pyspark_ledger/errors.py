@@ -21,6 +21,18 @@ class BookieUnavailableError(LedgerError):
         super().__init__(f"bookie {bookie} unavailable: {detail}")
 
 
+class BookieRefusedError(BookieUnavailableError):
+    """The bookie refused the call for missing or wrong credentials (PERMISSION_DENIED or
+    UNAUTHENTICATED, docs/security.md). A BookieUnavailableError so that callers that move on to
+    another bookie keep doing so; retrying the same call with the same credentials cannot help."""
+
+    retriable = False
+
+    def __init__(self, bookie: str, detail: str):  # noqa: super-init-not-called - another message
+        self.bookie = bookie
+        LedgerError.__init__(self, f"bookie {bookie} refused: {detail}")
+
+
 class BookieStatusError(LedgerError):
     """A bookie answered with a protocol status other than OK."""
 

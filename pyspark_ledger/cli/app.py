@@ -14,9 +14,10 @@ import tomllib
 from pathlib import Path
 from typing import Any, Callable
 
-from metadata import MetadataError
+from metadata import DigestType, MetadataError
 from metadata.embedded_store import embedded_path_from_env_default
 from pyspark_ledger.cli import bookie_admin, commands
+from pyspark_ledger.cli.passwords import add_password_args, check_new_ledger_password, resolve_password
 from pyspark_ledger.errors import LedgerError
 
 ENV_URI = "LEDGER_METADATA_URI"
@@ -107,7 +108,7 @@ def _add_ledger_commands(sub: Any) -> None:
     p.add_argument("--last", type=int, default=None, help="default: the last entry (or the LAC of an open ledger)")
     p.add_argument("--format", choices=["utf8", "hex"], default="utf8")
     p.add_argument("--force-recovery", action="store_true", help="fence and close the ledger first (recovery open)")
-    p.add_argument("--password", default="")
+    add_password_args(p)
 
     p = sub.add_parser("recover", help="recover one ledger, or every ledger with a fragment on a bookie")
     p.add_argument("ledger", nargs="?", help="ledger id or qualified name")
@@ -115,7 +116,7 @@ def _add_ledger_commands(sub: Any) -> None:
     p.add_argument("--ledger-qualified-name", action="store_true")
     p.add_argument("--bookie", help="recover every ledger with a fragment on this bookie")
     p.add_argument("--dry-run", action="store_true", help="only show what would be done")
-    p.add_argument("--password", default="")
+    add_password_args(p)
     p.add_argument("--no-rereplicate", action="store_true", help="with --bookie: only close open ledgers")
 
     p = sub.add_parser("deleteledger", help="delete a ledger")
@@ -146,10 +147,18 @@ def _add_bookie_commands(sub: Any) -> None:
     p.add_argument("-w", "--write-quorum-size", type=int, default=3)
     p.add_argument("-a", "--ack-quorum-size", type=int, default=2)
     p.add_argument("-n", "--num-entries", type=int, default=100)
+    _new_ledger_args(p)
 
     p = sub.add_parser("bookiesanity", help="write and read a ledger on each bookie alone")
     p.add_argument("--bookie", help="check only this bookie")
     p.add_argument("-n", "--num-entries", type=int, default=10)
+    _new_ledger_args(p)
+
+
+def _new_ledger_args(p: argparse.ArgumentParser) -> None:
+    """Commands that create ledgers: their digest and password (pyspark_ledger/cli/passwords.py)."""
+    p.add_argument("--digest", choices=[d.value for d in DigestType], default=DigestType.CRC32C.value)
+    add_password_args(p)
 
 
 def _add_log_commands(sub: Any) -> None:
@@ -214,6 +223,10 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s %(message)s")
     client: Any = None
     try:
+        if hasattr(args, "password"):
+            args.password = resolve_password(args)  # bytes from now on; never printed
+            if hasattr(args, "digest"):
+                check_new_ledger_password(args.password, args.digest)
         if args.command not in NO_METADATA:
             uri = resolve_metadata_uri(args.metadata_uri)
             from pyspark_ledger.client import LedgerClient

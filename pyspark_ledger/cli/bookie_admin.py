@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import argparse
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Iterator
-
-import grpc
+from typing import TYPE_CHECKING, Any
 
 from bookie.proto import bookie_pb2 as pb
-from bookie.proto import bookie_pb2_grpc as pb_grpc
 from bookie.status import Status
 from pyspark_ledger.cli.output import Progress, print_json, print_table
 from pyspark_ledger.errors import LedgerError
@@ -24,16 +21,15 @@ ADMIN_RPC_TIMEOUT_S = 30.0
 TRIGGER_GC_TIMEOUT_S = 3700.0
 
 
-def _address(client: "LedgerClient", bookie_id: str) -> str:
-    for b in client.bookies():
-        if b.bookie_id == bookie_id:
-            return b.address
-    raise LedgerError(f"bookie {bookie_id} is not registered")
+def _registered(client: "LedgerClient", bookie_id: str) -> str:
+    if not any(b.bookie_id == bookie_id for b in client.bookies()):
+        raise LedgerError(f"bookie {bookie_id} is not registered")
+    return bookie_id
 
 
-def _stats(address: str) -> pb.StorageStatsResponse:
-    with grpc.insecure_channel(address) as channel:
-        return pb_grpc.BookieStub(channel).StorageStats(pb.StorageStatsRequest(), timeout=ADMIN_RPC_TIMEOUT_S)
+def _stats(client: "LedgerClient", bookie_id: str) -> pb.StorageStatsResponse:
+    # Through the client's pool: its TLS settings and operator secret (docs/security.md) apply.
+    return client.pool.get(_registered(client, bookie_id)).storage_stats(timeout_s=ADMIN_RPC_TIMEOUT_S)
 
 
 def _opt(msg: Any, field: str) -> Any:
@@ -65,7 +61,7 @@ def _mib(n: int | None) -> str:
 
 def bookieinfo(client: "LedgerClient", args: argparse.Namespace) -> int:
     ids = [args.bookie] if args.bookie else [b.bookie_id for b in client.bookies()]
-    reports = [_stats(_address(client, b)) for b in ids]
+    reports = [_stats(client, b) for b in ids]
     if args.json:
         print_json([stats_json(r) for r in reports])
         return 0
@@ -84,16 +80,11 @@ def bookieinfo(client: "LedgerClient", args: argparse.Namespace) -> int:
     return 0
 
 
-def _progress_stream(address: str) -> Iterator[pb.GcProgress]:
-    with grpc.insecure_channel(address) as channel:
-        yield from pb_grpc.BookieStub(channel).TriggerGc(pb.TriggerGcRequest(), timeout=TRIGGER_GC_TIMEOUT_S)
-
-
 def triggergc(client: "LedgerClient", args: argparse.Namespace) -> int:
-    address = _address(client, args.bookie)
+    bookie = client.pool.get(_registered(client, args.bookie))
     bar: Progress | None = None
     last: pb.GcProgress | None = None
-    for msg in _progress_stream(address):
+    for msg in bookie.trigger_gc(timeout_s=TRIGGER_GC_TIMEOUT_S):
         last = msg
         if msg.finished:
             break

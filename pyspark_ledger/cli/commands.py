@@ -133,7 +133,7 @@ def recover(client: "LedgerClient", args: argparse.Namespace) -> int:
 
     if bool(args.ledger) == bool(args.bookie):
         raise ValueError("give exactly one of LEDGER or --bookie")
-    password = args.password.encode()
+    password = args.password  # bytes (pyspark_ledger/cli/passwords.py)
     if args.ledger:
         targets = [ledger_id(args)]
     else:
@@ -191,9 +191,10 @@ def listbookies(client: "LedgerClient", args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_read_delete(client: "LedgerClient", n: int, e: int, w: int, a: int, ensemble: list[str] | None = None) -> dict[str, Any]:
+def _write_read_delete(client: "LedgerClient", args: argparse.Namespace, n: int, e: int, w: int, a: int,
+                       ensemble: list[str] | None = None) -> dict[str, Any]:
     start = time.monotonic()
-    handle = client.create_ledger(e, w, a, ensemble=ensemble)
+    handle = client.create_ledger(e, w, a, ensemble=ensemble, digest_type=args.digest, password=args.password)
     lid = handle.ledger_id
     try:
         payloads = [f"simpletest entry {i}".encode() for i in range(n)]
@@ -205,7 +206,8 @@ def _write_read_delete(client: "LedgerClient", n: int, e: int, w: int, a: int, e
             moved = client.ledger_metadata(lid).bookies() - set(ensemble)
             if moved:
                 raise LedgerError(f"writes to {', '.join(ensemble)} failed and moved to {', '.join(sorted(moved))}")
-        read = [x.payload for x in client.open_ledger(lid).read_entries(0, n - 1)] if n else []
+        reader = client.open_ledger(lid, password=args.password)
+        read = [x.payload for x in reader.read_entries(0, n - 1)] if n else []
         if read != payloads:
             raise LedgerError(f"ledger {lid}: read back {len(read)} entries that differ from what was written")
     finally:
@@ -218,7 +220,7 @@ def _write_read_delete(client: "LedgerClient", n: int, e: int, w: int, a: int, e
 
 def simpletest(client: "LedgerClient", args: argparse.Namespace) -> int:
     QuorumConfig(args.ensemble_size, args.write_quorum_size, args.ack_quorum_size)
-    r = _write_read_delete(client, args.num_entries, args.ensemble_size, args.write_quorum_size, args.ack_quorum_size)
+    r = _write_read_delete(client, args, args.num_entries, args.ensemble_size, args.write_quorum_size, args.ack_quorum_size)
     if args.json:
         print_json({"ok": True, **r})
     else:
@@ -233,7 +235,7 @@ def bookiesanity(client: "LedgerClient", args: argparse.Namespace) -> int:
     results = []
     for b in bookies:
         try:
-            r = _write_read_delete(client, args.num_entries, 1, 1, 1, ensemble=[b])
+            r = _write_read_delete(client, args, args.num_entries, 1, 1, 1, ensemble=[b])
             results.append({"bookie": b, "ok": True, **r})
         except Exception as exc:  # noqa: BLE001 - report per bookie
             results.append({"bookie": b, "ok": False, "error": str(exc)})

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Mapping
 
 from metadata import (
@@ -24,7 +25,7 @@ from metadata.context import CONTEXT_TEXT_BYTES_MAX, Party
 from metadata.embedded_store import embedded_path_from_env_default
 from metadata.errors import InvalidUriError
 from metadata.paths import check_name
-from metadata.uri import parse_uri
+from metadata.uri import parse_uri, with_client_params, zk_auth
 from pyspark_ledger.log import Position
 
 # Bounds on numeric options: a typo must fail here, not as a stuck job.
@@ -39,6 +40,11 @@ ARROW_COMPRESSIONS = ("none", "lz4", "zstd")
 ARROW_COMPRESSION_DEFAULT = "lz4"  # Arrow IPC's LZ4 frame: GB/s both ways, standard for any IPC reader
 TEST_FAIL_MODES = ("raise", "exit")
 
+# Security settings of the client (docs/security.md), carried to the driver's and the executors'
+# clients as query parameters of the metadata URI, which LedgerClient reads (zk_auth: printed
+# redacted, metadata.uri.RedactedUri).
+CLIENT_URI_OPTIONS = ("tls_ca", "tls_cert", "tls_key", "zk_auth")
+
 # lower-cased key -> documented spelling (Spark lower-cases keys before we see them).
 KNOWN_OPTIONS: dict[str, str] = {
     name.lower(): name
@@ -46,7 +52,7 @@ KNOWN_OPTIONS: dict[str, str] = {
         "metadataServiceUri", "log", "ledger", "path", "startingPosition", "endingPosition",
         "maxEntriesPerPartition", "password", "digestType", "ensembleSize", "writeQuorumSize",
         "ackQuorumSize", "payloadFormat", "arrowBatchRows", "arrowCompression", "dataSet", "owner",
-        "testFailAttempts", "testFailMode",
+        "testFailAttempts", "testFailMode", "password_file", *CLIENT_URI_OPTIONS,
     )
 }
 
@@ -94,7 +100,7 @@ class LedgerSourceOptions:
     starting: Bound = field(default_factory=lambda: Bound("earliest"))
     ending: Bound = field(default_factory=lambda: Bound("latest"))
     max_entries_per_partition: int = MAX_ENTRIES_PER_PARTITION_DEFAULT
-    password: bytes = b""
+    password: bytes = field(default=b"", repr=False)  # never in a repr or a log line
     digest_type: str = DigestType.CRC32C.value
     ensemble_size: int = 3
     write_quorum_size: int = 3
@@ -163,8 +169,10 @@ def parse_options(options: Mapping[str, str]) -> LedgerSourceOptions:
     uri = _text(opts, "metadataServiceUri") or default_metadata_uri()
     try:
         parse_uri(uri)
+        uri = with_client_params(uri, {k: str(opts[k]) for k in CLIENT_URI_OPTIONS if opts.get(k)})
+        zk_auth(uri, environ={})  # a malformed zk_auth is refused here, naming the option
     except InvalidUriError as exc:
-        raise OptionError("metadataServiceUri", str(exc)) from None
+        raise OptionError("metadataServiceUri" if "zk_auth" not in str(exc) else "zk_auth", str(exc)) from None
 
     log_name = _text(opts, "log")
     path = _text(opts, "path")
@@ -223,7 +231,7 @@ def parse_options(options: Mapping[str, str]) -> LedgerSourceOptions:
     if mode not in TEST_FAIL_MODES:
         raise OptionError("testFailMode", f"expected one of {', '.join(TEST_FAIL_MODES)}, got {mode!r}")
 
-    password = opts.get("password")
+    password = _password(opts)
     return LedgerSourceOptions(
         metadata_uri=uri,
         log=log_name,
@@ -232,7 +240,7 @@ def parse_options(options: Mapping[str, str]) -> LedgerSourceOptions:
         ending=ending,
         max_entries_per_partition=_int(opts, "maxEntriesPerPartition", MAX_ENTRIES_PER_PARTITION_DEFAULT, 1,
                                        MAX_ENTRIES_PER_PARTITION_MAX),
-        password=b"" if password is None else str(password).encode(),
+        password=password,
         digest_type=digest,
         ensemble_size=e,
         write_quorum_size=w,
@@ -245,6 +253,20 @@ def parse_options(options: Mapping[str, str]) -> LedgerSourceOptions:
         test_fail_attempts=_int(opts, "testFailAttempts", 0, 0, TEST_FAIL_ATTEMPTS_MAX),
         test_fail_mode=mode,
     )
+
+
+def _password(opts: Mapping[str, str]) -> bytes:
+    """Option password, or the content of the file option password_file names (read where the
+    options are parsed: the driver; the executors get the parsed options)."""
+    text, path = opts.get("password"), _text(opts, "password_file")
+    if text is not None and path is not None:
+        raise OptionError("password_file", "give either password or password_file, not both")
+    if path is None:
+        return b"" if text is None else str(text).encode()
+    try:
+        return Path(path).read_bytes().rstrip(b"\r\n")
+    except OSError as exc:
+        raise OptionError("password_file", f"cannot read {path}: {exc.strerror}") from None
 
 
 def this_host() -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import grpc
 
@@ -28,7 +28,7 @@ from pyspark_ledger.transport.add_streams import (
     SocketAddStream,
     ledger_ref,
 )
-from pyspark_ledger.errors import BookieUnavailableError
+from pyspark_ledger.errors import BookieRefusedError, BookieUnavailableError
 from pyspark_ledger.transport.credentials import with_operator_secret
 from pyspark_ledger.transport.run_response import RunResponse, parse_run_response
 from pyspark_ledger.transport.tls import TlsSettings, grpc_failure_hint
@@ -164,9 +164,14 @@ class BookieClient:
         try:
             return method(request, timeout=timeout_s or self.rpc_timeout_s)
         except grpc.RpcError as exc:
-            details = exc.details() or ""
-            message = f"{exc.code().name} {details}".strip() + grpc_failure_hint(details, self._tls)
-            raise BookieUnavailableError(self.bookie_id, message) from None
+            raise self._transport_error(exc) from None
+
+    def _transport_error(self, exc: grpc.RpcError) -> BookieUnavailableError:
+        details = exc.details() or ""
+        if exc.code() in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
+            return BookieRefusedError(self.bookie_id, f"{exc.code().name} {details}")
+        message = f"{exc.code().name} {details}".strip() + grpc_failure_hint(details, self._tls)
+        return BookieUnavailableError(self.bookie_id, message)
 
     def read(
         self, ledger: LedgerKey, first: int, last: int, *, max_entries: int = 0, max_bytes: int = 0,
@@ -214,6 +219,17 @@ class BookieClient:
         """Authorized by `master_key` (the ledger's) or this client's operator secret."""
         req = pb.DeleteLedgerRequest(ledger=ledger_ref(ledger), master_key=master_key)
         return self._unary(self._stub.DeleteLedger, req, timeout_s)  # type: ignore[return-value]
+
+    def storage_stats(self, timeout_s: float | None = None) -> pb.StorageStatsResponse:
+        """Admin (ledger bookieinfo): needs the operator identity once the bookie has one."""
+        return self._unary(self._stub.StorageStats, pb.StorageStatsRequest(), timeout_s)  # type: ignore[return-value]
+
+    def trigger_gc(self, timeout_s: float) -> Iterator[pb.GcProgress]:
+        """Admin (ledger triggergc): GC and compaction now, as a progress stream."""
+        try:
+            yield from self._stub.TriggerGc(pb.TriggerGcRequest(), timeout=timeout_s)
+        except grpc.RpcError as exc:
+            raise self._transport_error(exc) from None
 
     def info(self, timeout_s: float | None = None) -> pb.InfoResponse:
         return self._unary(self._stub.Info, pb.InfoRequest(), timeout_s)  # type: ignore[return-value]

@@ -1,0 +1,44 @@
+"""The data source's security options (pyspark_ledger/datasource/options.py): tls_ca, tls_cert,
+tls_key and zk_auth reach the driver's and the executors' clients as metadata URI parameters
+(they survive pickling), zk_auth and the password never show in a repr or a message, and
+password_file reads the password from a file."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+
+from metadata.uri import tls_params, zk_auth
+from pyspark_ledger.datasource.options import OptionError, parse_options
+
+ZK_SECRET = "zk-s3cret-77"
+BASE = {"metadataServiceUri": "zk://127.0.0.1:2181/ledgers", "log": "events"}
+
+
+def test_security_options_travel_in_the_metadata_uri_and_print_redacted(tmp_path: Path) -> None:
+    opts = parse_options({**BASE, "TLS_CA": "/etc/ca.pem", "tls_cert": "/etc/c.pem", "tls_key": "/etc/c.key",
+                          "zk_auth": f"digest:spark:{ZK_SECRET}", "password": "ledger-pw"})
+    shipped = pickle.loads(pickle.dumps(opts))  # what an executor gets
+    for o in (opts, shipped):
+        assert tls_params(o.metadata_uri) == {"tls_ca": "/etc/ca.pem", "tls_cert": "/etc/c.pem", "tls_key": "/etc/c.key"}
+        assert zk_auth(o.metadata_uri, environ={}) == ("digest", f"spark:{ZK_SECRET}")
+        assert o.password == b"ledger-pw"
+        shown = repr(o) + str(o.metadata_uri) + f"{o.metadata_uri}" + "%s" % o.metadata_uri
+        assert ZK_SECRET not in shown and "ledger-pw" not in shown and "zk_auth=***" in shown
+
+
+def test_password_file_and_its_errors(tmp_path: Path) -> None:
+    f = tmp_path / "pw"
+    f.write_bytes(b"from-a-file\n")
+    assert parse_options({**BASE, "password_file": str(f)}).password == b"from-a-file"
+    with pytest.raises(OptionError) as both:
+        parse_options({**BASE, "password_file": str(f), "password": "x"})
+    assert both.value.option == "password_file"
+    with pytest.raises(OptionError) as absent:
+        parse_options({**BASE, "password_file": str(tmp_path / "nope")})
+    assert absent.value.option == "password_file"
+    with pytest.raises(OptionError) as bad:
+        parse_options({**BASE, "zk_auth": f"plain:{ZK_SECRET}"})
+    assert bad.value.option == "zk_auth" and ZK_SECRET not in str(bad.value)
