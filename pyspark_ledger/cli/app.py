@@ -237,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"ledger: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        raise  # the reader of our output went away: cli.closed_pipe ends quietly
     except (CommandError, MetadataError, LedgerError, ValueError, OSError) as exc:
         if os.environ.get("LEDGER_DEBUG"):
             raise
