@@ -5,16 +5,18 @@
 
 One real ZooKeeper (pyspark_ledger.testing.zookeeper_server.LocalZooKeeper, the test fixture's
 server and its 256 MiB heap). No bookies: a commit is what the log writer's rollover does to the
-metadata, a LogManager.update appending one sealed ledger (ledger ids only, no ledger metadata).
+metadata, a LogManager.update_head appending one sealed ledger (ledger ids only, no ledger
+metadata): one get of the head and one CAS, whatever the log's length.
 Reaching 1M ledgers one commit at a time is too slow here, so each scale's log is prefilled with
 direct metadata calls: its immutable segments and its head are written as the segmented format
 stores them (metadata.log_segments), then `--commits` real commits are measured on top of it.
 
-Per scale: median commit latency and median metadata bytes written per commit (the values of every
-create and compare-and-set the commit sent), ZooKeeper's data directory size, the time a fresh
-LogManager takes to open a reader at the tail (the head plus the one segment holding the last
-positions), and the time to trim the oldest 90% (the whole-segment drop plus clearing the pending
-deletions, in steps of --trim-step ledgers so the head's pending deletions stay bounded).
+Per scale: median commit latency, median metadata bytes written per commit (the values of every
+create and compare-and-set the commit sent), the most store gets one commit did, ZooKeeper's data
+directory size, the time a fresh LogManager takes to open a reader at the tail (the head only),
+the time to trim the oldest 90% (one head CAS: trim_seq rises, the trimmed segments become the
+deletion queue) and the time to drain that queue's metadata (metadata.log_trim batches: read the
+trimmed segments, delete them, move deleted_seq; the ledgers' own deletes are skipped here).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from metadata import log_segments as segs  # noqa: E402
+from metadata import log_trim  # noqa: E402
 from metadata.ids import LedgerId  # noqa: E402
 from metadata.log_record import LogLedger, LogRecord  # noqa: E402
 from metadata.log_segments import LogHead  # noqa: E402
@@ -76,59 +79,82 @@ def dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def trim_oldest(logs: LogManager, name: str, fraction: float, step: int) -> None:
+class GetCounter:
+    """Counts the store's gets (every record read goes through get)."""
+
+    def __init__(self, store: MetadataStore):
+        self.gets = 0
+        get = store.get
+
+        def counted_get(path: str):  # type: ignore[no-untyped-def]
+            self.gets += 1
+            return get(path)
+
+        store.get = counted_get  # type: ignore[method-assign]
+
+
+def trim_oldest(logs: LogManager, name: str, fraction: float) -> tuple[float, float, int]:
+    """Trim the oldest `fraction` in one head CAS, then drain the deletion queue's metadata (the
+    ledgers' own deletes are no-ops here: no bookies). Returns (trim s, drain s, ledgers drained)."""
     head, _ = logs.read_head(name)
     target = int(head.record.next_seq * fraction)
-    done = head.trim_seq
-    while done < target:
-        upto = min(done + step, target)
-        rec, _ = logs.update(name, lambda r, u=upto: r.without_ledgers({lg.ledger_id for lg in r.ledgers if lg.seq < u}))
-        logs.update(name, lambda r: r.without_pending(set(r.pending_deletions)) if r.pending_deletions else None)
-        done = upto
+    t0 = time.perf_counter()
+    logs.update_head(name, lambda r: r.trimmed_to(target))
+    trim_s = time.perf_counter() - t0
+    drained = 0
+    t0 = time.perf_counter()
+    for _ in range(head.record.next_seq // log_trim.DELETE_BATCH_MAX + 2):  # bounded: the queue's batches
+        batch = log_trim.next_batch(logs, name)
+        if batch is None:
+            break
+        drained += len(batch.ledgers)
+        log_trim.finish_batch(logs, name, batch)
+    return trim_s, time.perf_counter() - t0, drained
 
 
-def measure(zk: LocalZooKeeper, ledgers: int, commits: int, trim_step: int) -> dict[str, float]:
+def measure(zk: LocalZooKeeper, ledgers: int, commits: int) -> dict[str, float]:
     name = f"scale-{ledgers}"
     with open_store(zk.uri("/bench")) as store:
         prefill(store, name, ledgers)
-        counter = ByteCounter(store)
+        counter, gets = ByteCounter(store), GetCounter(store)
         logs = LogManager(store)
-        lat, written = [], []
+        lat, written, reads = [], [], []
         for i in range(commits):
-            before, t0 = counter.bytes, time.perf_counter()
-            logs.update(name, lambda r, i=i: r.with_ledgers_appended([LedgerId(0, 10_000_000 + i)], [(1, 100)]))
+            before, got, t0 = counter.bytes, gets.gets, time.perf_counter()
+            logs.update_head(name, lambda r, i=i: r.with_ledgers_appended([LedgerId(0, 10_000_000 + i)], [(1, 100)]))
             lat.append(time.perf_counter() - t0)
             written.append(counter.bytes - before)
+            reads.append(gets.gets - got)
     with open_store(zk.uri("/bench")) as store:
         fresh = LogManager(store)
         t0 = time.perf_counter()
-        head, _ = fresh.read_head(name)
-        tail = fresh.sealed_ledgers(name, head, from_seq=head.record.next_seq - 1) + list(head.record.ledgers)
+        tail, _ = fresh.read_tail(name)  # what LogReader does to open at the tail
         open_s = time.perf_counter() - t0
-        assert tail, "the tail of the log is empty"
-        t0 = time.perf_counter()
-        trim_oldest(fresh, name, 0.9, trim_step)
-        trim_s = time.perf_counter() - t0
+        assert tail.next_seq == ledgers + commits, "the head lost commits"
+        trim_s, drain_s, drained = trim_oldest(fresh, name, 0.9)
+        assert fresh.read_head(name)[0].deleted_seq == fresh.read_head(name)[0].trim_seq, "queue not drained"
     return {"ledgers": ledgers, "commit_ms": statistics.median(lat) * 1000, "bytes": statistics.median(written),
-            "zk_dir_mb": dir_bytes(zk.work_dir / "data") / 2**20, "open_ms": open_s * 1000, "trim_s": trim_s}
+            "gets": max(reads), "zk_dir_mb": dir_bytes(zk.work_dir / "data") / 2**20, "open_ms": open_s * 1000,
+            "trim_s": trim_s, "drain_s": drain_s, "drained": drained}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--scales", default="1000,10000,100000,1000000")
     ap.add_argument("--commits", type=int, default=256)  # one full segment cycle of the tail
-    ap.add_argument("--trim-step", type=int, default=16 * segs.SEGMENT_LEDGERS)
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="log-scale-") as tmp, LocalZooKeeper(tmp) as zk:
         zk.start()
-        print(f"{'ledgers':>9} {'commit ms':>10} {'bytes/commit':>13} {'zk dir MiB':>11} {'open tail ms':>13} {'trim 90% s':>11}")
+        print(f"{'ledgers':>9} {'commit ms':>10} {'bytes/commit':>13} {'gets/commit':>12} {'zk dir MiB':>11} "
+              f"{'open tail ms':>13} {'trim 90% s':>11} {'queue drain s':>14} {'drained':>8}")
         for n in (int(x) for x in args.scales.split(",")):
-            r = measure(zk, n, args.commits, args.trim_step)
+            r = measure(zk, n, args.commits)
             rows.append(r)
-            print(f"{n:>9} {r['commit_ms']:>10.2f} {r['bytes']:>13.0f} {r['zk_dir_mb']:>11.1f} {r['open_ms']:>13.1f} {r['trim_s']:>11.1f}",
-                  flush=True)
+            print(f"{n:>9} {r['commit_ms']:>10.2f} {r['bytes']:>13.0f} {r['gets']:>12} {r['zk_dir_mb']:>11.1f} "
+                  f"{r['open_ms']:>13.1f} {r['trim_s']:>11.3f} {r['drain_s']:>14.1f} {r['drained']:>8}", flush=True)
     if len(rows) > 1:
+        print(f"commit latency, largest / smallest scale: {rows[-1]['commit_ms'] / rows[0]['commit_ms']:.2f}x")
         print(f"bytes per commit, largest / smallest scale: {rows[-1]['bytes'] / rows[0]['bytes']:.2f}x")
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import replace
-from typing import Callable
+from typing import Callable, Iterator
 
 from metadata import log_queries
 from metadata import log_segments as segs
@@ -75,6 +75,18 @@ class LogManager:
             out.extend(lg for lg in self.segment(name, index) if lg.seq >= low)
         return out
 
+    def iter_ledgers(self, name: str, head: LogHead, from_seq: int = 0) -> Iterator[LogLedger]:
+        """The ledgers with seq >= max(from_seq, trim), lazily: a segment is fetched (or taken from
+        the cache) only when the iteration reaches it, then the head's tail."""
+        low = max(from_seq, head.trim_seq)
+        for index in range(max(head.seg_first, low // segs.SEGMENT_LEDGERS), head.seg_next):
+            yield from (lg for lg in self.segment(name, index) if lg.seq >= low)
+        yield from (lg for lg in head.record.ledgers if lg.seq >= low)
+
+    def ledger_at_or_after(self, name: str, head: LogHead, seq: int) -> LogLedger | None:
+        """The first ledger with seq >= `seq`: the one segment that holds it, or the tail."""
+        return next(self.iter_ledgers(name, head, seq), None)
+
     def read(self, name: str) -> tuple[LogRecord, int]:
         head, version = self.read_head(name)
         return self._full(name, head), version
@@ -111,13 +123,15 @@ class LogManager:
         head, version = self.read_head(name)
         return head.record, version
 
-    def compare_and_set_head(self, record: LogRecord, expected_version: int) -> int:
-        """One CAS on the head for a change of the head VIEW (read_tail()): never reads a segment."""
+    def compare_and_set_head(self, record: LogRecord, expected_version: int, *, head: LogHead | None = None) -> int:
+        """One CAS on the head for a change of the head VIEW (read_tail()): never reads a segment.
+        `head`: the head read at `expected_version`, if the caller has it (saves a get)."""
         name = record.name
-        old, version = self.read_head(name)
-        if version != expected_version:
-            raise BadVersionError(log_path(name), expected_version, version)
-        return self._commit_head(old, version, record)
+        if head is None:
+            head, version = self.read_head(name)
+            if version != expected_version:
+                raise BadVersionError(log_path(name), expected_version, version)
+        return self._commit_head(head, expected_version, record)
 
     def _commit_head(self, old: LogHead, version: int, record: LogRecord) -> int:
         kept = self._stage_batches(record.name, record)
@@ -140,7 +154,7 @@ class LogManager:
 
         def write(record: LogRecord, version: int) -> int:
             try:
-                return self._commit_head(heads[version], version, record)
+                return self.compare_and_set_head(record, version, head=heads[version])
             except NoNodeError:
                 raise NoSuchLogError(f"no such log {name!r}") from None
 
@@ -187,8 +201,12 @@ class LogManager:
                     self.store.compare_and_set(log_segment_path(name, index), segs.encode_segment(ledgers), got.version)
             self._segments.pop((name, index), None)
 
-    def _delete_segment(self, name: str, index: int) -> None:
+    def forget_segment(self, name: str, index: int) -> None:
+        """Drop one segment from the cache (it is being deleted)."""
         self._segments.pop((name, index), None)
+
+    def _delete_segment(self, name: str, index: int) -> None:
+        self.forget_segment(name, index)
         try:
             self.store.delete(log_segment_path(name, index))
         except NoNodeError:
@@ -224,7 +242,17 @@ class LogManager:
     def names(self) -> list[str]:
         return self.store.children(LOGS)
 
+    def watch_head(self, name: str, callback: Callable[[LogHead | None, int], None]) -> Watch:
+        """Calls back with the head (no segment read) on every change of the log."""
+        check_name("log", name)
+
+        def on_change(v: Versioned | None) -> None:
+            callback(None if v is None else segs.decode_head(v.value, name), -1 if v is None else v.version)
+
+        return self.store.watch(log_path(name), on_change)
+
     def watch(self, name: str, callback: Callable[[LogRecord | None, int], None]) -> Watch:
+        """Calls back with the FULL record (reads every segment per change): tools only."""
         check_name("log", name)
 
         def on_change(v: Versioned | None) -> None:

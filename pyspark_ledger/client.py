@@ -185,7 +185,13 @@ class LedgerClient:
         return self.logs.names()
 
     def describe_log(self, name: str) -> LogRecord:
+        """The whole record, every ledger (reads every segment: for tools and tests; the log's
+        hot paths read the head only, see log_summary)."""
         return self.logs.read(name)[0]
+
+    def log_summary(self, name: str) -> LogRecord:
+        """The head view: the log's fields and its tail's ledgers, one read however long the log."""
+        return self.logs.read_tail(name)[0]
 
     def trim_log(self, name: str, **criteria: Any) -> list[LedgerId]:
         from pyspark_ledger.log import trim_log
@@ -194,11 +200,12 @@ class LedgerClient:
 
     def delete_log(self, name: str) -> None:
         """Delete a log and every ledger in it (ledgers first, so a crash leaves nothing unreferenced)."""
-        from pyspark_ledger.log import trim_log
+        from pyspark_ledger.log.retention import delete_trimmed
 
-        rec, _ = self.logs.read(name)
-        self.logs.update(name, lambda r: r.without_ledgers({lg.ledger_id for lg in r.ledgers}))
-        trim_log(self, name)
+        # One head CAS trims everything (sealed segments join the deletion queue), then the queue
+        # is drained: bounded by the ledgers the log ever had.
+        rec, _ = self.logs.update_head(name, lambda r: r.trimmed_to(r.next_seq))
+        delete_trimmed(self, name, rec.next_seq + len(rec.pending_deletions) + 1)
         self.logs.delete(name)
 
     def bookies(self, *, writable: bool = True, read_only: bool = True) -> list[BookieInfo]:

@@ -1,4 +1,8 @@
-"""Reading a log: whole ranges by position, and tailing across rollovers."""
+"""Reading a log: whole ranges by position, and tailing across rollovers.
+
+A reader works on the log's head (one record, however long the log): opening at the tail reads
+nothing else. Reading from a position fetches only the segments that cover it, lazily, through
+the LogManager's segment cache (issue 19)."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from metadata import LedgerId
 from metadata.log_record import LogLedger, LogRecord
+from metadata.log_segments import LogHead
 from pyspark_ledger.log.position import LogEntry, Position
 from pyspark_ledger.log.service import LedgerService
 
@@ -22,19 +27,31 @@ class LogReader:
         self.client = client
         self.name = name
         self.password = password
-        self.record, self.version = client.logs.read(name)
+        self.head, self.version = client.logs.read_head(name)
         self._changed = threading.Event()
-        self._watch = client.logs.watch(name, self._on_change)
+        self._watch = client.logs.watch_head(name, self._on_change)
         self._handles: dict[LedgerId, "ReadHandle"] = {}
 
-    def _on_change(self, rec: LogRecord | None, version: int) -> None:
-        if rec is not None and version > self.version:
-            self.record, self.version = rec, version
+    @property
+    def record(self) -> LogRecord:
+        """The head view: the log's fields and its tail's ledgers (older ones are in segments)."""
+        return self.head.record
+
+    def _on_change(self, head: LogHead | None, version: int) -> None:
+        if head is not None and version > self.version:
+            self.head, self.version = head, version
         self._changed.set()
 
     def refresh(self) -> LogRecord:
-        self.record, self.version = self.client.logs.read(self.name)
+        self.head, self.version = self.client.logs.read_head(self.name)
         return self.record
+
+    def _ledgers(self, from_seq: int = 0) -> Iterator[LogLedger]:
+        """The log's ledgers from `from_seq` on, fetching the segments only as they are reached."""
+        return self.client.logs.iter_ledgers(self.name, self.head, from_seq)
+
+    def _ledger_at_or_after(self, seq: int) -> LogLedger | None:
+        return self.client.logs.ledger_at_or_after(self.name, self.head, seq)
 
     def _handle(self, lid: LedgerId) -> "ReadHandle":
         h = self._handles.get(lid)
@@ -55,24 +72,31 @@ class LogReader:
         return h.last_add_confirmed()
 
     def earliest(self) -> Position | None:
-        rec = self.refresh()
-        return None if not rec.ledgers else Position(rec.ledgers[0].seq, 0, rec.ledgers[0].ledger_id)
+        self.refresh()
+        first = self._ledger_at_or_after(0)
+        return None if first is None else Position(first.seq, 0, first.ledger_id)
 
     def latest(self) -> Position | None:
-        """The position of the last readable entry (for an open ledger, its LAC)."""
-        rec = self.refresh()
-        for lg in reversed(rec.ledgers):
+        """The position of the last readable entry (for an open ledger, its LAC). Reads the tail,
+        and segments backwards only past empty ledgers."""
+        self.refresh()
+        head = self.head
+        for lg in self._ledgers_backward(head):
             last = self._last_entry(lg)
             if last >= 0:
                 return Position(lg.seq, last, lg.ledger_id)
         return None
 
+    def _ledgers_backward(self, head: LogHead) -> Iterator[LogLedger]:
+        yield from reversed(head.record.ledgers)
+        for index in range(head.seg_next - 1, head.seg_first - 1, -1):
+            yield from (lg for lg in reversed(self.client.logs.segment(self.name, index)) if lg.seq >= head.trim_seq)
+
     def read(self, start: Position | None = None, end: Position | None = None) -> Iterator[LogEntry]:
-        """Entries from start to end inclusive (defaults: the whole readable log), in order."""
-        rec = self.refresh()
-        for lg in rec.ledgers:
-            if start is not None and lg.seq < start.seq:
-                continue
+        """Entries from start to end inclusive (defaults: the whole readable log), in order.
+        Only the segments from start's on are fetched, as the read reaches them."""
+        self.refresh()
+        for lg in self._ledgers(0 if start is None else start.seq):
             if end is not None and lg.seq > end.seq:
                 return
             first = start.entry_id if start is not None and lg.seq == start.seq else 0
@@ -93,7 +117,7 @@ class LogReader:
         idle_since = time.monotonic()
         while True:
             rec = self.record
-            lg = next((x for x in rec.ledgers if seq is None or x.seq >= seq), None)
+            lg = self._ledger_at_or_after(0 if seq is None else seq)
             if lg is None:
                 if idle_timeout_s is not None and time.monotonic() - idle_since > idle_timeout_s:
                     return
@@ -102,7 +126,7 @@ class LogReader:
                 continue
             if seq is None or lg.seq != seq:
                 seq, nxt = lg.seq, 0
-            is_last = lg is rec.ledgers[-1]
+            is_last = bool(rec.ledgers) and lg.seq == rec.ledgers[-1].seq
             h = self._handle(lg.ledger_id)
             remaining = None if idle_timeout_s is None else max(idle_timeout_s - (time.monotonic() - idle_since), 0.0)
             wait_s = remaining if is_last else 0.0
@@ -116,7 +140,7 @@ class LogReader:
             if progressed:
                 idle_since = time.monotonic()
             if h.is_closed() and nxt > h.metadata.last_entry_id:  # type: ignore[operator]
-                nxt_lg = next((x for x in self.record.ledgers if x.seq > lg.seq), None)
+                nxt_lg = self._ledger_at_or_after(lg.seq + 1)
                 if nxt_lg is not None:
                     seq, nxt = nxt_lg.seq, 0
                     continue

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from typing import Callable, Iterator
 
-from metadata import LedgerId, NoSuchLedgerError
+from metadata import LedgerId, NoSuchLedgerError, log_trim
 from metadata.context import now_ms
-from metadata.log_record import LogRecord, Retention
+from metadata.log_record import LogLedger, LogRecord, Retention
+from metadata.log_segments import LogHead
 from metadata.logs import LogManager
 from pyspark_ledger.log.position import Position
 from pyspark_ledger.log.service import LedgerService
 
 log = logging.getLogger(__name__)
+
+TRIM_DELETES_MAX = 16_384  # ledgers one trim call deletes; the rest stay queued for the next
 
 
 def choose_trim(rec: LogRecord, *, before: Position | None, max_age_ms: int | None, max_size_bytes: int | None,
@@ -50,45 +53,100 @@ def trim_log(
     max_age_s: float | None = None,
     max_size_bytes: int | None = None,
     crash_hook: Callable[[str], None] | None = None,
+    delete_max: int = TRIM_DELETES_MAX,
 ) -> list[LedgerId]:
     """Trim whole ledgers off the front of a log, crash-safely (Apache Pulsar issue 13238):
-    1. CAS: remove them from the list AND record them as pending deletions (one change);
-    2. delete each ledger; 3. CAS: clear them from pending deletions.
-    A crash anywhere leaves them recorded, and the next pass (any trim) finishes the job.
+    1. one head CAS raises the trim point: the tail's trimmed ledgers are listed in the head's
+       pending deletions, the sealed segments' ones join the deletion queue (metadata.log_trim);
+    2. delete them, a bounded batch at a time; 3. per batch, one head CAS clears them.
+    A crash anywhere leaves them queued, and the next pass (any trim) finishes the job. At most
+    `delete_max` ledgers are deleted per call: the rest stay queued for the next one.
     With no criteria given, the log's own retention settings apply."""
     crash = crash_hook or (lambda step: None)
     logs: LogManager = client.logs
-    rec, _ = logs.read(name)
+    rec, _ = logs.read_tail(name)
     if before is None and max_age_s is None and max_size_bytes is None:
         max_age_s = None if rec.retention.max_age_ms is None else rec.retention.max_age_ms / 1000
         max_size_bytes = rec.retention.max_size_bytes
     age_ms = None if max_age_s is None else int(max_age_s * 1000)
-    chosen: set[LedgerId] = set()
+    target = trim_target(logs, name, before=before, max_age_ms=age_ms, max_size_bytes=max_size_bytes)
 
     def step1(r: LogRecord) -> LogRecord | None:
-        chosen.clear()
-        chosen.update(choose_trim(r, before=before, max_age_ms=age_ms, max_size_bytes=max_size_bytes))
-        return r.without_ledgers(chosen) if chosen else None
+        upto = min(target, trim_cap(r))
+        return r.trimmed_to(upto) if upto > r.trim_seq else None
 
-    rec, _ = logs.update(name, step1)
+    logs.update_head(name, step1)
     crash("after_cas")
-    pending = list(rec.pending_deletions)
-    deleted: set[LedgerId] = set()
-    for lid in pending:
-        try:
-            client.delete_ledger(lid)
-        except NoSuchLedgerError:
-            pass  # deleted by an earlier pass that crashed before step 3
-        deleted.add(lid)
-        crash("after_delete")
-    if deleted:
-        logs.update(name, lambda r: r.without_pending(deleted))
+    deleted = delete_trimmed(client, name, delete_max, crash)
     crash("after_clear")
-    if pending:
-        log.info("log trimmed log=%s ledgers=%s", name, [str(x) for x in pending])
-    return pending
+    if deleted:
+        log.info("log trimmed log=%s deleted_ledgers=%d", name, len(deleted))
+    return deleted
+
+
+def delete_trimmed(client: LedgerService, name: str, delete_max: int = TRIM_DELETES_MAX,
+                   crash: Callable[[str], None] = lambda step: None) -> list[LedgerId]:
+    """Delete the log's queued trimmed ledgers, at most `delete_max` (bounded batches)."""
+    deleted: list[LedgerId] = []
+    while len(deleted) < delete_max:
+        batch = log_trim.next_batch(client.logs, name, min(log_trim.DELETE_BATCH_MAX, delete_max - len(deleted)))
+        if batch is None:
+            break
+        for lid in batch.ledgers:
+            try:
+                client.delete_ledger(lid)
+            except NoSuchLedgerError:
+                pass  # deleted by an earlier pass that crashed before clearing it
+            deleted.append(lid)
+            crash("after_delete")
+        log_trim.finish_batch(client.logs, name, batch)
+    return deleted
+
+
+def trim_cap(r: LogRecord) -> int:
+    """The highest trim point a head view allows: never the last ledger (the writer's), never an
+    unsealed one or anything after it (segments hold only sealed ledgers)."""
+    cap = max(r.next_seq - 1, r.trim_seq)
+    unsealed = next((lg.seq for lg in r.ledgers if not lg.sealed), None)
+    return cap if unsealed is None else min(cap, unsealed)
+
+
+def trim_target(logs: LogManager, name: str, *, before: Position | None, max_age_ms: int | None,
+                max_size_bytes: int | None, now: int | None = None) -> int:
+    """The first seq a trim keeps. Reads only the segments the criteria need: ages from the
+    oldest forward until a young ledger, sizes from the newest backward until the bound."""
+    now = now_ms() if now is None else now
+    head, _ = logs.read_head(name)
+    target = head.trim_seq
+    if before is not None:
+        target = max(target, before.seq)
+    if max_age_ms is not None:
+        for lg in _ledgers_forward(logs, name, head):
+            if now - lg.ctime_ms <= max_age_ms:
+                break
+            target = max(target, lg.seq + 1)
+    if max_size_bytes is not None:
+        total = 0
+        for lg in _ledgers_backward(logs, name, head):
+            total += lg.size_bytes or 0
+            if total > max_size_bytes:
+                target = max(target, lg.seq + 1)
+                break
+    return target
+
+
+def _ledgers_forward(logs: LogManager, name: str, head: LogHead) -> Iterator[LogLedger]:
+    for index in range(head.seg_first, head.seg_next):
+        yield from (lg for lg in logs.segment(name, index) if lg.seq >= head.trim_seq)
+    yield from head.record.ledgers
+
+
+def _ledgers_backward(logs: LogManager, name: str, head: LogHead) -> Iterator[LogLedger]:
+    yield from reversed(head.record.ledgers)
+    for index in range(head.seg_next - 1, head.seg_first - 1, -1):
+        yield from (lg for lg in reversed(logs.segment(name, index)) if lg.seq >= head.trim_seq)
 
 
 def set_retention(client: LedgerService, name: str, *, max_age_s: float | None, max_size_bytes: int | None) -> None:
     ret = Retention(None if max_age_s is None else int(max_age_s * 1000), max_size_bytes)
-    client.logs.update(name, lambda r: r.with_retention(ret))
+    client.logs.update_head(name, lambda r: r.with_retention(ret))

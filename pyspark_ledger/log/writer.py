@@ -141,7 +141,7 @@ class LogWriter:
             return self._with_unrecorded_seals(r).with_ledger(lid)
 
         try:
-            rec, _ = self.client.logs.update(self.name, change)
+            rec, _ = self.client.logs.update_head(self.name, change)
         except Exception as exc:  # noqa: BLE001 - every failure is decided by re-reading below
             rec = self._decide_failed_add(handle, exc)
         self._forget_recorded_seals(rec)
@@ -152,7 +152,7 @@ class LogWriter:
         its outcome unknown: only the record says whether it was applied."""
         lid = handle.ledger_id
         try:
-            rec, _ = self.client.logs.read(self.name)
+            rec, _ = self.client.logs.read_tail(self.name)
         except Exception as read_exc:  # noqa: BLE001 - unknown is not absent: keep the ledger
             handle._close_quietly()  # noqa: SLF001 - unsealed; whoever finds it in the log recovers it
             log.warning("could not tell whether a ledger was added to the log; keeping it log=%s ledger=%s "
@@ -277,7 +277,7 @@ class LogWriter:
             meta = self._recover_rolled_over(handle.ledger_id, exc)
         self._note_sealed(meta)
         try:
-            rec, _ = self.client.logs.update(self.name, self._sealing_change)
+            rec, _ = self.client.logs.update_head(self.name, self._sealing_change)
             self._forget_recorded_seals(rec)
         except LogFencedError as exc:
             raise self._stop(exc) from exc  # the next writer records the end when it recovers the ledger
@@ -333,7 +333,7 @@ class LogWriter:
                 raise self._stop(exc) from exc
             self._note_sealed(handle.metadata)
             try:
-                rec, _ = self.client.logs.update(self.name, self._sealing_change)
+                rec, _ = self.client.logs.update_head(self.name, self._sealing_change)
             except LogFencedError:
                 return  # the next writer records it when it recovers the ledger
             self._forget_recorded_seals(rec)

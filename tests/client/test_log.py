@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -151,16 +152,16 @@ def leaked_ledgers(client: LedgerClient, name: str, *, killed_before_adding: boo
 def test_leak_check_catches_a_planted_leak(client: LedgerClient, monkeypatch: pytest.MonkeyPatch) -> None:
     """The leak check must be able to fail: plant a writer that forgets to delete a ledger the log
     never referenced (its compare-and-set failed before applying) and the check names that ledger."""
-    real_cas = client.logs.compare_and_set
+    real_cas = client.logs.compare_and_set_head  # the writer commits on the head view
     failed_adds: list[LedgerId] = []
 
-    def cas_failing_the_second_add(record: LogRecord, expected_version: int) -> int:
+    def cas_failing_the_second_add(record: LogRecord, expected_version: int, **kw: Any) -> int:
         if record.next_seq == 2 and not failed_adds:  # the first rollover's add, not applied
             failed_adds.append(record.ledgers[-1].ledger_id)
             raise MetadataUnavailableError("injected: metadata service unreachable")
-        return real_cas(record, expected_version)
+        return real_cas(record, expected_version, **kw)
 
-    monkeypatch.setattr(client.logs, "compare_and_set", cas_failing_the_second_add)
+    monkeypatch.setattr(client.logs, "compare_and_set_head", cas_failing_the_second_add)
     monkeypatch.setattr(LogWriter, "_discard", lambda self, handle: handle._close_quietly())  # the planted leak
     w = client.open_log_writer("leaky", rollover_entries=2)
     for i in range(2):
@@ -176,7 +177,7 @@ def test_leak_check_catches_a_planted_leak(client: LedgerClient, monkeypatch: py
     client.delete_log("leaky")
     client.delete_ledger(failed_adds[0])
     w = client.open_log_writer("tight", rollover_entries=2)
-    monkeypatch.setattr(client.logs, "compare_and_set", cas_failing_the_second_add)
+    monkeypatch.setattr(client.logs, "compare_and_set_head", cas_failing_the_second_add)
     failed_adds.clear()
     for i in range(2):
         w.append(b"y-%d" % i)

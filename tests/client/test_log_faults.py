@@ -4,6 +4,8 @@ own client (its LedgerManager / LogManager instances), never into product code."
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from metadata import LedgerId, LedgerMetadata, LedgerState, MetadataError, MetadataUnavailableError, NoSuchLedgerError
@@ -42,7 +44,8 @@ class UnknownOutcomeAdd:
 
     def __init__(self, client: LedgerClient, name: str, *, applied: bool, reread_fails: bool = False):
         self.logs = client.logs
-        self.real_cas, self.real_read = client.logs.compare_and_set, client.logs.read
+        # The writer commits and re-reads on the head view (LogManager.update_head, read_tail).
+        self.real_cas, self.real_read = client.logs.compare_and_set_head, client.logs.read_tail
         self.name, self.applied, self.reread_fails = name, applied, reread_fails
         self.armed_below_seq: int | None = None
         self.fired: list[LedgerId] = []
@@ -52,14 +55,14 @@ class UnknownOutcomeAdd:
         got = self.logs.get(self.name)
         self.armed_below_seq = 0 if got is None else got[0].next_seq
 
-    def cas(self, record: LogRecord, expected_version: int) -> int:
+    def cas(self, record: LogRecord, expected_version: int, **kw: Any) -> int:
         if self.armed_below_seq is not None and record.next_seq > self.armed_below_seq:
             self.armed_below_seq = None
             self.fired.append(record.ledgers[-1].ledger_id)
             if self.applied:
-                self.real_cas(record, expected_version)
+                self.real_cas(record, expected_version, **kw)
             raise OutcomeUnknownError("injected: connection lost while the log record's update was in flight")
-        return self.real_cas(record, expected_version)
+        return self.real_cas(record, expected_version, **kw)
 
     def read(self, name: str) -> tuple[LogRecord, int]:
         if self.reread_fails and self.fired and self.read_failures == 0:
@@ -72,8 +75,8 @@ def install(monkeypatch: pytest.MonkeyPatch, client: LedgerClient, gate: CloseGa
     if isinstance(gate, CloseGate):
         monkeypatch.setattr(client.ledgers, "compare_and_set", gate)
     else:
-        monkeypatch.setattr(client.logs, "compare_and_set", gate.cas)
-        monkeypatch.setattr(client.logs, "read", gate.read)
+        monkeypatch.setattr(client.logs, "compare_and_set_head", gate.cas)
+        monkeypatch.setattr(client.logs, "read_tail", gate.read)
 
 
 def append_all(w: LogWriter, count: int, prefix: bytes) -> tuple[list[bytes], list[Exception]]:
