@@ -9,6 +9,7 @@ change the ledger metadata: ZooKeeper answers NoAuth, raised as MetadataAuthErro
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from kazoo.security import make_digest_acl
@@ -35,3 +36,21 @@ def not_authorized(uri: str, what: str) -> MetadataAuthError:
     return MetadataAuthError(f"metadata store {uri}: {what.removesuffix('_async')} not authorized by ZooKeeper "
                              f"(NoAuth): give the cluster's credentials as zk_auth=digest:user:secret on the URI "
                              f"or {ZK_AUTH_ENV}")
+
+
+class _RedactAuthRequests(logging.Filter):
+    """kazoo logs every request it sends at DEBUG, the Auth request with its credentials: this
+    replaces such an argument before any handler formats it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and any(type(a).__name__ == "Auth" for a in record.args):
+            record.args = tuple("Auth(<redacted>)" if type(a).__name__ == "Auth" else a for a in record.args)
+        return True
+
+
+def kazoo_logger() -> logging.Logger:
+    """The logger a store gives its kazoo client (kazoo logs through the one it is given)."""
+    logger = logging.getLogger("kazoo.client.redacted")
+    if not any(isinstance(f, _RedactAuthRequests) for f in logger.filters):
+        logger.addFilter(_RedactAuthRequests())
+    return logger

@@ -48,7 +48,7 @@ from metadata.errors import (
     OutcomeUnknownError,
 )
 from metadata.paths import counter_path
-from metadata.zk_acl import not_authorized, zk_acl
+from metadata.zk_acl import kazoo_logger, not_authorized, zk_acl
 from metadata.store import ChildrenCallback, DataCallback, MetadataStore, RetryPolicy, Versioned, check_path
 
 log = logging.getLogger(__name__)
@@ -145,8 +145,7 @@ class ZooKeeperStore(MetadataStore):
             hosts=hosts,
             timeout=session_timeout_s,
             connection_retry=KazooRetry(max_tries=-1, max_delay=2.0),
-            auth_data=[auth] if auth else None,
-            default_acl=zk_acl(auth),
+            auth_data=[auth] if auth else None, default_acl=zk_acl(auth), logger=kazoo_logger(),
         )
         try:
             self._client.start(timeout=connect_timeout_s)
