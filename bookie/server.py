@@ -42,8 +42,13 @@ from bookie.storage.gc import GarbageCollector
 from bookie.tls import TlsSetupError, grpc_server_credentials, server_ssl_context
 from bookie.writable_again import WritableAgain
 from metadata import BookieInfo, BookieRegistry, MetadataError, open_store
+from metadata.registry import BookieRegistration
 
 log = logging.getLogger("bookie")
+
+# A stop waits at most this long to remove the bookie's registration (issue 23: stop within 5 s
+# whatever ZooKeeper's state).
+DEREGISTER_WAIT_S = 1.5
 
 
 def _version() -> str:
@@ -163,6 +168,24 @@ class BookieServer:
         install_storage_metrics(self.metrics, storage, self.cfg.data_dir,
                                 lambda: self.writable_again.reopened if self.writable_again else 0)
 
+    @staticmethod
+    def _deregister(registration: BookieRegistration) -> None:
+        """Best effort, bounded: with ZooKeeper unreachable the registration goes away with the
+        session anyway, so a stop never waits the whole metadata deadline for it."""
+
+        def close() -> None:
+            try:
+                registration.close()
+            except MetadataError as exc:
+                log.warning("deregistration failed error=%s", exc)
+
+        worker = threading.Thread(target=close, name="bookie-deregister", daemon=True)
+        worker.start()
+        worker.join(DEREGISTER_WAIT_S)
+        if worker.is_alive():
+            log.warning("deregistration still waiting for the metadata store after %.1f s: stopping anyway "
+                        "(the registration ends with the session)", DEREGISTER_WAIT_S)
+
     def _set_read_only(self, disk_full: bool) -> bool:
         """The disk monitor's verdict; returns the read-only state it led to. Writable again
         only once a failed journal is reopened (bookie/writable_again.py)."""
@@ -210,10 +233,7 @@ class BookieServer:
         if self.scrubber is not None:
             self.scrubber.stop()
         if self.registration is not None:
-            try:
-                self.registration.close()
-            except MetadataError as exc:
-                log.warning("deregistration failed error=%s", exc)
+            self._deregister(self.registration)
         if self.grpc_server is not None:
             self.grpc_server.stop(grace=self.cfg.shutdown_grace_s).wait(self.cfg.shutdown_grace_s + 1)
         if self.add_listener is not None:
