@@ -6,6 +6,11 @@
     /bookies/cookies/<bookie id>                       bookie cookies (identity; persistent)
     /logs/<log name>                                   named logs (later issue)
     /orphans/<qualified name>                          orphaned ledgers found by the auditor (BP-44)
+    /underreplicated/<qualified name>                  under-replication marks (metadata.underreplication)
+    /autorecovery/auditor                              ephemeral: the elected autorecovery auditor
+    /autorecovery/locks/<qualified name>               ephemeral: a replication worker's claim on a mark
+    /autorecovery/bookies/<bookie id>                  the auditor's view of a bookie (state, since when)
+    /autorecovery/scan                                 the auditor's scan cursor (a new auditor resumes it)
 
 Ledger ids: the 128-bit id (scope id, then ledger id) is written as 32 hex digits and cut into
 eight levels of 4 hex digits. No parent ever holds more than 65,536 children, however many
@@ -28,6 +33,12 @@ BOOKIES_AVAILABLE = "/bookies/available"
 BOOKIE_COOKIES = "/bookies/cookies"
 LOGS = "/logs"
 ORPHANS = "/orphans"
+UNDERREPLICATED = "/underreplicated"
+AUTORECOVERY = "/autorecovery"
+AUDITOR_ELECTION = "/autorecovery/auditor"
+REPLICATION_LOCKS = "/autorecovery/locks"
+AUDITED_BOOKIES = "/autorecovery/bookies"
+AUDITOR_SCAN = "/autorecovery/scan"
 
 LEDGER_PATH_LEVELS = 8
 SCOPE_PATH_LEVELS = 4
@@ -96,3 +107,15 @@ def log_segment_path(name: str, index: int) -> str:
 def log_queries_path(name: str) -> str:
     """Parent of a log's per-query committed batch records."""
     return f"{log_path(name)}/queries"
+
+
+def underreplicated_path(lid: LedgerId) -> str:
+    return f"{UNDERREPLICATED}/{lid.qualified_name}"
+
+
+def replication_lock_path(lid: LedgerId) -> str:
+    return f"{REPLICATION_LOCKS}/{lid.qualified_name}"
+
+
+def audited_bookie_path(bookie_id: str) -> str:
+    return f"{AUDITED_BOOKIES}/{check_name('bookie id', bookie_id)}"

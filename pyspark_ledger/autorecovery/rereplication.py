@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from bookie.status import Status
 from metadata import LedgerId, LedgerMetadata, write_set
@@ -48,7 +48,11 @@ def fragments_on(meta: LedgerMetadata, bookie_id: str) -> list[int]:
     return [i for i, seg in enumerate(meta.segments) if bookie_id in seg.bookies]
 
 
-def rereplicate(context: LedgerContext, ledger: LedgerId, lost: str, password: bytes = b"", *, dry_run: bool = False) -> list[tuple[int, str]]:
+CopiedCallback = Callable[[int], None]  # called with the payload bytes of each batch copied
+
+
+def rereplicate(context: LedgerContext, ledger: LedgerId, lost: str, password: bytes = b"", *, dry_run: bool = False,
+                on_copied: CopiedCallback | None = None) -> list[tuple[int, str]]:
     """Replace `lost` in every fragment of a CLOSED ledger. Returns [(fragment index, the bookie
     that holds the fragment's copy now)]: ours, or a concurrent re-replication's."""
     meta, _ = context.ledgers.read(ledger)
@@ -60,13 +64,14 @@ def rereplicate(context: LedgerContext, ledger: LedgerId, lost: str, password: b
             seg = meta.segments[index]
             done.append((index, context.placement.replacement(seg.bookies, context.pool.writable(exclude={lost}))))
             continue
-        holder = _rereplicate_fragment(context, ledger, index, lost, password)
+        holder = _rereplicate_fragment(context, ledger, index, lost, password, on_copied)
         if holder is not None:
             done.append((index, holder))
     return done
 
 
-def _rereplicate_fragment(context: LedgerContext, ledger: LedgerId, index: int, lost: str, password: bytes) -> str | None:
+def _rereplicate_fragment(context: LedgerContext, ledger: LedgerId, index: int, lost: str, password: bytes,
+                          on_copied: CopiedCallback | None = None) -> str | None:
     """Copy fragment `index` off `lost` and swap the copy in. Returns the bookie in `lost`'s slot
     afterwards (None if the fragment no longer names `lost` when this starts)."""
     for _ in range(REPLACEMENT_ATTEMPTS_MAX):
@@ -76,7 +81,7 @@ def _rereplicate_fragment(context: LedgerContext, ledger: LedgerId, index: int, 
             return None  # another re-replication replaced it first
         slot = before.index(lost)
         new = context.placement.replacement(before, context.pool.writable(exclude={lost}))
-        _copy_fragment(context, meta, version, index, lost, new, password)
+        _copy_fragment(context, meta, version, index, lost, new, password, on_copied)
 
         def change(m: LedgerMetadata) -> LedgerMetadata | None:
             if rebase_replacements(m.segments[index].bookies, {lost: new}) is None:
@@ -100,7 +105,7 @@ def _rereplicate_fragment(context: LedgerContext, ledger: LedgerId, index: int, 
 
 
 def _copy_fragment(context: LedgerContext, meta: LedgerMetadata, version: int, index: int, lost: str, new: str,
-                   password: bytes) -> None:
+                   password: bytes, on_copied: CopiedCallback | None = None) -> None:
     seg = meta.segments[index]
     first, last = seg.first_entry_id, meta.segment_last_entry_id(index)
     if last is None or last < first:
@@ -129,6 +134,8 @@ def _copy_fragment(context: LedgerContext, meta: LedgerMetadata, version: int, i
         for batch in byte_bounded_chunks(encoded(), lambda item: len(item[2]),
                                          REPLICATE_BATCH_ENTRIES_MAX, REPLICATE_BATCH_BYTES_MAX):
             _write(target, key, mk, batch)
+            if on_copied is not None:
+                on_copied(sum(len(item[2]) for item in batch))
     finally:
         reader.close()
 

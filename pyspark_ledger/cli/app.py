@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from metadata import DigestType, MetadataError
 from metadata.embedded_store import embedded_path_from_env_default
-from pyspark_ledger.cli import bookie_admin, commands
+from pyspark_ledger.cli import autorecovery_commands, bookie_admin, commands
 from pyspark_ledger.cli.passwords import add_password_args, check_new_ledger_password, resolve_password
 from pyspark_ledger.errors import LedgerError
 
@@ -89,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bookie_commands(sub)
     _add_log_commands(sub)
     _add_bp44_commands(sub)
+    autorecovery_commands.add_parsers(sub)
     return ap
 
 
@@ -198,7 +199,7 @@ HANDLERS: dict[str, Callable[..., int]] = {
     "readledger": commands.readledger,
     "recover": commands.recover,
     "deleteledger": commands.deleteledger,
-    "listbookies": commands.listbookies,
+    "listbookies": autorecovery_commands.listbookies,
     "bookieinfo": bookie_admin.bookieinfo,
     "triggergc": bookie_admin.triggergc,
     "simpletest": commands.simpletest,
@@ -209,6 +210,9 @@ HANDLERS: dict[str, Callable[..., int]] = {
     "showowner": commands.showowner,
     "predictlifespan": commands.predictlifespan,
     "auditor": commands.auditor,
+    "autorecovery": autorecovery_commands.autorecovery,
+    "listunderreplicated": autorecovery_commands.listunderreplicated,
+    "decommissionbookie": autorecovery_commands.decommissionbookie,
 }
 NO_METADATA = {"quorums"}
 

@@ -1,0 +1,165 @@
+"""The elected auditor: one per cluster, chosen through the metadata store.
+
+Election: whoever creates the ephemeral node /autorecovery/auditor leads (metadata.ephemeral_lock;
+on ZooKeeper an ephemeral node of the leader's session, on the embedded store a heartbeat lease).
+The others try again every ELECTION_RETRY_S; when the leader dies its node goes with its session
+(or lease) and one of them takes over. The leader checks that it still holds the node before
+every tick and every CURSOR_EVERY_LEDGERS ledgers of a scan, and stops leading at once when not.
+
+While leading, every tick: list registrations and cookies (only after a registration watch fired,
+or every RELIST_S), update the bookies' states (bookie_states), and when a bookie has been down
+longer than the grace period and no scan has covered its loss yet, scan (audit_scan).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable
+
+from metadata import BookieRegistry, MetadataError
+from metadata.context import now_ms
+from metadata.ephemeral_lock import EphemeralLock, try_lock
+from metadata.errors import BadVersionError, NodeExistsError, NoNodeError
+from metadata.paths import AUDITED_BOOKIES, AUDITOR_ELECTION, BOOKIE_COOKIES, audited_bookie_path
+from metadata.store import MetadataStore
+from pyspark_ledger.autorecovery.audit_scan import AuditScan, ScanCursor, read_cursor
+from pyspark_ledger.autorecovery.bookie_states import BookieState, lost, observe, with_audited
+from pyspark_ledger.autorecovery.counting_store import CountingStore
+from pyspark_ledger.autorecovery.metrics import AutorecoveryMetrics
+
+log = logging.getLogger(__name__)
+
+ELECTION_RETRY_S = 1.0
+TICK_S = 0.5
+RELIST_S = 10.0  # registrations are listed at least this often even without a watch event
+METADATA_ERROR_PAUSE_S = 1.0
+
+
+def load_states(store: MetadataStore) -> dict[str, BookieState]:
+    out = {}
+    for name in store.children(AUDITED_BOOKIES):
+        got = store.get(audited_bookie_path(name))
+        state = None if got is None else BookieState.from_bytes(got.value)
+        if state is not None:
+            out[name] = state
+    return out
+
+
+def save_state(store: MetadataStore, state: BookieState | None, bookie_id: str) -> None:
+    path = audited_bookie_path(bookie_id)
+    got = store.get(path)
+    try:
+        if state is None:
+            if got is not None:
+                store.delete(path, got.version)
+        elif got is None:
+            store.create(path, state.to_bytes())
+        elif got.value != state.to_bytes():
+            store.compare_and_set(path, state.to_bytes(), got.version)
+    except (BadVersionError, NodeExistsError, NoNodeError):
+        log.warning("a bookie's audited state changed under the auditor (another auditor?) bookie=%s", bookie_id)
+
+
+class ElectedAuditor:
+    def __init__(self, store: MetadataStore, holder: str, *, lost_bookie_grace_s: float, scan_rate_per_s: float,
+                 metrics: AutorecoveryMetrics, stop: threading.Event):
+        self.store = store
+        self.holder = holder
+        self.grace_ms = int(lost_bookie_grace_s * 1000)
+        self.metrics = metrics
+        self._stop = stop
+        self._relist = threading.Event()
+        counting = CountingStore(store, metrics.metadata_requests.inc)
+        self.scan = AuditScan(counting, holder, scan_rate_per_s, on_ledger=metrics.scanned_ledgers.inc,
+                              on_mark=metrics.marked_ledgers.inc)
+        self.leading = False
+
+    def run(self) -> None:
+        """The auditor thread: stand for election until stopped; lead while elected."""
+        watch = BookieRegistry(self.store).watch(lambda _ids: self._relist.set())
+        try:
+            while not self._stop.is_set():
+                try:
+                    lock = try_lock(self.store, AUDITOR_ELECTION, self.holder)
+                except MetadataError as exc:
+                    log.warning("auditor election failed, trying again error=%s", exc)
+                    lock = None
+                if lock is None:
+                    self._stop.wait(ELECTION_RETRY_S)
+                    continue
+                self._lead_until_lost(lock)
+        finally:
+            watch.cancel()
+
+    def _lead_until_lost(self, lock: EphemeralLock) -> None:
+        log.warning("elected autorecovery auditor holder=%s", self.holder)
+        self.leading = True
+        self.metrics.auditor_leader.set(1)
+        try:
+            self._lead(lock.held)
+        except MetadataError as exc:
+            log.warning("auditor stopped leading on a metadata error error=%s", exc)
+            self._stop.wait(METADATA_ERROR_PAUSE_S)
+        finally:
+            self.leading = False
+            self.metrics.auditor_leader.set(0)
+            lock.release()
+            log.warning("autorecovery auditor stepped down holder=%s", self.holder)
+
+    def _lead(self, still_leader: Callable[[], bool]) -> None:
+        states = load_states(self.store)
+        self._relist.set()
+        listed_at = 0.0
+        while not self._stop.is_set() and still_leader():
+            if self._relist.is_set() or time.monotonic() - listed_at > RELIST_S:
+                self._relist.clear()
+                listed_at = time.monotonic()
+                states = self._observe(states)
+            now = now_ms()
+            lost_now = lost(states, now, self.grace_ms)
+            self.metrics.lost_bookies.set(len(lost_now))
+            states = self._scan_for_losses(states, lost_now, still_leader)
+            self._stop.wait(TICK_S)
+
+    def _observe(self, previous: dict[str, BookieState]) -> dict[str, BookieState]:
+        registered = {b.bookie_id: b.read_only for b in BookieRegistry(self.store).list()}
+        cookies = set(self.store.children(BOOKIE_COOKIES))
+        states = observe(previous, registered, cookies, now_ms())
+        for bookie_id in set(previous) | set(states):
+            new = states.get(bookie_id)
+            if new != previous.get(bookie_id):
+                if new is not None:
+                    log.warning("bookie state bookie=%s state=%s", bookie_id, new.state)
+                save_state(self.store, new, bookie_id)
+        return states
+
+    def _scan_for_losses(self, states: dict[str, BookieState], lost_now: set[str],
+                         still_leader: Callable[[], bool]) -> dict[str, BookieState]:
+        """Resume a scan a predecessor left (for the bookies still lost), else scan for the lost
+        bookies no scan has covered yet. Returns the states, with the covered losses noted."""
+        cursor = read_cursor(self.scan.store)
+        if cursor is not None and set(cursor.bookies) & lost_now:
+            cursor = ScanCursor(tuple(sorted(set(cursor.bookies) & lost_now)), cursor.after)
+            log.warning("resuming the audit scan lost=%s after=%s", ",".join(cursor.bookies), cursor.after)
+        else:
+            todo = sorted(b for b in lost_now if not states[b].audited)
+            if not todo:
+                return states
+            cursor = ScanCursor(tuple(todo), None)
+            log.warning("audit scan started lost=%s", ",".join(todo))
+        checks = [0]
+
+        def keep_going() -> bool:
+            checks[0] += 1
+            return not self._stop.is_set() and (checks[0] % 100 != 0 or still_leader())
+
+        if not self.scan.run(cursor, keep_going):
+            return states
+        out = dict(states)
+        for b in cursor.bookies:
+            if b in out and b in lost_now:
+                out[b] = with_audited(out[b])
+                save_state(self.store, out[b], b)
+        return out
