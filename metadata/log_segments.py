@@ -152,7 +152,9 @@ def _seal_full_segments(seg_next: int, tail: list[LogLedger], next_seq: int
     while True:
         end = (seg_next + 1) * SEGMENT_LEDGERS
         full = [lg for lg in tail if lg.seq < end]
-        if next_seq < end or not all(lg.sealed for lg in full):
+        # next_seq == end would leave the tail empty: the log's last ledger stays in the head, so
+        # the head view always shows whether the log has ledgers and which is its newest.
+        if next_seq <= end or not all(lg.sealed for lg in full):
             break
         new_segments.append((seg_next, tuple(full)))
         tail = tail[len(full):]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import replace
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from metadata import log_queries
 from metadata import log_segments as segs
@@ -16,6 +16,9 @@ from metadata.log_record import LogLedger, LogRecord
 from metadata.log_segments import LogHead
 from metadata.paths import LOGS, check_name, log_path, log_queries_path, log_segment_path, log_segments_path
 from metadata.store import MetadataStore, RetryPolicy, Versioned, Watch, cas_update
+
+if TYPE_CHECKING:
+    from metadata.log_lookup import LedgerLookup
 
 SEGMENT_CACHE_MAX = 4096  # immutable segments kept decoded (about 256 ledgers each)
 
@@ -86,6 +89,19 @@ class LogManager:
     def ledger_at_or_after(self, name: str, head: LogHead, seq: int) -> LogLedger | None:
         """The first ledger with seq >= `seq`: the one segment that holds it, or the tail."""
         return next(self.iter_ledgers(name, head, seq), None)
+
+    def lookup(self, name: str) -> "LedgerLookup":
+        """Which ledgers the log holds, walked from the newest back, bounded (metadata.log_lookup)."""
+        from metadata.log_lookup import LedgerLookup
+
+        return LedgerLookup(self, name)
+
+    def get_tail(self, name: str) -> tuple[LogRecord, int] | None:
+        """read_tail, or None when there is no such log."""
+        try:
+            return self.read_tail(name)
+        except NoSuchLogError:
+            return None
 
     def read(self, name: str) -> tuple[LogRecord, int]:
         head, version = self.read_head(name)
