@@ -44,7 +44,7 @@ class Written:
         return sum(len(p) for ps in self.entries.values() for p in ps)
 
 
-def write_ledgers(uri: str, ledgers: int, *, mib_every: int = 20, open_every: int = 50) -> Written:
+def write_ledgers(uri: str, ledgers: int, *, mib_every: int = 20, open_every: int = 40) -> Written:
     """`ledgers` E3W2A2 ledgers: most of 8 small entries (100 B..2 KiB), every `mib_every`-th of
     three 1 MiB entries, every `open_every`-th left OPEN (its writer gone, as after a crash)."""
     out = Written()
