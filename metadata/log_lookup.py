@@ -16,7 +16,7 @@ from metadata import log_segments as segs
 from metadata.ids import LedgerId
 from metadata.log_record import LogLedger
 from metadata.log_segments import LogHead
-from metadata.paths import log_path, log_segment_path
+from metadata.paths import log_segment_path
 
 if TYPE_CHECKING:
     from metadata.logs import LogManager
@@ -33,8 +33,13 @@ class LedgerLookup:
         """include_queued: ledgers trimmed but not deleted yet (the deletion queue) count as in."""
         self.logs, self.name, self.scan_ledgers_max = logs, name, scan_ledgers_max
         self.include_queued = include_queued
-        got = logs.store.get(log_path(name))
-        self.head: LogHead | None = None if got is None else segs.decode_head(got.value, name)
+        from metadata.logs import NoSuchLogError  # metadata.logs imports this module lazily
+
+        self.head: LogHead | None
+        try:
+            self.head = logs.read_head(name)[0]
+        except NoSuchLogError:
+            self.head = None
         self.exists = self.head is not None
         self._seen: set[LedgerId] = set()
         self._walk = self._newest_first() if self.head is not None else iter(())

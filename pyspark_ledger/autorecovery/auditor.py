@@ -20,10 +20,11 @@ import logging
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable, Iterator
+from typing import Callable, Container, Iterator
 
 from metadata import CorruptMetadataError, LedgerId, LedgerMetadata, MetadataError, NodeExistsError, NoNodeError
 from metadata.context import now_ms
+from metadata.log_lookup import LedgerLookup
 from metadata.logs import LogManager
 from metadata.paths import ORPHANS, orphan_path
 from pyspark_ledger.ledger.context import LedgerContext
@@ -78,7 +79,9 @@ class RateLimiter:
 
 # A log's name -> the ledger ids its record references (ledgers and pending deletions), LOG_GONE
 # when the log does not exist, None when its record could not be read.
-LogReferences = Callable[[str], frozenset[LedgerId] | None]
+# Ledgers of one log the auditor walks per pass (from the newest back; one segment read per 256).
+AUDIT_LOG_SCAN_MAX = 1_048_576
+LogReferences = Callable[[str], Container[LedgerId] | None]
 
 
 def orphan_reason(meta: LedgerMetadata, exists: Callable[[LedgerId], bool], now: int, grace_ms: int,
@@ -161,23 +164,22 @@ class Auditor:
         return sorted(found.values(), key=lambda o: o.ledger_id)
 
     def _log_references_once_per_pass(self) -> LogReferences:
-        """Each log record is read at most once per pass: a million ledgers of a few logs cost a
-        few reads. A record that cannot be read maps to None (decides nothing) for this pass."""
-        cache: dict[str, frozenset[LedgerId] | None] = {}
+        """Each log's head is read at most once per pass, and its segments walked from the newest
+        back only as far as the ledgers asked about need, at most AUDIT_LOG_SCAN_MAX ledgers per
+        log per pass (metadata.log_lookup): a ledger beyond that counts as referenced (never
+        reported on a guess). Ledgers trimmed but not deleted yet count as referenced. A log that
+        cannot be read maps to None (decides nothing) for this pass."""
+        cache: dict[str, Container[LedgerId] | None] = {}
 
-        def references(name: str) -> frozenset[LedgerId] | None:
+        def references(name: str) -> Container[LedgerId] | None:
             if name not in cache:
                 try:
-                    got = self.logs.get(name)
+                    lookup = LedgerLookup(self.logs, name, AUDIT_LOG_SCAN_MAX, include_queued=True)
                 except MetadataError as exc:
                     log.warning("auditor could not read log record log=%s error=%s", name, exc)
                     cache[name] = None
                     return None
-                if got is None:
-                    cache[name] = LOG_GONE
-                else:
-                    rec = got[0]
-                    cache[name] = frozenset(lg.ledger_id for lg in rec.ledgers) | frozenset(rec.pending_deletions)
+                cache[name] = lookup if lookup.exists else LOG_GONE
             return cache[name]
 
         return references

@@ -168,8 +168,9 @@ def _add_log_commands(sub: Any) -> None:
     lsub.required = True
     lsub.add_parser = _json_adder(lsub.add_parser)  # type: ignore[method-assign]
     lsub.add_parser("list", help="list logs")
-    q = lsub.add_parser("show", help="show a log's ledgers and state")
+    q = lsub.add_parser("show", help="show a log's state (from its head) and, on request, its newest ledgers")
     q.add_argument("name")
+    q.add_argument("--ledgers", type=int, default=0, metavar="N", help="also list the newest N ledgers (bounded)")
     q = lsub.add_parser("trim", help="trim whole ledgers off the front of a log")
     q.add_argument("name")
     q.add_argument("--before", help='a position JSON: {"seq": n, "ledger": hex, "entry": n}')

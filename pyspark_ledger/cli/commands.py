@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 from metadata import LedgerId, NoSuchLedgerError, QuorumConfig
 from metadata import serde
-from metadata.log_record import to_json_dict as log_json
 from pyspark_ledger.cli.output import Progress, print_json, print_table
 from pyspark_ledger.errors import LedgerError
 
@@ -262,18 +261,9 @@ def logs(client: "LedgerClient", args: argparse.Namespace) -> int:
                 print(n)
         return 0
     if args.logs_command == "show":
-        rec = client.describe_log(args.name)
-        if args.json:
-            print_json(log_json(rec))
-            return 0
-        print(f"log {rec.name}: writer epoch {rec.writer_epoch}, {len(rec.ledgers)} ledger(s), "
-              f"{rec.size_bytes} bytes in sealed ledgers, format {rec.payload_format}")
-        print_table(["seq", "ledger", "created", "entries", "bytes"],
-                    [(lg.seq, lg.ledger_id, _ms(lg.ctime_ms), "(open)" if lg.entry_count is None else lg.entry_count,
-                      lg.size_bytes) for lg in rec.ledgers])
-        if rec.pending_deletions:
-            print(f"pending deletions: {', '.join(map(str, rec.pending_deletions))}")
-        return 0
+        from pyspark_ledger.cli.log_show import show
+
+        return show(client, args)
     before = Position.from_json(args.before) if args.before else None
     trimmed = client.trim_log(args.name, before=before, max_age_s=args.max_age_s, max_size_bytes=args.max_size_bytes)
     if args.json:

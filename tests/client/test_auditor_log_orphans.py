@@ -67,13 +67,13 @@ def test_the_auditor_finds_a_ledger_its_log_never_took(client: LedgerClient) -> 
     assert Auditor(client.context, grace_period_s=3600).audit_once() == []  # all are young
     reads: list[str] = []
     auditor = Auditor(client.context, grace_period_s=0, scan_rate_per_s=10_000)
-    real_get = auditor.logs.get
+    real_read_head = auditor.logs.read_head  # a log's lookup starts from its head
 
-    def counted_get(name: str) -> object:
+    def counted_read_head(name: str) -> object:
         reads.append(name)
-        return real_get(name)
+        return real_read_head(name)
 
-    auditor.logs.get = counted_get  # type: ignore[method-assign]
+    auditor.logs.read_head = counted_read_head  # type: ignore[method-assign]
     found = auditor.audit_once()
     assert [(o.ledger_id, o.reason, o.detail) for o in found] == sorted([
         (stray.ledger_id, NOT_IN_ITS_LOG, "log:events"),
