@@ -78,6 +78,9 @@ class BookieConfig:
     operator_secret_file: str | None = None
     operator_identities: str | None = None  # comma-separated client certificate identities
     require_read_auth: bool = False
+    # Run the autorecovery service next to this bookie (bookie/autorecovery_child.py).
+    autorecovery: bool = False
+    lost_bookie_grace_s: float = 30.0
 
     def validate(self) -> None:
         if not 0 <= self.port < 65536:
@@ -144,6 +147,9 @@ _FLAG_HELP = {
                             "it may delete any ledger, write any LAC and call the admin RPCs",
     "operator_identities": "comma-separated client certificate identities (SAN, else CN; mutual TLS) with the "
                            "operator's rights",
+    "autorecovery": "also run the autorecovery service (auditor candidate and replication workers, "
+                    "docs/autorecovery.md) as a child process of this bookie",
+    "lost_bookie_grace_s": "with --autorecovery: a bookie down this long is lost (default 30)",
     "require_read_auth": "reads (Read, ReadLac) need the ledger's master key or an operator identity",
 }
 

@@ -27,6 +27,7 @@ from bookie import config as limits
 from bookie.add_listener import AddListener
 from bookie.admin import install_storage_metrics
 from bookie.auth import auth_policy
+from bookie.autorecovery_child import start_autorecovery_child, stop_autorecovery_child
 from bookie.config import BookieConfig, ConfigError, build_parser, config_from_args
 from bookie.cookie import CookieMismatchError, delete_cookie, verify_or_create_cookie
 from bookie.disk_monitor import DiskMonitor
@@ -74,6 +75,7 @@ class BookieServer:
         self.gc: GarbageCollector | None = None  # bookie/gc_service.py
         self.scrubber: Scrubber | None = None  # bookie/scrub_service.py
         self.metrics_server: Any = None
+        self.autorecovery: Any = None  # `ledger autorecovery` as a child process (--autorecovery)
         self.port = cfg.port
         self.bookie_id = cfg.bookie_id or f"{cfg.host}:{cfg.port}"
         self._stopped = threading.Event()
@@ -129,6 +131,9 @@ class BookieServer:
             self.storage.on_journal_failure(self._on_journal_failure)
             self.disk_monitor.start()
             self.gc = start_gc(self.storage, self.store, cfg)
+            if cfg.autorecovery:
+                self.autorecovery = start_autorecovery_child(cfg.metadata_uri, cfg.lost_bookie_grace_s,
+                                                             cfg.operator_secret_file)
             self.scrubber = start_scrubber(self.storage, self.store, cfg, self.bookie_id, self.metrics)
         except BaseException:
             self.stop()
@@ -226,6 +231,8 @@ class BookieServer:
         if self._stopped.is_set():
             return
         log.info("bookie stopping bookie=%s", self.bookie_id)
+        if self.autorecovery is not None:
+            stop_autorecovery_child(self.autorecovery)
         if self.disk_monitor is not None:
             self.disk_monitor.stop()
         if self.gc is not None:
