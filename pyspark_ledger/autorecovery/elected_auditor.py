@@ -22,7 +22,7 @@ from metadata import BookieRegistry, MetadataError
 from metadata.context import now_ms
 from metadata.ephemeral_lock import EphemeralLock, try_lock
 from metadata.errors import BadVersionError, NodeExistsError, NoNodeError
-from metadata.paths import AUDITED_BOOKIES, AUDITOR_ELECTION, BOOKIE_COOKIES, audited_bookie_path
+from metadata.paths import AUDITED_BOOKIES, AUDITOR_ELECTION, BOOKIE_COOKIES, UNDERREPLICATED, audited_bookie_path
 from metadata.store import MetadataStore
 from pyspark_ledger.autorecovery.audit_scan import AuditScan, ScanCursor, read_cursor
 from pyspark_ledger.autorecovery.bookie_states import BookieState, lost, observe, with_audited
@@ -117,6 +117,7 @@ class ElectedAuditor:
                 self._relist.clear()
                 listed_at = time.monotonic()
                 states = self._observe(states)
+                self.metrics.underreplicated_ledgers.set(len(self.store.children(UNDERREPLICATED)))
             now = now_ms()
             lost_now = lost(states, now, self.grace_ms)
             self.metrics.lost_bookies.set(len(lost_now))

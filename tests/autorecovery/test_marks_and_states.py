@@ -1,0 +1,55 @@
+"""The pure bookie-state rules, and under-replication marks and try-locks on both stores."""
+
+from __future__ import annotations
+
+from metadata import LedgerId, MetadataStore, open_store
+from metadata.ephemeral_lock import read_lock, try_lock
+from metadata.underreplication import REASON_LOST, UnderReplicationManager
+from pyspark_ledger.autorecovery.bookie_states import DOWN, READ_ONLY, UP, lost, observe, with_audited
+
+
+def test_a_bookie_is_lost_only_after_the_grace_and_a_restart_keeps_nothing_down() -> None:
+    states = observe({}, {"b0": False, "b1": True}, {"b0", "b1", "b2"}, now_ms=1_000)
+    assert {b: s.state for b, s in states.items()} == {"b0": UP, "b1": READ_ONLY, "b2": DOWN}
+    assert lost(states, now_ms=1_000 + 2_999, grace_ms=3_000) == set()
+    assert lost(states, now_ms=1_000 + 3_000, grace_ms=3_000) == {"b2"}  # read-only b1 is never lost
+    later = observe(states, {"b0": False, "b1": True}, {"b0", "b1", "b2"}, now_ms=5_000)
+    assert later["b2"].since_ms == 1_000  # unchanged state keeps its since-when
+    back = observe(later, {"b0": False, "b1": True, "b2": False}, {"b0", "b1", "b2"}, now_ms=6_000)
+    assert back["b2"].state == UP and lost(back, now_ms=60_000, grace_ms=3_000) == set()
+    down_again = observe(back, {"b0": False, "b1": True}, {"b0", "b1", "b2"}, now_ms=7_000)
+    assert down_again["b2"].since_ms == 7_000 and not down_again["b2"].audited  # a new loss, a new scan
+    assert with_audited(down_again["b2"]).audited
+    assert "b2" not in observe(down_again, {"b0": False}, {"b0", "b1"}, now_ms=8_000)  # cookie deleted: gone
+
+
+def test_marks_merge_bookies_and_a_stale_clear_is_refused(store: MetadataStore) -> None:
+    marks = UnderReplicationManager(store)
+    lid = LedgerId(0, 42)
+    assert marks.mark(lid, {"b1"}, REASON_LOST, "auditor-1")
+    assert not marks.mark(lid, {"b1"}, REASON_LOST, "auditor-1")  # already marked: no write
+    first, version = marks.get(lid)  # type: ignore[misc]
+    assert marks.mark(lid, {"b2"}, REASON_LOST, "auditor-2")
+    merged, _ = marks.get(lid)  # type: ignore[misc]
+    assert merged.lost_bookies == ("b1", "b2") and merged.since_ms == first.since_ms
+    assert not marks.clear(lid, version)  # a worker that read the old mark must not drop b2
+    assert marks.ledger_ids() == [lid]
+    assert marks.clear(lid, marks.get(lid)[1]) and marks.ledger_ids() == []  # type: ignore[index]
+
+
+def test_a_lock_has_one_holder_and_goes_with_its_owner(store_uri: str) -> None:
+    first, second = open_store(store_uri), open_store(store_uri)
+    try:
+        lock = try_lock(first, "/autorecovery/locks/x", "worker-1")
+        assert lock is not None and lock.held()
+        assert try_lock(second, "/autorecovery/locks/x", "worker-2") is None
+        assert lock.update(copiedBytes=7) and read_lock(second, "/autorecovery/locks/x")["copiedBytes"] == 7  # type: ignore[index]
+        lock.release()
+        assert not lock.held()
+        taken = try_lock(second, "/autorecovery/locks/x", "worker-2")
+        assert taken is not None and read_lock(first, "/autorecovery/locks/x")["holder"] == "worker-2"  # type: ignore[index]
+        second.close()  # the owner's session (or lease) ends: the claim goes with it
+        assert try_lock(first, "/autorecovery/locks/x", "worker-1") is not None
+    finally:
+        first.close()
+        second.close()
