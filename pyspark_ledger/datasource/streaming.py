@@ -47,7 +47,10 @@ from pyspark_ledger.datasource.writer import (
     check_columns,
 )
 from pyspark_ledger.datasource.write_task import write_task
+from pyspark_ledger.datasource.sink_epoch import hold_query_epoch
 from pyspark_ledger.errors import LedgerError
+from pyspark_ledger.log.errors import StaleEpochError
+from pyspark_ledger.log.takeover import check_epoch
 
 if TYPE_CHECKING:
     from pyspark_ledger.client import LedgerClient
@@ -258,6 +261,7 @@ class StreamTaskResult:
     result: TaskResult
     query_id: str
     batch_id: int
+    run_id: str = ""  # the run of the query (start or restart) whose task wrote it: its writer epoch
 
 
 def stream_job(base: WriteJob, query_id: str, batch_id: int, run_id: str) -> WriteJob:
@@ -275,7 +279,7 @@ def stream_write_task(base: WriteJob, run_id: str, batches: Iterator[pa.RecordBa
         except NodeExistsError:
             pass
     result = write_task(job, batches, partition_id, attempt_number, task_attempt_id)
-    return StreamTaskResult(result, query_id, batch_id)
+    return StreamTaskResult(result, query_id, batch_id, run_id)
 
 
 def _sweep_query_staging(client: "LedgerClient", base: WriteJob, query_id: str, keep_dir: str) -> None:
@@ -314,6 +318,7 @@ def commit_stream_batch(base: WriteJob, run_id: str, messages: list[StreamTaskRe
         log.info("empty micro-batch, nothing to commit log=%s batch=%d", base.log_name, batch_id)
         return
     query_id = got[0].query_id
+    run_id = got[0].run_id or run_id  # the run that wrote the batch (Spark commits in a fresh process)
     job = stream_job(base, query_id, batch_id, run_id)
     chosen: dict[int, TaskResult] = {m.result.partition_id: m.result for m in got}
     committed = [chosen[p] for p in sorted(chosen) if chosen[p].ledger_id is not None]
@@ -330,7 +335,10 @@ def commit_stream_batch(base: WriteJob, run_id: str, messages: list[StreamTaskRe
                 raise LedgerSourceError(f"ledger {r.ledger_id} of partition {r.partition_id} is not sealed as reported")
             sizes.append((r.entry_count, int(meta.length_bytes or 0)))
 
+        held = hold_query_epoch(client, base.log_name, query_id, run_id, base.opts.password)
+
         def change(rec: LogRecord) -> LogRecord | None:
+            check_epoch(rec, held.epoch, f"streaming query {query_id}")  # stale: nothing is appended
             done = client.logs.committed_batch(rec, query_id)  # its own record or the head's last pair
             if done is not None and done >= batch_id:
                 replayed[0] = True
@@ -346,6 +354,13 @@ def commit_stream_batch(base: WriteJob, run_id: str, messages: list[StreamTaskRe
             client.logs.update(base.log_name, change)
         except NoSuchLogError:
             raise LedgerSourceError(f"log {base.log_name!r} was deleted while the stream ran") from None
+        except StaleEpochError as exc:
+            # Another writer took the log over since this run started: nothing was appended; the
+            # batch's ledgers go now. A restart of the query takes the log over again.
+            log.warning("streaming commit fenced, nothing committed log=%s query=%s batch=%d error=%s",
+                        base.log_name, query_id, batch_id, exc)
+            _clean_batch_staging(client, base, job, query_id, batch_id)
+            raise
         _maybe_fail(client, base, "after", fail_commit)
         if replayed[0]:
             log.warning("micro-batch already committed (a replay): not appending it again log=%s query=%s batch=%d",
@@ -359,13 +374,18 @@ def commit_stream_batch(base: WriteJob, run_id: str, messages: list[StreamTaskRe
                 client.store.compare_and_set(job.staging_path, _job_value(JOB_COMMITTED, job), node.version)
         except (MetadataError, NoNodeError) as exc:
             log.debug("could not mark the batch committed in staging error=%s", exc)
-        rec = client.logs.get(base.log_name)
-        published = {lg.ledger_id for lg in rec[0].ledgers} if rec else set()
-        try:
-            _clean_staging(client, job, published, f"not committed by streaming query {query_id} batch {batch_id}")
-            _sweep_query_staging(client, base, query_id, job.job_id)
-        except (MetadataError, LedgerError) as exc:
-            log.warning("staging cleanup incomplete (the commit stands) batch=%d error=%s", batch_id, exc)
+        _clean_batch_staging(client, base, job, query_id, batch_id)
+
+
+def _clean_batch_staging(client: "LedgerClient", base: WriteJob, job: WriteJob, query_id: str, batch_id: int) -> None:
+    """Delete the batch's staged ledgers that are not in the log, and what crashed runs left."""
+    rec = client.logs.get(base.log_name)
+    published = {lg.ledger_id for lg in rec[0].ledgers} if rec else set()
+    try:
+        _clean_staging(client, job, published, f"not committed by streaming query {query_id} batch {batch_id}")
+        _sweep_query_staging(client, base, query_id, job.job_id)
+    except (MetadataError, LedgerError) as exc:
+        log.warning("staging cleanup incomplete batch=%d error=%s", batch_id, exc)
 
 
 def abort_stream_batch(base: WriteJob, run_id: str, messages: list[StreamTaskResult | None], batch_id: int) -> None:
@@ -375,10 +395,11 @@ def abort_stream_batch(base: WriteJob, run_id: str, messages: list[StreamTaskRes
         rec = client.logs.get(base.log_name)
         published = {lg.ledger_id for lg in rec[0].ledgers} if rec else set()
         prefixes = {m.query_id for m in got}
+        runs = {m.run_id for m in got if m.run_id} or {run_id}  # the runs whose tasks staged ledgers
         root = join(STAGING, base.log_name)
         for name in client.store.children(root):
             parts = name.split(".")
-            if len(parts) == 3 and parts[1] == str(batch_id) and parts[2] == run_id and (not prefixes or parts[0] in prefixes):
+            if len(parts) == 3 and parts[1] == str(batch_id) and parts[2] in runs and (not prefixes or parts[0] in prefixes):
                 _clean_staging(client, replace(base, job_id=name), published, f"streaming batch {batch_id} aborted")
 
 

@@ -43,7 +43,7 @@ from metadata import (
 )
 from metadata.context import now_ms
 from metadata.log_record import LogRecord
-from metadata.logs import LogExistsError, NoSuchLogError
+from metadata.logs import NoSuchLogError
 from metadata.store import join
 from pyspark_ledger.datasource import codec
 from pyspark_ledger.datasource.options import (
@@ -53,6 +53,8 @@ from pyspark_ledger.datasource.options import (
 )
 from pyspark_ledger.datasource.planning import LedgerSourceError, open_client
 from pyspark_ledger.errors import LedgerError
+from pyspark_ledger.log.errors import StaleEpochError
+from pyspark_ledger.log.takeover import check_epoch, take_over
 
 if TYPE_CHECKING:
     from pyspark_ledger.client import LedgerClient
@@ -75,6 +77,10 @@ class WriteJob:
     payload_format: str  # "raw" | "arrow"
     schema_json: str | None  # the Spark schema recorded in the log (Arrow logs)
     overwrite: bool
+    # The log's writer epoch this job took when it started (a takeover); its commit appends only
+    # while the epoch is still its own. None: the job holds no epoch (the streaming sink's base
+    # job: the query takes its epoch on its first commit, see streaming.py).
+    epoch: int | None = None
 
     @property
     def staging_path(self) -> str:
@@ -171,14 +177,13 @@ def prepare_job(opts: LedgerSourceOptions, job_id: str, schema_json: str | None,
             _check_compatible(rec, job)
             if overwrite:
                 _check_overwritable(rec)
-        else:
-            try:
-                client.logs.create(LogRecord(name))
-                log.info("log created log=%s", name)
-            except LogExistsError:
-                pass  # created concurrently: fine, the commit CAS checks it again
+        # The job becomes the log's one writer: a live LogWriter, streaming query or earlier job
+        # is fenced (its next commit fails) and every unsealed ledger of the log is closed.
+        taken = take_over(client, name, opts.password, create=rec is None, writer=f"spark job {job_id}")
+        job = replace(job, epoch=taken.epoch)
         client.store.create(job.staging_path, _job_value(JOB_OPEN, job))
-    log.info("write job prepared log=%s job=%s format=%s overwrite=%s", name, job_id, fmt, overwrite)
+    log.info("write job prepared log=%s job=%s format=%s overwrite=%s epoch=%d", name, job_id, fmt, overwrite,
+             taken.epoch)
     return job
 
 
@@ -262,6 +267,8 @@ def _clean_staging(client: "LedgerClient", job: WriteJob, keep: set[LedgerId], r
 
 def _append_change(job: WriteJob, ids: list[LedgerId], sizes: list[tuple[int, int]]) -> Any:
     def change(rec: LogRecord) -> LogRecord:
+        if job.epoch is not None:
+            check_epoch(rec, job.epoch, f"spark job {job.job_id}")  # stale: nothing is appended
         if job.overwrite:
             _check_overwritable(rec)
             rec = rec.without_ledgers({lg.ledger_id for lg in rec.ledgers})
@@ -290,6 +297,12 @@ def commit_job(job: WriteJob, results: list[TaskResult | None]) -> None:
             sizes.append((r.entry_count, int(meta.length_bytes or 0)))
         try:
             client.logs.update(job.log_name, _append_change(job, ids, sizes))
+        except StaleEpochError as exc:
+            # Another writer took the log over since this job started: nothing was appended, and
+            # the job's ledgers go now (Spark's abort repeats this harmlessly).
+            log.warning("write job fenced, nothing committed log=%s job=%s error=%s", job.log_name, job.job_id, exc)
+            _abort_staged(client, job)
+            raise
         except NoSuchLogError:
             raise LedgerSourceError(f"log {job.log_name!r} was deleted while the job ran; nothing was committed") from None
         except OutcomeUnknownError:
@@ -339,21 +352,26 @@ def _published(client: "LedgerClient", log_name: str, ids: set[LedgerId]) -> set
 def abort_job(job: WriteJob) -> None:
     """Driver: the job failed. The log is untouched; every staged ledger is deleted (or marked)."""
     with open_client(job.opts) as client:
-        try:
-            _set_job_state(client, job, (JOB_OPEN, JOB_COMMITTING, JOB_ABORTING), JOB_ABORTING)
-        except LedgerSourceError as exc:
-            log.warning("abort: %s", exc)
-        except BadVersionError:
-            pass  # only this driver changes the job node; a conflict means an earlier abort ran
-        # Never delete what is in the log: if a commit got as far as its compare-and-set before
-        # failing, its ledgers are published and must stay.
-        staged = _staged(client, job)
-        published = _published(client, job.log_name, staged)
-        if published:
-            log.warning("abort after the job's ledgers were published; keeping them job=%s ledgers=%d",
-                        job.job_id, len(published))
-        dropped = _clean_staging(client, job, published, f"spark job {job.job_id} aborted")
-        log.info("write job aborted log=%s job=%s deleted_ledgers=%d", job.log_name, job.job_id, len(dropped))
+        _abort_staged(client, job)
+
+
+def _abort_staged(client: "LedgerClient", job: WriteJob) -> None:
+    """The job's staged ledgers that are not in the log are deleted (or marked); the log is untouched."""
+    try:
+        _set_job_state(client, job, (JOB_OPEN, JOB_COMMITTING, JOB_ABORTING), JOB_ABORTING)
+    except LedgerSourceError as exc:
+        log.warning("abort: %s", exc)
+    except BadVersionError:
+        pass  # only this driver changes the job node; a conflict means an earlier abort ran
+    # Never delete what is in the log: if a commit got as far as its compare-and-set before
+    # failing, its ledgers are published and must stay.
+    staged = _staged(client, job)
+    published = _published(client, job.log_name, staged)
+    if published:
+        log.warning("abort after the job's ledgers were published; keeping them job=%s ledgers=%d",
+                    job.job_id, len(published))
+    dropped = _clean_staging(client, job, published, f"spark job {job.job_id} aborted")
+    log.info("write job aborted log=%s job=%s deleted_ledgers=%d", job.log_name, job.job_id, len(dropped))
 
 
 def new_job_id() -> str:
