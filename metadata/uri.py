@@ -85,6 +85,13 @@ def with_client_params(uri: str, params: dict[str, str]) -> str:
     return RedactedUri(full) if ZK_AUTH_PARAM in found else full
 
 
+def printable(uri: str) -> str:
+    """`uri` itself, as a RedactedUri when it carries zk_auth (so printing it hides them)."""
+    if isinstance(uri, str) and ZK_AUTH_PARAM in _split_tls(uri.strip())[1]:
+        return RedactedUri(uri)
+    return uri
+
+
 def with_zk_auth(uri: str, auth: str | None) -> str:
     """`uri` with zk_auth=auth added (replacing one it had); unchanged when auth is None."""
     return with_client_params(uri, {ZK_AUTH_PARAM: auth}) if auth else uri

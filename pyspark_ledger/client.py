@@ -29,7 +29,7 @@ from metadata import (
 )
 from metadata.log_record import LogRecord
 from metadata.logs import LogManager
-from metadata.uri import tls_params, with_zk_auth
+from metadata.uri import printable, tls_params, with_zk_auth
 from pyspark_ledger.transport.bookie_pool import BookiePool
 from pyspark_ledger.transport.credentials import operator_secret_from
 from pyspark_ledger.transport.tls import TlsSettings
@@ -73,7 +73,7 @@ class LedgerClient:
         operator identity (deletes without the ledger password, admin calls), default
         LEDGER_OPERATOR_SECRET / LEDGER_OPERATOR_SECRET_FILE. zk_auth: ZooKeeper credentials
         ("digest:user:secret"), default the URI's zk_auth or LEDGER_ZK_AUTH."""
-        self.metadata_uri = metadata_uri
+        self.metadata_uri = printable(metadata_uri)  # shown with zk_auth=*** (metadata.uri.RedactedUri)
         uri_tls = tls_params(metadata_uri)
         tls = TlsSettings.from_values(tls_ca or uri_tls.get("tls_ca"), tls_cert or uri_tls.get("tls_cert"),
                                       tls_key or uri_tls.get("tls_key"))

@@ -16,7 +16,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
 from metadata import LedgerManager, open_store
-from metadata.uri import redact_uri, with_zk_auth, zk_auth
+from metadata.uri import printable, redact_uri, with_zk_auth, zk_auth
 from metadata.zk_acl import MetadataAuthError
 from pyspark_ledger.testing.zookeeper_server import LocalZooKeeper
 
@@ -93,6 +93,8 @@ def test_zk_auth_is_parsed_checked_and_redacted() -> None:
     assert zk_auth(uri, environ={}) == ("digest", f"{USER}:{SECRET}")
     assert zk_auth("zk://127.0.0.1:2181/ledgers", environ={"LEDGER_ZK_AUTH": AUTH}) == ("digest", f"{USER}:{SECRET}")
     assert zk_auth("zk://127.0.0.1:2181/ledgers", environ={}) is None
+    assert str(printable(uri)) == redact_uri(uri) and printable(uri)[:] == uri  # prints redacted, stays whole
+    assert printable("zk://127.0.0.1:2181/ledgers") == "zk://127.0.0.1:2181/ledgers"
     shown = redact_uri(uri)
     assert SECRET not in shown and "zk_auth=***" in shown and "session_timeout_ms=5000" in shown
     for bad in ("sasl:user:pw", "digest:useronly", f"digest::{SECRET}"):
