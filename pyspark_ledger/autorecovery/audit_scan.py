@@ -6,9 +6,10 @@ twice is marked once).
 
 Cost per scanned ledger: one get, plus two requests (get, create or compare-and-set) when it is
 marked, plus 2/CURSOR_EVERY_LEDGERS for the cursor, plus one children listing per 65,536
-ledgers: with a third of the ledgers on the lost bookie, about 1.7 requests per ledger. The scan
-rate (ledgers per second, a token bucket) therefore bounds the ZooKeeper request rate at about
-1.7x that figure: 500 ledgers/s (the default) is ~850 requests/s, and 100,000 ledgers take 200 s.
+ledgers. With E=3 of 5 bookies, 60% of the ledgers are on a lost bookie: about 2.2 requests per
+ledger. The scan rate (ledgers per second, a token bucket) therefore bounds the ZooKeeper request
+rate at about 2.2x that figure: 500 ledgers/s (the default) is at most ~1,100 requests/s, and
+100,000 ledgers take 200 s (docs/autorecovery.md, "Request rate").
 """
 
 from __future__ import annotations

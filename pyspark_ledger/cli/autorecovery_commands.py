@@ -36,7 +36,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--lost-bookie-grace-s", type=float, default=30.0,
                    help="a bookie down this long is lost and its fragments re-replicated (default 30)")
     p.add_argument("--scan-rate", type=float, default=500.0,
-                   help="ledgers per second the audit scan reads at most (default 500, ~850 metadata requests/s)")
+                   help="ledgers per second the audit scan reads at most (default 500: at most ~1,100 metadata requests/s)")
     p.add_argument("--workers", type=int, default=2, help="replication workers in this process (default 2)")
     p.add_argument("--open-ledger-grace-s", type=float, default=30.0,
                    help="an OPEN ledger is fenced and closed for re-replication after its mark is this old (default 30)")

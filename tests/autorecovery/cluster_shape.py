@@ -22,7 +22,7 @@ from pyspark_ledger.testing.local_cluster import LocalCluster
 
 REPO = Path(__file__).resolve().parents[2]
 MIB = 2**20
-SESSION_TIMEOUT_MS = 4000  # a killed process's registration and locks go 4 s after its death
+SESSION_TIMEOUT_MS = 3000  # a killed process's registration and locks go 3 s after its death
 WAIT_S_MAX = 150.0
 
 
