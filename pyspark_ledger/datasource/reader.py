@@ -31,7 +31,7 @@ from bookie.malloc_tuning import tune_malloc
 from bookie.status import Status
 from pyspark_ledger.datasource import codec
 from pyspark_ledger.datasource.planning import LedgerRange, open_client
-from pyspark_ledger.protocol.digest import Digest
+from pyspark_ledger.protocol.digest import Digest, master_key
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.ledger.read_handle import ReadHandle
 from pyspark_ledger.transport.run_response import Run, RunResponse
@@ -94,6 +94,7 @@ class RangeReader:
         meta = rng.metadata
         self.key = (rng.ledger_id.scope_id, rng.ledger_id.id)
         self.digest = Digest.for_ledger(meta.digest_type, spec.password)
+        self.master_key = master_key(spec.password)  # reads carry it (bookies with --require-read-auth)
         self.fast = meta.write_quorum_size == meta.ensemble_size
         self.replica = rng.index % len(rng.ensemble)  # spread concurrent partitions over the replicas
         self._handle: ReadHandle | None = None
@@ -147,7 +148,7 @@ class RangeReader:
                 raise LedgerError(f"read to {bookie} dropped")
             resp = self.client.pool.get(bookie).read_runs(
                 self.key, first, last, max_entries=last - first + 1, max_bytes=2 * WINDOW_BYTES_TARGET,
-                timeout_s=READ_RPC_TIMEOUT_S,
+                timeout_s=READ_RPC_TIMEOUT_S, master_key=self.master_key,
             )
         except LedgerError as exc:
             return [], str(exc)

@@ -16,7 +16,7 @@ from typing import Iterator
 
 from bookie.status import Status
 from metadata import LedgerId, LedgerMetadata, write_set
-from pyspark_ledger.protocol.digest import Digest
+from pyspark_ledger.protocol.digest import Digest, master_key
 from pyspark_ledger.protocol.distribution import covers_every_write_set
 from pyspark_ledger.protocol.entry_format import Entry, decode_entry
 from pyspark_ledger.errors import (
@@ -49,6 +49,7 @@ class ReadHandle:
         self._version = version
         self._read_digest = Digest.for_ledger(metadata.digest_type, password)
         self._read_key = (metadata.ledger_id.scope_id, metadata.ledger_id.id)
+        self._master_key = master_key(password)  # reads carry it: bookies may require it (--require-read-auth)
         self._known_lac = metadata.last_entry_id if metadata.is_closed else -1
         self.repairs = ReadRepair(context, self._read_key, self._read_digest, password)
         self._handle_closed = False
@@ -128,6 +129,7 @@ class ReadHandle:
         try:
             resp = self._ctx.pool.get(bookie_id).read_lac(
                 self._read_key, long_poll_min_lac=long_poll_min_lac, long_poll_timeout_ms=long_poll_ms,
+                master_key=self._master_key,
                 timeout_s=min(LAC_READ_TIMEOUT_S, self._rpc_timeout_s()),
             )
         except LedgerError:
@@ -264,7 +266,7 @@ class ReadHandle:
         try:
             resp = self._ctx.pool.get(bookie_id).read(
                 self._read_key, first, last, max_entries=READ_CHUNK_ENTRIES_MAX, max_bytes=READ_CHUNK_BYTES_MAX,
-                timeout_s=self._rpc_timeout_s(),
+                timeout_s=self._rpc_timeout_s(), master_key=self._master_key,
             )
         except LedgerError as exc:
             return out, {e: [str(exc)] for e in wanted}, None

@@ -191,11 +191,11 @@ class BookieClient:
         return self._unary(self._stub.Read, req, timeout_s)  # type: ignore[return-value]
 
     def read_runs(self, ledger: LedgerKey, first: int, last: int, *, max_entries: int = 0, max_bytes: int = 0,
-                  timeout_s: float | None = None) -> RunResponse:
+                  timeout_s: float | None = None, master_key: bytes = b"") -> RunResponse:
         """A range read answered in runs (ReadRequest.entry_runs), each run's data a zero-copy view
         of the received message (pyspark_ledger.transport.run_response): the bulk read path."""
         req = pb.ReadRequest(ledger=ledger_ref(ledger), first_entry_id=first, last_entry_id=last,
-                             max_entries=max_entries, max_bytes=max_bytes, entry_runs=True)
+                             max_entries=max_entries, max_bytes=max_bytes, entry_runs=True, master_key=master_key)
         return self._unary(self._read_runs, req, timeout_s)  # type: ignore[return-value]
 
     def read_lac(self, ledger: LedgerKey, *, long_poll_min_lac: int | None = None, long_poll_timeout_ms: int = 0,

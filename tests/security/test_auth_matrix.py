@@ -227,3 +227,29 @@ def test_the_same_calls_with_the_right_credentials_succeed(
         for c in (by_key, by_secret, by_cert):
             c.close()
 
+
+
+def test_a_client_with_the_ledger_password_reads_from_a_bookie_that_requires_read_auth(
+        secured: tuple[LocalCluster, SecuredCerts, int]) -> None:
+    """Reads carry the master key (read handle, LAC reads, the run-encoded bulk reads): no operator
+    identity is needed to read a ledger whose password the client has."""
+    from pyspark_ledger import LedgerClient
+    from pyspark_ledger.protocol.digest import master_key
+
+    cluster, _, _ = secured
+    with LedgerClient(cluster.metadata_uri, **cluster.client_tls) as client:
+        w = client.create_ledger(1, 1, 1, password="pw-of-this-ledger")
+        for i in range(10):
+            w.add_entry(b"entry %d" % i)
+        r = client.open_ledger(w.ledger_id, password="pw-of-this-ledger")
+        assert r.last_add_confirmed() >= 8  # LAC reads from the bookie while the writer is open
+        w.close()
+        assert [e.payload for e in client.open_ledger(w.ledger_id, password="pw-of-this-ledger").read_entries(0, 9)] \
+            == [b"entry %d" % i for i in range(10)]
+        key = (w.ledger_id.scope_id, w.ledger_id.id)
+        bookie = client.pool.get(cluster.bookies[0].bookie_id)
+        runs = bookie.read_runs(key, 0, 9, master_key=master_key(b"pw-of-this-ledger"))
+        assert runs.status == Status.OK
+        with pytest.raises(BookieUnavailableError) as refused:  # the same bulk read without the key
+            bookie.read_runs(key, 0, 9)
+        assert "Read refused for ledger" in str(refused.value)
