@@ -42,3 +42,30 @@ def test_password_file_and_its_errors(tmp_path: Path) -> None:
     with pytest.raises(OptionError) as bad:
         parse_options({**BASE, "zk_auth": f"plain:{ZK_SECRET}"})
     assert bad.value.option == "zk_auth" and ZK_SECRET not in str(bad.value)
+
+
+def test_the_data_source_client_reaches_a_secured_cluster_with_its_options_alone(
+        zk_server: object, zk_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """open_client (what the driver and every executor call) with tls_*, zk_auth and password_file
+    options against mutual-TLS bookies on a ZooKeeper with ACLs, nothing in the environment."""
+    from pyspark_ledger import LedgerClient
+    from pyspark_ledger.datasource.planning import open_client
+    from tests.security.secured_cluster import secured_cluster
+
+    auth = f"digest:spark:{ZK_SECRET}"
+    monkeypatch.setenv("LEDGER_ZK_AUTH", auth)  # the bookies' (inherited at start)
+    cluster, certs, _ = secured_cluster(tmp_path, 1, metadata_uri=zk_uri)
+    with cluster:
+        monkeypatch.delenv("LEDGER_ZK_AUTH")
+        with LedgerClient(zk_uri, zk_auth=auth, **cluster.client_tls) as writer:
+            w = writer.create_ledger(1, 1, 1, password="spark-ledger-pw")
+            for i in range(5):
+                w.add_entry(b"row %d" % i)
+            w.close()
+        pw = tmp_path / "ledger.pw"
+        pw.write_text("spark-ledger-pw\n")
+        opts = parse_options({"metadataServiceUri": zk_uri, "ledger": str(w.ledger_id.id), "zk_auth": auth,
+                              "password_file": str(pw), **cluster.client_tls})
+        with open_client(pickle.loads(pickle.dumps(opts))) as client:
+            got = client.open_ledger(w.ledger_id, password=opts.password).read_entries(0, 4)
+            assert [e.payload for e in got] == [b"row %d" % i for i in range(5)]
