@@ -156,16 +156,8 @@ def _owner(raw: str) -> Party:
         raise OptionError("owner", str(exc)) from None
 
 
-def parse_options(options: Mapping[str, str]) -> LedgerSourceOptions:
-    """Parse Spark's option map (keys in any case, values strings) or raise OptionError."""
-    opts = {str(k).lower(): v for k, v in options.items()}
-    unknown = sorted(k for k in opts if k not in KNOWN_OPTIONS)
-    if unknown:
-        raise OptionError(
-            unknown[0], f"unknown option (given: {', '.join(unknown)}); known options: "
-            f"{', '.join(sorted(KNOWN_OPTIONS.values(), key=str.lower))}"
-        )
-
+def _metadata_uri(opts: Mapping[str, str]) -> str:
+    """metadataServiceUri with the client security options (CLIENT_URI_OPTIONS) as parameters."""
     uri = _text(opts, "metadataServiceUri") or default_metadata_uri()
     try:
         parse_uri(uri)
@@ -173,7 +165,11 @@ def parse_options(options: Mapping[str, str]) -> LedgerSourceOptions:
         zk_auth(uri, environ={})  # a malformed zk_auth is refused here, naming the option
     except InvalidUriError as exc:
         raise OptionError("metadataServiceUri" if "zk_auth" not in str(exc) else "zk_auth", str(exc)) from None
+    return uri
 
+
+def _target(opts: Mapping[str, str]) -> tuple[str | None, LedgerId | None]:
+    """What is read or written: a log (option log, or the load/save path) or one ledger."""
     log_name = _text(opts, "log")
     path = _text(opts, "path")
     if log_name is not None and path is not None and path != log_name:
@@ -193,6 +189,21 @@ def parse_options(options: Mapping[str, str]) -> LedgerSourceOptions:
             ledger = LedgerId.parse(ledger_text)
         except InvalidMetadataError as exc:
             raise OptionError("ledger", str(exc)) from None
+    return log_name, ledger
+
+
+def parse_options(options: Mapping[str, str]) -> LedgerSourceOptions:
+    """Parse Spark's option map (keys in any case, values strings) or raise OptionError."""
+    opts = {str(k).lower(): v for k, v in options.items()}
+    unknown = sorted(k for k in opts if k not in KNOWN_OPTIONS)
+    if unknown:
+        raise OptionError(
+            unknown[0], f"unknown option (given: {', '.join(unknown)}); known options: "
+            f"{', '.join(sorted(KNOWN_OPTIONS.values(), key=str.lower))}"
+        )
+
+    uri = _metadata_uri(opts)
+    log_name, ledger = _target(opts)
 
     starting = Bound.parse("startingPosition", opts["startingposition"]) if "startingposition" in opts else Bound("earliest")
     ending = Bound.parse("endingPosition", opts["endingposition"]) if "endingposition" in opts else Bound("latest")
