@@ -84,6 +84,7 @@ class BookieServer:
     def start(self) -> "BookieServer":
         cfg = self.cfg
         try:
+            auth = auth_policy(cfg)  # first: a bad secret file refuses the start before anything is made
             cfg.data_dir.mkdir(parents=True, exist_ok=True)
             server = grpc.server(
                 ThreadPoolExecutor(max_workers=cfg.grpc_workers, thread_name_prefix="grpc"),
@@ -106,7 +107,7 @@ class BookieServer:
             cookie = verify_or_create_cookie(self.store, self.bookie_id, [cfg.data_dir])
             self.storage = BookieStorage.open(_storage_config(cfg))
             service = BookieService(self.storage, self.bookie_id, _version(), cookie.instance_id, self.metrics,
-                                    data_dir=cfg.data_dir, auth=auth_policy(cfg))
+                                    data_dir=cfg.data_dir, auth=auth)
             pb_grpc.add_BookieServicer_to_server(service, server)
             server.start()
             self.grpc_server = server

@@ -132,3 +132,21 @@ def test_the_operator_secret_file_must_be_long_enough_and_is_never_echoed(tmp_pa
     assert read_secret_file(good, "operator secret") == SECRET
     policy = AuthPolicy.from_settings(str(good), "a, b", False)
     assert policy.operator_identities == {"a", "b"} and SECRET.decode() not in repr(policy)
+
+
+def test_operator_settings_are_checked_at_start(tmp_path: Path) -> None:
+    from bookie.config import ConfigError, build_parser, config_from_args
+    from pyspark_ledger.testing.local_cluster import LocalBookie
+
+    base = ["--metadata-uri", f"sqlite://{tmp_path / 'meta.db'}", "--data-dir", str(tmp_path / "data")]
+    with pytest.raises(ConfigError) as no_mtls:
+        config_from_args(build_parser().parse_args([*base, "--operator-identities", "ops"]))
+    assert "--tls-client-auth" in str(no_mtls.value)
+    # A real bookie process with a secret too short to be safe refuses to start, naming the file only.
+    short = tmp_path / "short.secret"
+    short.write_text("tiny-secret-7\n")
+    bookie = LocalBookie(f"sqlite://{tmp_path / 'meta.db'}", tmp_path / "data",
+                         extra_args=["--operator-secret-file", str(short)], log_path=tmp_path / "bookie.log")
+    code, log_text = bookie.run_to_exit()
+    assert code == 1 and str(short) in log_text and "tiny-secret-7" not in log_text, log_text
+    assert not (tmp_path / "data").exists()  # refused before the data dir or a cookie was made
