@@ -33,8 +33,9 @@ from metadata.uri import printable, tls_params, with_zk_auth
 from pyspark_ledger.transport.bookie_pool import BookiePool
 from pyspark_ledger.transport.credentials import operator_secret_from
 from pyspark_ledger.transport.tls import TlsSettings
-from pyspark_ledger.errors import LedgerError
+from pyspark_ledger.errors import BadPasswordError, BookieRefusedError, LedgerError
 from pyspark_ledger.ledger.context import LedgerContext
+from pyspark_ledger.protocol.digest import master_key
 from pyspark_ledger.protocol.placement import PlacementPolicy, RandomPlacement
 from pyspark_ledger.ledger.read_handle import ReadHandle
 from pyspark_ledger.ledger.recovery import recover_ledger
@@ -144,15 +145,26 @@ class LedgerClient:
         self._handles.append(handle)
         return handle
 
-    def delete_ledger(self, ledger_id: LedgerIdLike) -> None:
+    def delete_ledger(self, ledger_id: LedgerIdLike, password: bytes | str | None = None) -> None:
         """Delete the metadata (the point of no return), then the data on every bookie (best effort:
-        a bookie that is down keeps its copy until garbage collection)."""
+        a bookie that is down keeps its copy until garbage collection). Bookies delete only for
+        the ledger's master key (`password`, checked against metadata first) or this client's
+        operator identity; a bookie that refuses keeps its copy until its garbage collection sees
+        the metadata gone (docs/security.md)."""
         lid = LedgerId.parse(ledger_id)
         meta, version = self.ledgers.read(lid)
+        key = b""
+        if password is not None:
+            if not meta.check_password(_password(password)):
+                raise BadPasswordError(f"wrong password for ledger {lid}")
+            key = master_key(_password(password))
         self.ledgers.delete(lid, version)
         for b in sorted(meta.bookies()):
             try:
-                self.pool.get(b).delete_ledger((lid.scope_id, lid.id), timeout_s=5.0)
+                self.pool.get(b).delete_ledger((lid.scope_id, lid.id), timeout_s=5.0, master_key=key)
+            except BookieRefusedError as exc:
+                log.info("bookie refused the delete (no password, no operator identity): its garbage collection "
+                         "removes the copy ledger=%s bookie=%s error=%s", lid, b, exc)
             except LedgerError as exc:
                 log.warning("bookie kept data of a deleted ledger (garbage collection will remove it) ledger=%s bookie=%s error=%s", lid, b, exc)
         log.info("ledger deleted ledger=%s", lid)

@@ -122,6 +122,7 @@ def _add_ledger_commands(sub: Any) -> None:
 
     p = sub.add_parser("deleteledger", help="delete a ledger")
     _ledger_args(p)
+    add_password_args(p)  # or the operator identity (LEDGER_OPERATOR_SECRET[_FILE])
     p.add_argument("--force", action="store_true", help="do not ask for confirmation")
 
     p = sub.add_parser("quorums", help="explain the replication and recovery quorums of E/W/A")

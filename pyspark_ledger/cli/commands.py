@@ -122,7 +122,7 @@ def deleteledger(client: "LedgerClient", args: argparse.Namespace) -> int:
         if input(f"delete ledger {lid}? [y/N] ").strip().lower() != "y":
             print("not deleted")
             return 1
-    client.delete_ledger(lid)
+    client.delete_ledger(lid, password=args.password or None)  # bookies delete for its key, or an operator
     print(f"deleted ledger {lid}")
     return 0
 

@@ -253,3 +253,28 @@ def test_a_client_with_the_ledger_password_reads_from_a_bookie_that_requires_rea
         with pytest.raises(BookieUnavailableError) as refused:  # the same bulk read without the key
             bookie.read_runs(key, 0, 9)
         assert "Read refused for ledger" in str(refused.value)
+
+
+def test_a_client_deletes_bookie_data_with_the_ledger_password_and_otherwise_leaves_it_to_gc(
+        secured: tuple[LocalCluster, SecuredCerts, int]) -> None:
+    from pyspark_ledger import LedgerClient
+    from pyspark_ledger.errors import BadPasswordError
+
+    cluster, certs, _ = secured
+    operator = _Caller(cluster.bookies[0].address, certs.tls("client"), OPERATOR_SECRET)
+    try:
+        with LedgerClient(cluster.metadata_uri, **cluster.client_tls) as client:
+            kept, gone = (client.create_ledger(1, 1, 1, password="pw") for _ in range(2))
+            for w in (kept, gone):
+                w.add_entry(b"x")
+                w.close()
+            with pytest.raises(BadPasswordError):
+                client.delete_ledger(gone.ledger_id, password="not pw")
+            client.delete_ledger(gone.ledger_id, password="pw")
+            client.delete_ledger(kept.ledger_id)  # no password, no operator: metadata only
+            lac = {w: _calls((w.ledger_id.scope_id, w.ledger_id.id), b"")["ReadLac"](operator.stub).status
+                   for w in (kept, gone)}
+            assert lac == {kept: Status.OK, gone: Status.NO_SUCH_LEDGER}
+            assert {kept.ledger_id, gone.ledger_id}.isdisjoint(client.list_ledgers())
+    finally:
+        operator.close()
