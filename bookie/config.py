@@ -23,6 +23,7 @@ READ_RESPONSE_BYTES_MAX = 32 * 2**20
 READ_RESPONSE_ENTRIES_DEFAULT = 10_000
 READ_RESPONSE_ENTRIES_MAX = 65_536
 LONG_POLL_TIMEOUT_MS_MAX = 30_000
+WILDCARD_HOSTS = ("0.0.0.0", "::", "[::]", "")
 ENTRY_LOG_SIZE_MB_MAX = 64 * 1024  # far below the location format's 1 TiB per log
 
 
@@ -94,6 +95,12 @@ class BookieConfig:
             )
         if self.gc_interval_s < 0 or self.compaction_rate_mb_s <= 0:
             raise ConfigError("--gc-interval-s must be >= 0 and --compaction-rate-mb-s > 0")
+        if self.host in WILDCARD_HOSTS and (not self.advertised_address
+                                            or (self.add_port >= 0 and not self.advertised_add_address)):
+            raise ConfigError(
+                f"--host {self.host} listens on every interface, which is no address clients can use: set "
+                "--advertised-address host:port (and --advertised-add-address host:port, or --add-port -1), "
+                "or --host to one of this machine's addresses")
         if self.scrub_interval_s < 0 or self.scrub_rate_mb_s <= 0:
             raise ConfigError("--scrub-interval-s must be >= 0 and --scrub-rate-mb-s > 0")
         if not 1 <= self.entry_log_size_mb <= ENTRY_LOG_SIZE_MB_MAX:

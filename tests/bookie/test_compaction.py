@@ -177,26 +177,3 @@ def test_a_small_or_live_current_log_is_not_rolled(tmp_path: Path) -> None:
         assert engine._logs.current_id == current
     finally:
         engine.close()
-
-
-@pytest.mark.parametrize("flags, message", [
-    (["--entry-log-size-mb", "0"], "--entry-log-size-mb must be in 1.."),
-    (["--entry-log-size-mb", "99999999"], "--entry-log-size-mb must be in 1.."),
-    (["--minor-compaction-threshold", "0.9", "--major-compaction-threshold", "0.5"], "compaction thresholds"),
-    (["--compaction-rate-mb-s", "0"], "--compaction-rate-mb-s"),
-])
-def test_bad_storage_flags_are_refused_with_their_names(tmp_path: Path, flags: list[str], message: str) -> None:
-    from bookie.config import ConfigError, build_parser, config_from_args
-
-    args = build_parser().parse_args(["--metadata-uri", "sqlite:///x.db", "--data-dir", str(tmp_path), *flags])
-    with pytest.raises(ConfigError, match=message):
-        config_from_args(args)
-
-
-def test_entry_log_size_flag_reaches_the_storage_engine(tmp_path: Path) -> None:
-    from bookie.config import build_parser, config_from_args
-    from bookie.server import _storage_config
-
-    args = build_parser().parse_args(["--metadata-uri", "sqlite:///x.db", "--data-dir", str(tmp_path),
-                                      "--entry-log-size-mb", "64"])
-    assert _storage_config(config_from_args(args)).entry_log_max_bytes == 64 * 2**20
