@@ -211,7 +211,7 @@ def _write_read_delete(client: "LedgerClient", args: argparse.Namespace, n: int,
             raise LedgerError(f"ledger {lid}: read back {len(read)} entries that differ from what was written")
     finally:
         try:
-            client.delete_ledger(lid, password=args.password or None)
+            client.delete_ledger(lid, password=args.password)  # the one it was created with
         except NoSuchLedgerError:
             pass
     return {"ledger": str(lid), "entries": n, "seconds": round(time.monotonic() - start, 3)}
