@@ -110,6 +110,8 @@ class ElectedAuditor:
 
     def _lead(self, still_leader: Callable[[], bool]) -> None:
         states = load_states(self.store)
+        # A predecessor's unfinished scan, read once: from here on only this auditor scans.
+        left_over = read_cursor(self.scan.store)
         self._relist.set()
         listed_at = 0.0
         while not self._stop.is_set() and still_leader():
@@ -121,7 +123,9 @@ class ElectedAuditor:
             now = now_ms()
             lost_now = lost(states, now, self.grace_ms)
             self.metrics.lost_bookies.set(len(lost_now))
-            states = self._scan_for_losses(states, lost_now, still_leader)
+            if lost_now:
+                states = self._scan_for_losses(states, lost_now, still_leader, left_over)
+                left_over = None
             self._stop.wait(TICK_S)
 
     def _observe(self, previous: dict[str, BookieState]) -> dict[str, BookieState]:
@@ -137,10 +141,9 @@ class ElectedAuditor:
         return states
 
     def _scan_for_losses(self, states: dict[str, BookieState], lost_now: set[str],
-                         still_leader: Callable[[], bool]) -> dict[str, BookieState]:
+                         still_leader: Callable[[], bool], cursor: ScanCursor | None) -> dict[str, BookieState]:
         """Resume a scan a predecessor left (for the bookies still lost), else scan for the lost
         bookies no scan has covered yet. Returns the states, with the covered losses noted."""
-        cursor = read_cursor(self.scan.store)
         if cursor is not None and set(cursor.bookies) & lost_now:
             cursor = ScanCursor(tuple(sorted(set(cursor.bookies) & lost_now)), cursor.after)
             log.warning("resuming the audit scan lost=%s after=%s", ",".join(cursor.bookies), cursor.after)

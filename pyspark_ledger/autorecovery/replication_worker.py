@@ -71,7 +71,8 @@ class ReplicationWorker:
         ids = self.marks.ledger_ids()
         self.metrics.underreplicated_ledgers.set(len(ids))
         now = time.monotonic()
-        self._backoff = {lid: b for lid, b in self._backoff.items() if lid in set(ids)}
+        marked = set(ids)
+        self._backoff = {lid: b for lid, b in self._backoff.items() if lid in marked}
         candidates = [lid for lid in ids if self._backoff.get(lid, (0.0, 0.0))[0] <= now]
         random.shuffle(candidates)  # workers spread over the marks instead of all trying the first
         for lid in candidates[:CLAIM_ATTEMPTS_MAX]:

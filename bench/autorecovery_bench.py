@@ -1,0 +1,133 @@
+"""Autorecovery after a kill -9: the acceptance shape, timed.
+
+5 real bookies on a real ZooKeeper (sessions of 3 s, so a dead bookie's registration goes 3 s
+after its death), 200 E3W2A2 ledgers (8 small entries each, every 20th of three 1 MiB entries,
+every 40th left OPEN by a dead writer), one `ledger autorecovery` with the default settings but
+--lost-bookie-grace-s 3 and --open-ledger-grace-s 1. kill -9 one bookie and measure, from the
+service's own Prometheus counters and the metadata:
+
+- time from the kill to every fragment back to W copies (no ledger names the bookie, no mark);
+- MB/s re-replicated (bytes of entries copied / time from the scan's start to the end);
+- metadata requests per second during the audit scan (its CountingStore), and ledgers/s scanned.
+
+    python bench/autorecovery_bench.py [--ledgers 200] [--scan-rate 500] [--rounds 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from machine_speed import machine_speed_line  # noqa: E402
+
+from metadata.paths import UNDERREPLICATED, audited_bookie_path  # noqa: E402
+from pyspark_ledger.client import LedgerClient  # noqa: E402
+from pyspark_ledger.testing.zookeeper_server import LocalZooKeeper, free_port  # noqa: E402
+from tests.autorecovery.cluster_shape import (  # noqa: E402
+    Autorecovery, check_every_copy, start_cluster, under_replicated, write_ledgers, zk_uri_with_short_sessions)
+
+POLL_S = 0.25
+WAIT_S_MAX = 600.0
+COUNTERS = ("autorecovery_audit_metadata_requests_total", "autorecovery_audit_scanned_ledgers_total",
+            "autorecovery_rereplicated_bytes_total", "autorecovery_rereplicated_ledgers_total")
+
+
+def counters(port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out = {name: 0.0 for name in COUNTERS}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in out:
+            out[name] = float(value)
+    return out
+
+
+def one_round(zk: LocalZooKeeper, work: Path, n: int, ledgers: int, scan_rate: float) -> dict[str, float]:
+    uri = zk_uri_with_short_sessions(zk.uri(f"/bench-{n}"))
+    cluster = start_cluster(uri, work / f"cluster-{n}")
+    service = None
+    try:
+        written = write_ledgers(uri, ledgers)
+        port = free_port()
+        service = Autorecovery(uri, work / f"autorecovery-{n}.log", "--metrics-port", str(port),
+                               "--scan-rate", str(scan_rate))
+        time.sleep(3)  # the service starts and is elected
+        victim = cluster.bookies[0]
+        samples: list[tuple[float, dict[str, float]]] = []
+        with LedgerClient(uri, add_timeout_s=30) as client:
+            killed = time.monotonic()
+            victim.kill()
+            while True:
+                now = time.monotonic()
+                samples.append((now - killed, counters(port)))
+                got = client.store.get(audited_bookie_path(victim.bookie_id))
+                state = json.loads(got.value) if got is not None else {}
+                scanned = state.get("state") == "down" and state.get("auditedSinceMs") == state.get("sinceMs")
+                if scanned and not client.store.children(UNDERREPLICATED) and not under_replicated(
+                        client, written, {victim.bookie_id}):
+                    done_s = now - killed
+                    break
+                if now - killed > WAIT_S_MAX:
+                    raise SystemExit(f"not re-replicated within {WAIT_S_MAX:g} s; see {service.log_path}")
+                time.sleep(POLL_S)
+            copies = check_every_copy(client, written)
+        return summarise(samples, done_s, copies, written.bytes_total)
+    finally:
+        if service is not None:
+            service.stop()
+        cluster.close()
+
+
+def summarise(samples: list[tuple[float, dict[str, float]]], done_s: float, copies: int,
+              written_bytes: int) -> dict[str, float]:
+    """Counters from the kill on (the first sample is the baseline). The scan runs from the sample
+    before its request counter first moved to the last sample where it moved."""
+    req = "autorecovery_audit_metadata_requests_total"
+    base = samples[0][1]
+    moved = [t for (t, c), (_, prev) in zip(samples[1:], samples) if c[req] > prev[req]]
+    scan_start = (moved[0] - POLL_S) if moved else done_s
+    scan_s = max((moved[-1] - scan_start) if moved else 0.0, POLL_S)
+    last = {k: v - base[k] for k, v in samples[-1][1].items()}
+    copied = last["autorecovery_rereplicated_bytes_total"]
+    return {"kill_to_replicated_s": done_s, "scan_start_s": scan_start, "scan_s": scan_s,
+            "scan_requests": last[req], "requests_per_s": last[req] / scan_s,
+            "ledgers_per_s": last["autorecovery_audit_scanned_ledgers_total"] / scan_s,
+            "copied_mb": copied / 1e6, "mb_per_s": copied / 1e6 / max(done_s - scan_start, 0.001),
+            "ledgers_repaired": last["autorecovery_rereplicated_ledgers_total"], "copies_checked": copies,
+            "written_mb": written_bytes / 1e6}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ledgers", type=int, default=200)
+    ap.add_argument("--scan-rate", type=float, default=500.0, help="the service's --scan-rate (its default: 500)")
+    ap.add_argument("--rounds", type=int, default=1)
+    args = ap.parse_args()
+    print(machine_speed_line())
+    with tempfile.TemporaryDirectory(prefix="autorecovery-bench-") as tmp:
+        zk = LocalZooKeeper(Path(tmp) / "zk")
+        zk.start()
+        try:
+            results = [one_round(zk, Path(tmp), n, args.ledgers, args.scan_rate) for n in range(args.rounds)]
+        finally:
+            zk.stop()
+    keys = list(results[0])
+    print(f"\n{args.ledgers} ledgers, 5 bookies, E3W2A2, grace 3 s, ZooKeeper session 3 s, scan rate "
+          f"{args.scan_rate:g}/s; median of {len(results)} round(s)")
+    print(f"{'measure':<24} {'median':>12}  rounds")
+    for k in keys:
+        values = [r[k] for r in results]
+        print(f"{k:<24} {statistics.median(values):>12.2f}  {' '.join(f'{v:.2f}' for v in values)}")
+
+
+if __name__ == "__main__":
+    main()
