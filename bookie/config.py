@@ -11,6 +11,7 @@ The config file uses the flags' long names with underscores, e.g.
 from __future__ import annotations
 
 import argparse
+import logging
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -192,6 +193,10 @@ def config_from_args(args: argparse.Namespace) -> BookieConfig:
         v = getattr(args, f.name, None)
         if v is not None:
             values[f.name] = v
+    if "zk_auth=" in (getattr(args, "metadata_uri", None) or ""):
+        logging.getLogger(__name__).warning(
+            "--metadata-uri carries zk_auth: the ZooKeeper secret is visible in ps; set LEDGER_ZK_AUTH or put "
+            "metadata_uri in the --config file instead")
     for required in ("metadata_uri", "data_dir"):
         if required not in values:
             raise ConfigError(f"--{required.replace('_', '-')} is required (or set {required} in --config)")

@@ -37,6 +37,9 @@ def resolve_metadata_uri(flag: str | None) -> str:
     """--metadata-uri, then $LEDGER_METADATA_URI, then metadata_uri in the config file
     ($LEDGER_CONFIG or ~/.config/pyspark-ledger/config.toml), then the embedded default if it exists."""
     if flag:
+        if "zk_auth=" in flag:
+            print("ledger: warning: --metadata-uri carries zk_auth, visible in ps and shell history; set "
+                  "LEDGER_ZK_AUTH (or LEDGER_METADATA_URI) instead", file=sys.stderr)
         return flag
     if os.environ.get(ENV_URI):
         return os.environ[ENV_URI]

@@ -73,3 +73,16 @@ def test_the_cli_creates_mac_ledgers_only_with_a_password(cluster: LocalCluster,
     monkeypatch.delenv("LEDGER_PASSWORD")
     assert main(["--metadata-uri", uri, "simpletest", "-n", "5"]) == 0
     assert "empty password" in capsys.readouterr().err
+
+
+def test_zk_credentials_on_a_command_line_are_warned_about(capsys: pytest.CaptureFixture[str],
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    from bookie.config import build_parser, config_from_args
+    from pyspark_ledger.cli.app import resolve_metadata_uri
+
+    uri = "zk://127.0.0.1:2181/ledgers?zk_auth=digest:u:" + SECRET.replace(" ", "-")
+    assert resolve_metadata_uri(uri) == uri
+    err = capsys.readouterr().err
+    assert "LEDGER_ZK_AUTH" in err and SECRET.replace(" ", "-") not in err
+    config_from_args(build_parser().parse_args(["--metadata-uri", uri, "--data-dir", "/tmp/x"]))
+    assert "visible in ps" in caplog.text and SECRET.replace(" ", "-") not in caplog.text
