@@ -83,7 +83,7 @@ class BookieClient:
         self._ssl_context = tls.ssl_context() if tls is not None else None
         self._raw_channel = (grpc.secure_channel(address, tls.channel_credentials(), options=channel_options())
                              if tls is not None else grpc.insecure_channel(address, options=channel_options()))
-        self._channel = with_operator_secret(self._raw_channel, operator_secret)
+        self._channel = with_operator_secret(self._raw_channel, operator_secret, encrypted=tls is not None)
         self._stub = pb_grpc.BookieStub(self._channel)
         # The add stream sends pre-serialized requests (see EncodedAddBatch).
         self._add_method = self._channel.stream_stream(

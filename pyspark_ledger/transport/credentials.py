@@ -10,6 +10,7 @@ command-line argument. It is never logged and never part of a message or repr.
 from __future__ import annotations
 
 import collections
+import logging
 import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -18,6 +19,8 @@ import grpc
 
 from bookie.proto.wire import OPERATOR_SECRET_HEADER
 from pyspark_ledger.errors import LedgerError
+
+log = logging.getLogger(__name__)
 
 SECRET_ENV = "LEDGER_OPERATOR_SECRET"
 SECRET_FILE_ENV = "LEDGER_OPERATOR_SECRET_FILE"
@@ -74,8 +77,16 @@ class _SecretInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClien
         return continuation(self._details(details), request_iterator)
 
 
-def with_operator_secret(channel: grpc.Channel, secret: bytes | None) -> grpc.Channel:
-    """`channel` itself without a secret (no per-call cost), else one that sends it on every call."""
+def with_operator_secret(channel: grpc.Channel, secret: bytes | None, *, encrypted: bool = True) -> grpc.Channel:
+    """`channel` itself without a secret (no per-call cost), else one that sends it on every call.
+    `encrypted`: the channel is TLS; over plaintext anyone on the path reads the secret (warned once)."""
     if not secret:
         return channel
+    global _plaintext_warned
+    if not encrypted and not _plaintext_warned:
+        _plaintext_warned = True
+        log.warning("the operator secret goes to bookies over plaintext, readable on the network: set tls_ca")
     return grpc.intercept_channel(channel, _SecretInterceptor(secret))
+
+
+_plaintext_warned = False
