@@ -11,6 +11,7 @@
     /autorecovery/locks/<qualified name>               ephemeral: a replication worker's claim on a mark
     /autorecovery/bookies/<bookie id>                  the auditor's view of a bookie (state, since when)
     /autorecovery/scan                                 the auditor's scan cursor (a new auditor resumes it)
+    /autorecovery/swaps/<qualified name>/<fragment>_<bookie>  a prepared replica swap (two-phase change)
 
 Ledger ids: the 128-bit id (scope id, then ledger id) is written as 32 hex digits and cut into
 eight levels of 4 hex digits. No parent ever holds more than 65,536 children, however many
@@ -39,6 +40,7 @@ AUDITOR_ELECTION = "/autorecovery/auditor"
 REPLICATION_LOCKS = "/autorecovery/locks"
 AUDITED_BOOKIES = "/autorecovery/bookies"
 AUDITOR_SCAN = "/autorecovery/scan"
+REPLICA_SWAPS = "/autorecovery/swaps"
 
 LEDGER_PATH_LEVELS = 8
 SCOPE_PATH_LEVELS = 4
@@ -119,3 +121,11 @@ def replication_lock_path(lid: LedgerId) -> str:
 
 def audited_bookie_path(bookie_id: str) -> str:
     return f"{AUDITED_BOOKIES}/{check_name('bookie id', bookie_id)}"
+
+
+def ledger_swaps_path(lid: LedgerId) -> str:
+    return f"{REPLICA_SWAPS}/{lid.qualified_name}"
+
+
+def replica_swap_path(lid: LedgerId, fragment: int, bookie_id: str) -> str:
+    return f"{ledger_swaps_path(lid)}/{fragment:06d}_{check_name('bookie id', bookie_id)}"

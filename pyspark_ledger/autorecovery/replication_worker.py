@@ -30,6 +30,7 @@ from metadata.paths import replication_lock_path
 from metadata.underreplication import UnderReplicationManager
 from pyspark_ledger.autorecovery.metrics import AutorecoveryMetrics
 from pyspark_ledger.autorecovery.rereplication import rereplicate
+from pyspark_ledger.autorecovery.swap_record import SwapRecords
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.ledger.context import LedgerContext
 from pyspark_ledger.ledger.recovery import recover_ledger
@@ -118,8 +119,11 @@ class ReplicationWorker:
             meta, _ = recover_ledger(self.context, lid, self.password)
         progress = _Progress(lock, len(lost), self.metrics)
         for bookie in lost:
-            rereplicate(self.context, lid, bookie, self.password, on_copied=progress.copied)
+            rereplicate(self.context, lid, bookie, self.password, on_copied=progress.copied, holder=self.holder,
+                        resume_swaps=True)
             progress.bookie_done()
+        # A predecessor that died between its commit and its clean-up left a record (swap_record).
+        SwapRecords(self.store).clear_ledger(lid)
         if not self.marks.clear(lid, version):
             return False  # the auditor extended the mark meanwhile: another round
         self.metrics.rereplicated_ledgers.inc()

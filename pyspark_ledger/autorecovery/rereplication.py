@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from bookie.status import Status
 from metadata import LedgerId, LedgerMetadata, write_set
+from pyspark_ledger.autorecovery.swap_record import (STEP_COMMITTED, STEP_COPIED, STEP_COPYING, STEP_PREPARED,
+                                                     SwapRecords, new_record)
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.ledger.context import LedgerContext
 from pyspark_ledger.ledger.read_handle import ReadHandle
@@ -48,13 +51,17 @@ def fragments_on(meta: LedgerMetadata, bookie_id: str) -> list[int]:
     return [i for i, seg in enumerate(meta.segments) if bookie_id in seg.bookies]
 
 
-CopiedCallback = Callable[[int], None]  # called with the payload bytes of each batch copied
+CopiedCallback = Callable[[int], None]  # called with the bytes of each batch copied
+StepCallback = Callable[[str], None]  # called after each step of a swap (swap_record.SWAP_STEPS)
 
 
 def rereplicate(context: LedgerContext, ledger: LedgerId, lost: str, password: bytes = b"", *, dry_run: bool = False,
-                on_copied: CopiedCallback | None = None) -> list[tuple[int, str]]:
+                on_copied: CopiedCallback | None = None, on_step: StepCallback | None = None,
+                holder: str = "", resume_swaps: bool = False) -> list[tuple[int, str]]:
     """Replace `lost` in every fragment of a CLOSED ledger. Returns [(fragment index, the bookie
-    that holds the fragment's copy now)]: ours, or a concurrent re-replication's."""
+    that holds the fragment's copy now)]: ours, or a concurrent re-replication's.
+    resume_swaps: finish a swap a predecessor prepared (swap_record) instead of choosing anew;
+    for callers holding the ledger's replication claim (workers), whose predecessor is dead."""
     meta, _ = context.ledgers.read(ledger)
     if not meta.is_closed:
         raise LedgerError(f"ledger {ledger} is {meta.state.value}: recover it before re-replicating")
@@ -64,44 +71,94 @@ def rereplicate(context: LedgerContext, ledger: LedgerId, lost: str, password: b
             seg = meta.segments[index]
             done.append((index, context.placement.replacement(seg.bookies, context.pool.writable(exclude={lost}))))
             continue
-        holder = _rereplicate_fragment(context, ledger, index, lost, password, on_copied)
-        if holder is not None:
-            done.append((index, holder))
+        run = _Run(password, on_copied, on_step or (lambda _step: None), holder, resume_swaps)
+        now_holding = _rereplicate_fragment(context, ledger, index, lost, run)
+        if now_holding is not None:
+            done.append((index, now_holding))
     return done
 
 
-def _rereplicate_fragment(context: LedgerContext, ledger: LedgerId, index: int, lost: str, password: bytes,
-                          on_copied: CopiedCallback | None = None) -> str | None:
-    """Copy fragment `index` off `lost` and swap the copy in. Returns the bookie in `lost`'s slot
+@dataclass(frozen=True, slots=True)
+class _Run:
+    password: bytes
+    on_copied: CopiedCallback | None
+    on_step: StepCallback
+    holder: str
+    resume_swaps: bool
+
+
+def _rereplicate_fragment(context: LedgerContext, ledger: LedgerId, index: int, lost: str, run: _Run) -> str | None:
+    """Copy fragment `index` off `lost` and swap the copy in, as a two-phase change
+    (swap_record): prepare, copy, commit, clean up. Returns the bookie in `lost`'s slot
     afterwards (None if the fragment no longer names `lost` when this starts)."""
+    swaps = SwapRecords(context.ledgers.store)
     for _ in range(REPLACEMENT_ATTEMPTS_MAX):
         meta, version = context.ledgers.read(ledger)
         before = meta.segments[index].bookies
         if lost not in before:
-            return None  # another re-replication replaced it first
+            swaps.done(ledger, index, lost)  # committed before (perhaps by a worker that died then)
+            return None
         slot = before.index(lost)
-        new = context.placement.replacement(before, context.pool.writable(exclude={lost}))
-        _copy_fragment(context, meta, version, index, lost, new, password, on_copied)
+        new = _prepare(context, swaps, ledger, index, lost, before, run)
+        run.on_step(STEP_PREPARED)
+        _copy_fragment(context, meta, version, index, lost, new, run.password,
+                       _first_batch_step(run.on_copied, run.on_step))
+        run.on_step(STEP_COPIED)
 
         def change(m: LedgerMetadata) -> LedgerMetadata | None:
             if rebase_replacements(m.segments[index].bookies, {lost: new}) is None:
                 return None  # replaced by someone else, or our bookie took another slot meanwhile
             return m.with_replaced_bookie(index, lost, new)
 
-        meta, _ = context.ledgers.update(ledger, change)
+        meta, _ = context.ledgers.update(ledger, change)  # the commit
         now = meta.segments[index].bookies
         if lost not in now:
-            holder = now[slot]  # a replacement keeps the slot (with_replaced_bookie)
-            if holder == new:
+            run.on_step(STEP_COMMITTED)
+            swaps.done(ledger, index, lost)
+            now_holding = now[slot]  # a replacement keeps the slot (with_replaced_bookie)
+            if now_holding == new:
                 log.warning("fragment re-replicated ledger=%s fragment=%d lost=%s new=%s", ledger, index, lost, new)
             else:
                 log.warning("a concurrent re-replication replaced the bookie first; its copy stands "
-                            "ledger=%s fragment=%d lost=%s theirs=%s ours_unused=%s", ledger, index, lost, holder, new)
-            return holder
+                            "ledger=%s fragment=%d lost=%s theirs=%s ours_unused=%s", ledger, index, lost,
+                            now_holding, new)
+            return now_holding
         log.warning("the chosen replacement joined the fragment in another slot meanwhile; choosing again "
                     "ledger=%s fragment=%d lost=%s taken=%s", ledger, index, lost, new)
     raise LedgerError(f"ledger {ledger} fragment {index}: no replacement for {lost} stuck after "
                       f"{REPLACEMENT_ATTEMPTS_MAX} attempts (concurrent re-replications kept taking them)")
+
+
+def _prepare(context: LedgerContext, swaps: SwapRecords, ledger: LedgerId, index: int, lost: str,
+             before: tuple[str, ...], run: _Run) -> str:
+    """The replacement: a predecessor's prepared one when it can still be finished, else a new
+    choice recorded before any copy (which rolls the predecessor's change back)."""
+    writable = context.pool.writable(exclude={lost})
+    got = swaps.get(ledger, index, lost)
+    if (run.resume_swaps and got is not None and got[0] is not None and got[0].new in writable
+            and got[0].new not in before):
+        log.warning("finishing a replica swap a predecessor prepared ledger=%s fragment=%d lost=%s new=%s by=%s",
+                    ledger, index, lost, got[0].new, got[0].holder)
+        return got[0].new
+    if got is not None and run.resume_swaps:
+        log.warning("rolling back a replica swap whose replacement is gone or taken ledger=%s fragment=%d lost=%s "
+                    "new=%s", ledger, index, lost, got[0].new if got[0] else "(unreadable)")
+    new = context.placement.replacement(before, writable)
+    swaps.prepare(new_record(ledger, index, lost, new, run.holder), None if got is None else got[1])
+    return new
+
+
+def _first_batch_step(on_copied: CopiedCallback | None, on_step: StepCallback) -> CopiedCallback:
+    first = [True]
+
+    def copied(n: int) -> None:
+        if on_copied is not None:
+            on_copied(n)
+        if first[0]:
+            first[0] = False
+            on_step(STEP_COPYING)
+
+    return copied
 
 
 def _copy_fragment(context: LedgerContext, meta: LedgerMetadata, version: int, index: int, lost: str, new: str,
