@@ -64,6 +64,9 @@ class BookieConfig:
     minor_compaction_threshold: float = 0.2
     major_compaction_threshold: float = 0.8
     compaction_rate_mb_s: float = 50.0
+    # How often each kind runs, checked at every GC round; 0 = at every round.
+    minor_compaction_interval_s: float = 0.0
+    major_compaction_interval_s: float = 3600.0
     entry_log_size_mb: int = 1024  # an entry log rolls at this size (BookKeeper's logSizeLimit)
     # The scrubber (bookie/scrubber.py): every stored entry verified once per interval, at most
     # this fast; damaged copies repaired from peers. 0 = no periodic scrubbing.
@@ -102,6 +105,8 @@ class BookieConfig:
                 f"--host {self.host} listens on every interface, which is no address clients can use: set "
                 "--advertised-address host:port (and --advertised-add-address host:port, or --add-port -1), "
                 "or --host to one of this machine's addresses")
+        if self.minor_compaction_interval_s < 0 or self.major_compaction_interval_s < 0:
+            raise ConfigError("--minor-compaction-interval-s and --major-compaction-interval-s must be >= 0")
         if self.scrub_interval_s < 0 or self.scrub_rate_mb_s <= 0:
             raise ConfigError("--scrub-interval-s must be >= 0 and --scrub-rate-mb-s > 0")
         if not 1 <= self.entry_log_size_mb <= ENTRY_LOG_SIZE_MB_MAX:
@@ -147,6 +152,9 @@ _FLAG_HELP = {
                        "gRPC stays TLS-only)",
     "entry_log_size_mb": "roll entry logs at this size in MiB (default 1024); compaction also rolls a "
                          "mostly-dead current log once it holds 1/16 of this",
+    "minor_compaction_interval_s": "seconds between minor compactions, checked at each GC round (default 0: "
+                                   "every round)",
+    "major_compaction_interval_s": "seconds between major compactions, checked at each GC round (default 3600)",
     "scrub_interval_s": "seconds between scrub passes, which verify every stored entry and repair damaged "
                         "copies from peers (default 86400; 0 = none)",
     "scrub_rate_mb_s": "read rate limit of a scrub pass in MB/s (default 20)",

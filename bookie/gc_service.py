@@ -30,6 +30,8 @@ def start_gc(storage: GcStorage, store: MetadataStore, cfg: BookieConfig) -> Gar
         interval_s=cfg.gc_interval_s,
         minor_compaction_threshold=cfg.minor_compaction_threshold,
         major_compaction_threshold=cfg.major_compaction_threshold,
+        minor_compaction_interval_s=cfg.minor_compaction_interval_s,
+        major_compaction_interval_s=cfg.major_compaction_interval_s,
         compaction_rate_bytes_s=cfg.compaction_rate_mb_s * 2**20,
     )
     gc = GarbageCollector(storage, metadata_lookup(store), settings)

@@ -51,10 +51,24 @@ class GcSettings:
     interval_s: float = 300.0
     max_ledgers_per_scan: int = 100_000  # bound on one scan; the rest waits for the next
     lookups_per_s: float = 1000.0  # rate limit on metadata reads
-    minor_compaction_threshold: float = 0.2  # every round: logs under 20% live
-    major_compaction_threshold: float = 0.8  # every major_every_rounds-th round and run_now
-    major_every_rounds: int = 12
+    minor_compaction_threshold: float = 0.2  # logs under 20% live, every minor interval
+    major_compaction_threshold: float = 0.8  # logs under 80% live, every major interval and run_now
+    # Checked at each GC round (so effectively rounded up to interval_s); 0 = at every round.
+    # A threshold of 0 turns that kind off.
+    minor_compaction_interval_s: float = 0.0
+    major_compaction_interval_s: float = 3600.0
     compaction_rate_bytes_s: float = 50.0 * 2**20
+
+
+def compaction_due(st: GcSettings, since_major_s: float, since_minor_s: float) -> str | None:
+    """Which compaction a GC round runs: "major", "minor" or None. Half a round of slack, so an
+    interval equal to the round's (or 0) is due at every round."""
+    slack = 0.5 * st.interval_s
+    if since_major_s >= st.major_compaction_interval_s - slack:
+        return "major"
+    if since_minor_s >= st.minor_compaction_interval_s - slack:
+        return "minor"
+    return None
 
 
 class GarbageCollector:
@@ -84,24 +98,33 @@ class GarbageCollector:
             self._thread.join(10.0)
 
     def _loop(self) -> None:
-        while not self._stop.wait(self._settings.interval_s):
+        st = self._settings
+        last_major = last_minor = time.monotonic()
+        while not self._stop.wait(st.interval_s):
             try:
-                major = (self._counters["gc_runs"] + 1) % max(self._settings.major_every_rounds, 1) == 0
-                self.run_now(major=major)
+                now = time.monotonic()
+                kind = compaction_due(st, now - last_major, now - last_minor)
+                if kind == "major":
+                    last_major = last_minor = now  # a major compaction covers the minor one
+                elif kind == "minor":
+                    last_minor = now
+                self.run_now(major=kind == "major", compact=kind is not None)
             except Exception:  # noqa: BLE001 - a failed round is retried at the next interval
                 log.exception("gc round failed; will retry")
 
-    def run_now(self, progress: Progress | None = None, major: bool = True) -> dict[str, Any]:
+    def run_now(self, progress: Progress | None = None, major: bool = True,
+                compact: bool = True) -> dict[str, Any]:
         """One GC round now (the operator's `triggergc`): the scan, removal of dead entry logs,
-        then a compaction (major by default); returns stats() plus this round's
-        reclaimed_bytes."""
+        then (with `compact`) a compaction, major by default; returns stats() plus this
+        round's reclaimed_bytes."""
         with self._run_lock:
             started = time.monotonic()
             deleted, errors, capped = self._scan(progress)
             freed = self._storage.reclaim_entry_logs()
             if progress is not None:
                 progress("reclaim", 1, 1)
-            freed += self._compact(major)
+            if compact:
+                freed += self._compact(major)
             if progress is not None:
                 progress("compaction", 1, 1)
             c = self._counters

@@ -134,3 +134,14 @@ def test_dead_entry_logs_left_by_a_crash_are_removed_at_open(tmp_path: Path) -> 
         assert on_disk == referenced
     finally:
         reopened.close()
+
+
+def test_compaction_intervals_pick_the_kind_of_each_round() -> None:
+    from bookie.storage.gc import GcSettings, compaction_due
+
+    st = GcSettings(interval_s=10, minor_compaction_interval_s=0, major_compaction_interval_s=3600)
+    assert compaction_due(st, since_major_s=10, since_minor_s=10) == "minor"  # 0: every round
+    assert compaction_due(st, since_major_s=3596, since_minor_s=10) == "major"  # within half a round
+    st = GcSettings(interval_s=10, minor_compaction_interval_s=60, major_compaction_interval_s=3600)
+    assert compaction_due(st, since_major_s=30, since_minor_s=30) is None
+    assert compaction_due(st, since_major_s=60, since_minor_s=60) == "minor"
