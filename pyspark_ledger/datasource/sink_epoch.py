@@ -1,7 +1,8 @@
 """The streaming sink's hold on its log's writer epoch: one writer per log, whoever writes.
 
-A streaming query is one of the log's writers. A run of the query (a start or a restart: the sink
-writer Spark pickles to the tasks carries the run id) takes the log over on its first commit
+A streaming query is one of the log's writers. A run of the query (a start or a restart: Spark's
+run id, which every micro-batch task reads from its local properties and returns with its
+ledger, streaming.spark_run_id) takes the log over on its first commit
 (pyspark_ledger.log.takeover: bump the epoch, fence and close every unsealed ledger) and records
 what it took at /sink-epochs/<log>/<query id>: {"run", "epoch", "fromSeq"}. Every later commit of
 the same run reads that record back (Spark runs each commit in a fresh Python process, so nothing

@@ -42,6 +42,7 @@ from pyspark_ledger.datasource.streaming import (
     initial_offset,
     latest_offset,
     plan_stream_ranges,
+    spark_run_id,
     stream_write_task,
 )
 from pyspark_ledger.datasource.writer import WriteJob
@@ -90,7 +91,10 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
         batch_id = ctx.getLocalProperty("streaming.sql.batchId")
         if not query_id or batch_id is None:
             raise LedgerSourceError("the streaming sink could not find the query id and batch id of this task")
-        result = stream_write_task(self.job, self.run_id, iterator, ctx.partitionId(), ctx.attemptNumber(),
+        # The query's run (its writer epoch is per run): Spark's run id; self.run_id is per batch.
+        run_id = spark_run_id(ctx.getLocalProperty("spark.job.description"),
+                              ctx.getLocalProperty("spark.jobGroup.id")) or self.run_id
+        result = stream_write_task(self.job, run_id, iterator, ctx.partitionId(), ctx.attemptNumber(),
                                    ctx.taskAttemptId(), query_id, int(batch_id))
         return StreamCommitMessage(result)
 

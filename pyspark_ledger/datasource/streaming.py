@@ -264,6 +264,18 @@ class StreamTaskResult:
     run_id: str = ""  # the run of the query (start or restart) whose task wrote it: its writer epoch
 
 
+def spark_run_id(job_description: str | None, job_group: str | None) -> str | None:
+    """The run id of a streaming query (new at every start and restart), from a micro-batch
+    task's local properties: Spark sets the job description to "id = ..\nrunId = ..\nbatch = .."
+    and the job group to the run id. The sink writer cannot carry it: Spark makes a new one for
+    every micro-batch."""
+    for line in (job_description or "").splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "runId" and value.strip():
+            return value.strip()
+    return job_group or None
+
+
 def stream_job(base: WriteJob, query_id: str, batch_id: int, run_id: str) -> WriteJob:
     return replace(base, job_id=f"{query_id}.{batch_id}.{run_id}")
 
@@ -405,5 +417,5 @@ def abort_stream_batch(base: WriteJob, run_id: str, messages: list[StreamTaskRes
 
 __all__ = [
     "Offset", "StreamSettings", "StreamTaskResult", "abort_stream_batch", "check_columns", "commit_stream_batch",
-    "initial_offset", "latest_offset", "parse_stream_options", "plan_stream_ranges", "stream_write_task",
+    "initial_offset", "latest_offset", "parse_stream_options", "plan_stream_ranges", "spark_run_id", "stream_write_task",
 ]

@@ -53,13 +53,9 @@ class Takeover:
 
 def update_log_head(client: "LedgerService", name: str,
                     change: Callable[[LogRecord], LogRecord | None]) -> tuple[LogRecord, int]:
-    """One compare-and-set loop on the log's head: LogManager.update_head where it exists (its
-    change sees only the head's tail, every change here needs nothing else), else update."""
-    logs = client.logs
-    update_head = getattr(logs, "update_head", None)
-    if update_head is not None:
-        return update_head(name, change)  # type: ignore[no-any-return]
-    return logs.update(name, change)
+    """One compare-and-set loop on the log's head (LogManager.update_head: the change sees only
+    the head's tail, which holds every unsealed ledger; nothing here needs more)."""
+    return client.logs.update_head(name, change)
 
 
 def check_epoch(rec: LogRecord, epoch: int, writer: str = "this writer") -> None:
