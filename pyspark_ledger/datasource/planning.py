@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 from metadata import LedgerId, LedgerMetadata, MetadataError, NoSuchLedgerError
-from metadata.log_record import LogRecord
+from metadata.log_record import LogLedger, LogRecord
+from metadata.log_segments import LogHead
 from metadata.logs import NoSuchLogError
 from pyspark_ledger.datasource.options import Bound, LedgerSourceOptions, OptionError
 from pyspark_ledger.datasource.worker_gc import freeze_worker_heap
@@ -64,12 +65,28 @@ class SourceShape:
     schema_json: str | None
 
 
-def read_log(client: "LedgerClient", opts: LedgerSourceOptions) -> LogRecord:
+def read_log_head(client: "LedgerClient", opts: LedgerSourceOptions) -> LogHead:
+    """The log's head: one read however long the log (its sealed ledgers stay in segments,
+    fetched by log_ledgers only for the positions a plan covers)."""
     name = opts.require_log("reading")
     try:
-        return client.logs.read(name)[0]
+        return client.logs.read_head(name)[0]
     except NoSuchLogError:
         raise LedgerSourceError(f"no log named {name!r} in {opts.metadata_uri} (option log)") from None
+
+
+def read_log(client: "LedgerClient", opts: LedgerSourceOptions) -> LogRecord:
+    """The head view: the log's fields (format, schema, next_seq, trim point) and its tail."""
+    return read_log_head(client, opts).record
+
+
+def log_ledgers(client: "LedgerClient", head: LogHead, from_seq: int = 0) -> Iterator[LogLedger]:
+    """The log's ledgers from `from_seq` on, in order, each segment fetched only when reached."""
+    return client.logs.iter_ledgers(head.record.name, head, from_seq)
+
+
+def first_ledger(client: "LedgerClient", head: LogHead, from_seq: int = 0) -> LogLedger | None:
+    return next(log_ledgers(client, head, from_seq), None)
 
 
 def shape_of(client: "LedgerClient", opts: LedgerSourceOptions) -> SourceShape:
@@ -95,30 +112,33 @@ def last_readable(client: "LedgerClient", meta: LedgerMetadata, version: int, op
         handle.close()
 
 
-def _check_position(option: str, bound: Bound, rec_ledgers: dict[int, LedgerId]) -> None:
+def _check_position(client: "LedgerClient", head: LogHead | None, option: str, bound: Bound) -> None:
     p = bound.position
-    if p is None:
+    if p is None or head is None:
         return
-    at = rec_ledgers.get(p.seq)
+    found = first_ledger(client, head, p.seq)  # the one segment (or the tail) holding p.seq
+    at = found.ledger_id if found is not None and found.seq == p.seq else None
     if at is not None and at != p.ledger_id:
         raise OptionError(option, f"position {p} names ledger {p.ledger_id}, but seq {p.seq} of this log is ledger {at}")
 
 
 def plan_ranges(client: "LedgerClient", opts: LedgerSourceOptions) -> list[LedgerRange]:
-    """The ranges a batch read covers, in log order."""
+    """The ranges a batch read covers, in log order. Of a log, only the segments covering the
+    range asked for are fetched."""
+    start, end = opts.starting.position, opts.ending.position
+    head: LogHead | None = None
+    ledgers: Iterator[tuple[int, LedgerId]]
     if opts.log is not None:
-        rec = read_log(client, opts)
-        ledgers = [(lg.seq, lg.ledger_id) for lg in rec.ledgers]
+        head = read_log_head(client, opts)
+        ledgers = ((lg.seq, lg.ledger_id) for lg in log_ledgers(client, head, 0 if start is None else start.seq))
     elif opts.ledger is not None:
-        ledgers = [(0, opts.ledger)]
+        ledgers = iter([(0, opts.ledger)])
     else:
         raise OptionError("log", "give exactly one of log and ledger")
     if opts.starting.kind == "latest" or opts.ending.kind == "earliest":
         return []  # a batch read that starts after the end (or ends before the start) is empty
-    by_seq = dict(ledgers)
-    _check_position("startingPosition", opts.starting, by_seq)
-    _check_position("endingPosition", opts.ending, by_seq)
-    start, end = opts.starting.position, opts.ending.position
+    _check_position(client, head, "startingPosition", opts.starting)
+    _check_position(client, head, "endingPosition", opts.ending)
     ranges: list[LedgerRange] = []
     for seq, lid in ledgers:
         if start is not None and seq < start.seq:

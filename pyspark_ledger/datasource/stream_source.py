@@ -70,7 +70,7 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
         names = schema.fieldNames()
         types = {f.name: f.dataType.typeName() for f in schema.fields}
         with open_client(opts) as client:
-            existing = client.logs.get(name)
+            existing = client.logs.get_tail(name)  # the head view: format and the open tail
             rec = existing[0] if existing is not None else None
             fmt = opts.payload_format or (rec.payload_format if rec is not None and rec.ledgers else "raw")
             check_columns(fmt, names, types)

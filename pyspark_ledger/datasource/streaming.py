@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping
 import pyarrow as pa
 
 from metadata import LedgerId, MetadataError, NodeExistsError, NoNodeError, NoSuchLedgerError
-from metadata.log_record import LogRecord
+from metadata.log_record import LogLedger, LogRecord
+from metadata.log_segments import LogHead
 from metadata.logs import NoSuchLogError
 from metadata.store import join
 from pyspark_ledger.datasource.options import LedgerSourceOptions, OptionError, parse_options
@@ -32,9 +33,11 @@ from pyspark_ledger.datasource.planning import (
     LedgerRange,
     LedgerSourceError,
     add_fragment_ranges,
+    first_ledger,
     last_readable,
+    log_ledgers,
     open_client,
-    read_log,
+    read_log_head,
 )
 from pyspark_ledger.datasource.writer import (
     JOB_COMMITTED,
@@ -132,24 +135,17 @@ class Offset:
             raise LedgerSourceError(f"not a ledger stream offset: {d!r}") from exc
 
 
-def _qname(rec: LogRecord, seq: int) -> str:
-    lg = rec.by_seq(seq)
-    return "" if lg is None else lg.ledger_id.qualified_name
-
-
-def _readable_ends(client: "LedgerClient", rec: LogRecord, opts: LedgerSourceOptions,
-                   from_seq: int) -> list[tuple[int, LedgerId, int, int | None, bool]]:
+def _readable_ends(client: "LedgerClient", head: LogHead, opts: LedgerSourceOptions,
+                   from_seq: int) -> Iterator[tuple[int, LedgerId, int, int | None, bool]]:
     """For each ledger from `from_seq`: (seq, id, last readable entry, average entry bytes or None,
     closed?). Stops after the first ledger that is not closed yet: what follows it must wait
-    until it is (its last entries may still be confirmed)."""
-    out = []
-    for lg in rec.ledgers:
-        if lg.seq < from_seq:
-            continue
+    until it is (its last entries may still be confirmed). Lazy: a segment of the log is fetched
+    only if the caller goes on that far."""
+    for lg in log_ledgers(client, head, from_seq):
         if lg.sealed:
             count = lg.entry_count or 0
             avg = (lg.size_bytes or 0) // count if count else None
-            out.append((lg.seq, lg.ledger_id, count - 1, avg, True))
+            yield (lg.seq, lg.ledger_id, count - 1, avg, True)
             continue
         try:
             meta, version = client.ledgers.read(lg.ledger_id)
@@ -157,22 +153,25 @@ def _readable_ends(client: "LedgerClient", rec: LogRecord, opts: LedgerSourceOpt
             continue
         last = last_readable(client, meta, version, opts)
         avg = (meta.length_bytes or 0) // (last + 1) if meta.is_closed and last >= 0 else None
-        out.append((lg.seq, lg.ledger_id, last, avg, meta.is_closed))
+        yield (lg.seq, lg.ledger_id, last, avg, meta.is_closed)
         if not meta.is_closed:
-            break
-    return out
+            return
 
 
 def initial_offset(client: "LedgerClient", opts: LedgerSourceOptions) -> Offset:
-    rec = read_log(client, opts)
+    head = read_log_head(client, opts)
+    rec = head.record
     if opts.starting.kind == "position":
         p = opts.starting.position
         assert p is not None
         return Offset(p.seq, p.entry_id, p.ledger_id.qualified_name)
     if opts.starting.kind == "latest":
-        return latest_offset(client, opts, Offset(rec.ledgers[0].seq if rec.ledgers else rec.next_seq, 0), None, None)
-    if rec.ledgers:
-        first = rec.ledgers[0]
+        # From the head's tail: the readable end is found there (segments hold only sealed ledgers
+        # before it), so a stream starting at the latest position never walks the log.
+        since = rec.ledgers[0].seq if rec.ledgers else max(rec.next_seq - 1, rec.trim_seq)
+        return latest_offset(client, opts, Offset(since, 0), None, None)
+    first = first_ledger(client, head)
+    if first is not None:
         return Offset(first.seq, 0, first.ledger_id.qualified_name)
     return Offset(rec.next_seq, 0)  # an empty log: the first ledger appended gets this seq or later
 
@@ -181,11 +180,11 @@ def latest_offset(client: "LedgerClient", opts: LedgerSourceOptions, start: Offs
                   max_entries: int | None, max_bytes: int | None) -> Offset:
     """The end of the next micro-batch: the readable end of the log, limited (if asked) to
     max_entries / about max_bytes after `start`. Never before `start`."""
-    rec = read_log(client, opts)
+    head = read_log_head(client, opts)
     end = start
     entries_left = max_entries
     bytes_left = max_bytes
-    for seq, lid, last, avg, _closed in _readable_ends(client, rec, opts, start.seq):
+    for seq, lid, last, avg, _closed in _readable_ends(client, head, opts, start.seq):
         first = start.entry if seq == start.seq else 0
         available = last + 1 - first
         if available <= 0:
@@ -208,12 +207,11 @@ def latest_offset(client: "LedgerClient", opts: LedgerSourceOptions, start: Offs
     return end
 
 
-def check_data_loss(rec: LogRecord, start: Offset, settings: StreamSettings) -> Offset:
-    """A start before the log's first ledger means trimmed data: fail (like Kafka's
+def check_data_loss(rec: LogRecord, first: LogLedger | None, start: Offset, settings: StreamSettings) -> Offset:
+    """A start before the log's first ledger (`first`) means trimmed data: fail (like Kafka's
     failOnDataLoss=true) or skip ahead to what remains."""
-    if not rec.ledgers or start.seq >= rec.ledgers[0].seq:
+    if first is None or start.seq >= first.seq:
         return start
-    first = rec.ledgers[0]
     message = (f"log {rec.name!r}: entries from position seq {start.seq} entry {start.entry} were trimmed "
                f"(the log now starts at seq {first.seq}); set failOnDataLoss=false to skip them")
     if settings.fail_on_data_loss:
@@ -227,12 +225,13 @@ def plan_stream_ranges(client: "LedgerClient", opts: LedgerSourceOptions, settin
     """Ranges covering [start, end) in log order, per fragment, split to maxEntriesPerPartition."""
     if end <= start:
         return []
-    rec = read_log(client, opts)
-    start = check_data_loss(rec, start, settings)
+    head = read_log_head(client, opts)
+    rec = head.record
+    start = check_data_loss(rec, first_ledger(client, head), start, settings)
     ranges: list[LedgerRange] = []
-    for lg in rec.ledgers:
-        if lg.seq < start.seq or lg.seq > end.seq:
-            continue
+    for lg in log_ledgers(client, head, start.seq):  # only the segments covering [start, end]
+        if lg.seq > end.seq:
+            break
         try:
             meta, version = client.ledgers.read(lg.ledger_id)
         except NoSuchLedgerError:
@@ -297,8 +296,7 @@ def stream_write_task(base: WriteJob, run_id: str, batches: Iterator[pa.RecordBa
 def _sweep_query_staging(client: "LedgerClient", base: WriteJob, query_id: str, keep_dir: str) -> None:
     """Delete what crashed runs of this query left in staging (never a ledger that is in the log)."""
     root = join(STAGING, base.log_name)
-    rec = client.logs.get(base.log_name)
-    published = {lg.ledger_id for lg in rec[0].ledgers} if rec else set()
+    published = client.logs.lookup(base.log_name)  # bounded walk from the newest; unknown counts as in
     for name in client.store.children(root):
         if not name.startswith(query_id + ".") or name == keep_dir:
             continue
@@ -363,7 +361,7 @@ def commit_stream_batch(base: WriteJob, run_id: str, messages: list[StreamTaskRe
 
         _maybe_fail(client, base, "before", fail_commit)
         try:
-            client.logs.update(base.log_name, change)
+            client.logs.update_head(base.log_name, change)
         except NoSuchLogError:
             raise LedgerSourceError(f"log {base.log_name!r} was deleted while the stream ran") from None
         except StaleEpochError as exc:
@@ -391,8 +389,7 @@ def commit_stream_batch(base: WriteJob, run_id: str, messages: list[StreamTaskRe
 
 def _clean_batch_staging(client: "LedgerClient", base: WriteJob, job: WriteJob, query_id: str, batch_id: int) -> None:
     """Delete the batch's staged ledgers that are not in the log, and what crashed runs left."""
-    rec = client.logs.get(base.log_name)
-    published = {lg.ledger_id for lg in rec[0].ledgers} if rec else set()
+    published = client.logs.lookup(base.log_name)  # bounded walk from the newest; unknown counts as in
     try:
         _clean_staging(client, job, published, f"not committed by streaming query {query_id} batch {batch_id}")
         _sweep_query_staging(client, base, query_id, job.job_id)
@@ -404,8 +401,7 @@ def abort_stream_batch(base: WriteJob, run_id: str, messages: list[StreamTaskRes
     """Driver: the micro-batch failed; delete its ledgers (never one that is in the log)."""
     got = [m for m in messages if m is not None]
     with open_client(base.opts) as client:
-        rec = client.logs.get(base.log_name)
-        published = {lg.ledger_id for lg in rec[0].ledgers} if rec else set()
+        published = client.logs.lookup(base.log_name)  # bounded walk from the newest; unknown counts as in
         prefixes = {m.query_id for m in got}
         runs = {m.run_id for m in got if m.run_id} or {run_id}  # the runs whose tasks staged ledgers
         root = join(STAGING, base.log_name)

@@ -30,7 +30,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Container
 
 from metadata import (
     BadVersionError,
@@ -168,7 +168,7 @@ def prepare_job(opts: LedgerSourceOptions, job_id: str, schema_json: str | None,
     """Driver side, when Spark creates the writer: validate, create the log and the job node."""
     name = opts.require_log("writing")
     with open_client(opts) as client:
-        existing = client.logs.get(name)
+        existing = client.logs.get_tail(name)  # the head view: format, schema, the open tail
         rec = existing[0] if existing is not None else None
         fmt = opts.payload_format or (rec.payload_format if rec is not None and rec.ledgers else "raw")
         check_columns(fmt, names, types)
@@ -233,7 +233,7 @@ def _set_job_state(client: "LedgerClient", job: WriteJob, expected: tuple[str, .
     client.store.compare_and_set(job.staging_path, _job_value(state, job), got.version)
 
 
-def _clean_staging(client: "LedgerClient", job: WriteJob, keep: set[LedgerId], reason: str) -> list[LedgerId]:
+def _clean_staging(client: "LedgerClient", job: WriteJob, keep: Container[LedgerId], reason: str) -> list[LedgerId]:
     """Delete every staged ledger not in `keep`, then the staging nodes. Returns what was deleted."""
     deleted: list[LedgerId] = []
     leftovers = 0
@@ -296,7 +296,7 @@ def commit_job(job: WriteJob, results: list[TaskResult | None]) -> None:
                 raise LedgerSourceError(f"ledger {r.ledger_id} of partition {r.partition_id} is not sealed as reported")
             sizes.append((r.entry_count, int(meta.length_bytes or 0)))
         try:
-            client.logs.update(job.log_name, _append_change(job, ids, sizes))
+            client.logs.update_head(job.log_name, _append_change(job, ids, sizes))
         except StaleEpochError as exc:
             # Another writer took the log over since this job started: nothing was appended, and
             # the job's ledgers go now (Spark's abort repeats this harmlessly).
@@ -307,8 +307,7 @@ def commit_job(job: WriteJob, results: list[TaskResult | None]) -> None:
             raise LedgerSourceError(f"log {job.log_name!r} was deleted while the job ran; nothing was committed") from None
         except OutcomeUnknownError:
             # The store lost the reply of the compare-and-set: decide from what it holds now.
-            rec, _ = client.logs.read(job.log_name)
-            if ids and rec.index_of(ids[0]) is None:
+            if ids and client.logs.lookup(job.log_name).known(ids[0]) is False:
                 raise
         try:
             _set_job_state(client, job, (JOB_COMMITTING,), JOB_COMMITTED)
@@ -343,10 +342,7 @@ def _staged(client: "LedgerClient", job: WriteJob) -> set[LedgerId]:
 
 
 def _published(client: "LedgerClient", log_name: str, ids: set[LedgerId]) -> set[LedgerId]:
-    got = client.logs.get(log_name)
-    if got is None or not ids:
-        return set()
-    return {lg.ledger_id for lg in got[0].ledgers if lg.ledger_id in ids}
+    return client.logs.lookup(log_name).found(ids) if ids else set()
 
 
 def abort_job(job: WriteJob) -> None:
