@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from typing import Callable
+
 from metadata import LedgerId, MetadataStore, open_store
 from metadata.ephemeral_lock import read_lock, try_lock
+from metadata.paths import AUDITOR_ELECTION
 from metadata.underreplication import REASON_LOST, UnderReplicationManager
+from pyspark_ledger.autorecovery.elected_auditor import ElectedAuditor
+from pyspark_ledger.autorecovery.metrics import AutorecoveryMetrics
 from pyspark_ledger.autorecovery.bookie_states import DOWN, READ_ONLY, UP, lost, observe, with_audited
 
 
@@ -53,3 +60,38 @@ def test_a_lock_has_one_holder_and_goes_with_its_owner(store_uri: str) -> None:
     finally:
         first.close()
         second.close()
+
+
+def test_one_auditor_is_elected_and_another_takes_over_when_it_stops(store_uri: str) -> None:
+    stores = [open_store(store_uri), open_store(store_uri)]
+    stops = [threading.Event(), threading.Event()]
+    auditors = [ElectedAuditor(s, f"auditor-{i}", lost_bookie_grace_s=3, scan_rate_per_s=100,
+                               metrics=AutorecoveryMetrics(), stop=stop)
+                for i, (s, stop) in enumerate(zip(stores, stops))]
+    threads = [threading.Thread(target=a.run, daemon=True) for a in auditors]
+    try:
+        threads[0].start()
+        wait_for(lambda: auditors[0].leading)
+        threads[1].start()
+        time.sleep(1.5)  # the second one tries (at least once a second) and must not lead
+        assert not auditors[1].leading
+        assert read_lock(stores[1], AUDITOR_ELECTION)["holder"] == "auditor-0"  # type: ignore[index]
+        stops[0].set()
+        threads[0].join(5)
+        wait_for(lambda: auditors[1].leading)
+        assert read_lock(stores[0], AUDITOR_ELECTION)["holder"] == "auditor-1"  # type: ignore[index]
+        assert auditors[1].metrics.auditor_leader._value.get() == 1  # noqa: SLF001
+    finally:
+        for stop in stops:
+            stop.set()
+        for t in threads:
+            t.join(5)
+        for s in stores:
+            s.close()
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "never happened"
+        time.sleep(0.05)
