@@ -16,7 +16,8 @@ class AutorecoveryMetrics:
             "autorecovery_underreplicated_ledgers", "ledgers marked under-replicated (as the last listing saw)",
             registry=r)
         self.rereplicated_bytes = Counter(
-            "autorecovery_rereplicated_bytes", "bytes of entries copied to replacement bookies (as stored: header, digest, payload)", registry=r)
+            "autorecovery_rereplicated_bytes",
+            "bytes of entries copied to replacement bookies (as stored: header, digest, payload)", registry=r)
         self.rereplicated_ledgers = Counter(
             "autorecovery_rereplicated_ledgers", "ledgers whose under-replication mark a worker cleared", registry=r)
         self.rereplication_failures = Counter(
