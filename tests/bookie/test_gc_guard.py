@@ -34,7 +34,7 @@ def test_a_bookie_pointed_at_other_metadata_refuses_to_start_and_deletes_nothing
     payloads = [b"entry-%d-" % i * 100 for i in range(20)]
     with LocalCluster(3, metadata_uri=zk_uri, work_dir=tmp_path / "cluster", bookie_args=GC_ON) as cluster:
         with LedgerClient(cluster.metadata_uri) as client:
-            writer = client.create_ledger(3, 3, 2)
+            writer = client.create_ledger(3, 3, 3)  # A=3: every entry is on the guarded bookie
             for p in payloads:
                 writer.add_entry(p)
             writer.close()

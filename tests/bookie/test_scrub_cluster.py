@@ -4,9 +4,10 @@ peer repair restores them; reads never return corrupt bytes").
 
 Three bookies, every entry on all three (E=W=3). Bookie 0 is stopped and 1% of its stored
 copies (at least one per ledger) get one byte flipped in their entry log; the client still reads
-every entry exactly (the digest check fails over to another copy). Bookie 0 restarts scrubbing
-every second; after one pass its metrics count exactly the damaged copies as found and repaired,
-and a direct read of every entry from bookie 0 alone returns the exact bytes.
+every entry exactly (the digest check fails over to another copy), and its read repair rewrites
+the damaged copies it met (those where bookie 0 was the replica asked first). Bookie 0 restarts
+scrubbing every second; after one pass its metrics count exactly the copies still damaged as found
+and repaired, and a direct read of every entry from bookie 0 alone returns the exact bytes.
 """
 
 from __future__ import annotations
@@ -69,6 +70,15 @@ def metric(port: int, name: str) -> float:
     return 0.0
 
 
+def served_exactly(bookie: LocalBookie, key: tuple[int, int], entry_id: int, ids: list[LedgerId]) -> bool:
+    n = [(lid.scope_id, lid.id) for lid in ids].index(key)
+    with BookieClient(bookie.bookie_id, bookie.address) as bc:
+        resp = bc.read(key, entry_id, entry_id)
+    if resp.entry_status[0] != Status.OK:
+        return False
+    return decode_entry(Digest.for_ledger("crc32c"), resp.entries[0], key[0], key[1], entry_id).payload == payload(n, entry_id)
+
+
 def test_scrubber_finds_every_damaged_copy_and_peers_repair_them(zk_uri: str, tmp_path: Path) -> None:
     with LocalCluster(3, metadata_uri=zk_uri, work_dir=tmp_path / "cluster") as cluster:
         with LedgerClient(cluster.metadata_uri) as client:
@@ -91,8 +101,14 @@ def test_scrubber_finds_every_damaged_copy_and_peers_repair_them(zk_uri: str, tm
                 flip(victim, *locations[entry])
             victim.start()
             for n, lid in enumerate(ids):  # reads never return corrupt bytes
-                got = [e.payload for e in client.open_ledger(lid).read_entries(0, ENTRIES - 1)]
+                handle = client.open_ledger(lid)
+                got = [e.payload for e in handle.read_entries(0, ENTRIES - 1)]
                 assert got == [payload(n, i) for i in range(ENTRIES)]
+                deadline = time.monotonic() + 30
+                while handle.repairs.in_flight() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            still = {(key, e) for key, e in damaged if not served_exactly(victim, key, e, ids)}
+            assert still, "read repair fixed every damaged copy: nothing left for the scrubber to find"
 
             mport = free_port()
             victim.stop()
@@ -104,9 +120,10 @@ def test_scrubber_finds_every_damaged_copy_and_peers_repair_them(zk_uri: str, tm
                 time.sleep(0.5)
             found = metric(mport, "bookie_scrub_damaged_total")
             repaired = metric(mport, "bookie_scrub_repaired_total")
-            print(f"scrub cluster: copies={LEDGERS * ENTRIES} damaged={len(damaged)} found_first_pass={found} "
-                  f"repaired={repaired} scrubbed_bytes={metric(mport, 'bookie_scrubbed_bytes_total'):.0f}")
-            assert (found, repaired) == (len(damaged), len(damaged)), victim.tail_log()
+            print(f"scrub cluster: copies={LEDGERS * ENTRIES} damaged={len(damaged)} "
+                  f"left_after_read_repair={len(still)} found_first_pass={found} repaired={repaired} "
+                  f"scrubbed_bytes={metric(mport, 'bookie_scrubbed_bytes_total'):.0f}")
+            assert (found, repaired) == (len(still), len(still)), victim.tail_log()
 
             digest = Digest.for_ledger("crc32c")
             with BookieClient(victim.bookie_id, victim.address) as bc:

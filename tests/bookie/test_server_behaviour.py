@@ -14,6 +14,7 @@ from bookie.disk_monitor import DiskMonitor, next_read_only
 from bookie.proto import bookie_pb2 as pb
 from bookie.status import Status
 from metadata import BookieRegistry, open_store
+from pyspark_ledger.errors import BookieRefusedError
 from pyspark_ledger.transport.bookie_client import BookieClient
 from pyspark_ledger.testing.local_cluster import LocalBookie
 from pyspark_ledger.testing.zookeeper_server import free_port
@@ -83,7 +84,11 @@ def test_wrong_master_key_is_unauthorized_and_never_logged(bookie: LocalBookie, 
     wrong = b"wrong-key-9876543210"
     assert add_sync(client, LEDGER, [(1, 0, b"y")], key=wrong)[0] == Status.UNAUTHORIZED
     assert client.fence(LEDGER, wrong).status == Status.UNAUTHORIZED
-    assert client.write_lac(LEDGER, wrong, 0).status == Status.UNAUTHORIZED
+    # A LAC write proves the right to the ledger before storage is touched (issue 21): refused
+    # as a gRPC error naming the operation and the ledger, never the key.
+    with pytest.raises(BookieRefusedError, match="WriteLac refused for ledger") as refused:
+        client.write_lac(LEDGER, wrong, 0)
+    assert wrong.hex() not in str(refused.value) and repr(wrong) not in str(refused.value)
     assert client.read(LEDGER, 0, 0, fence=True, master_key=wrong).status == Status.UNAUTHORIZED
     log_text = bookie.log_path.read_bytes()
     for key in (secret, wrong):
