@@ -294,16 +294,27 @@ def replay_journal(
     in `skipped` so the caller can enter uncertain mode.
     """
     seqs = [s for s in list_journal_seqs(directory) if s >= start.seq]
-    last_seq = max(list_journal_seqs(directory), default=-1)
-    if not seqs or seqs[0] != start.seq:
-        if start.offset > 0:
-            raise JournalCorruptionError(
-                f"journal file {journal_path(directory, start.seq)} covering the checkpoint "
-                f"position offset={start.offset} is missing. Restore it, or move the data "
-                f"directory aside and re-replicate this bookie.",
-                journal_path(directory, start.seq),
-                start.offset,
-            )
+    _check_journal_files(directory, seqs, start)
+    replay = _Replay(directory, seqs, repair, fsync, handle,
+                     ReplayOutcome(end=start, last_seq=max(list_journal_seqs(directory), default=-1)))
+    index, pos = 0, start.offset
+    while index < len(seqs):
+        jump = replay.file(index, pos)
+        index, pos = (index + 1, 0) if jump is None else jump
+    ensure(replay.outcome.end >= start, "replay end moved before its start")
+    return replay.outcome
+
+
+def _check_journal_files(directory: Path, seqs: list[int], start: JournalPosition) -> None:
+    """The files replay needs are there and contiguous."""
+    if (not seqs or seqs[0] != start.seq) and start.offset > 0:
+        raise JournalCorruptionError(
+            f"journal file {journal_path(directory, start.seq)} covering the checkpoint "
+            f"position offset={start.offset} is missing. Restore it, or move the data "
+            f"directory aside and re-replicate this bookie.",
+            journal_path(directory, start.seq),
+            start.offset,
+        )
     for a, b in zip(seqs, seqs[1:]):
         if b != a + 1:
             raise JournalCorruptionError(
@@ -313,13 +324,20 @@ def replay_journal(
                 journal_path(directory, a + 1),
                 0,
             )
-    outcome = ReplayOutcome(end=start, last_seq=last_seq)
-    index = 0
-    pos = start.offset
-    while index < len(seqs):
-        path = journal_path(directory, seqs[index])
+
+
+class _Replay:
+    """One replay's state: the files, the handler, and the outcome it builds."""
+
+    def __init__(self, directory: Path, seqs: list[int], repair: bool, fsync: bool, handle: RecordHandler,
+                 outcome: ReplayOutcome) -> None:
+        self.directory, self.seqs, self.repair, self.fsync = directory, seqs, repair, fsync
+        self.handle, self.outcome = handle, outcome
+
+    def file(self, index: int, pos: int) -> tuple[int, int] | None:
+        """Replay file seqs[index] from pos; returns where to go on (None: the next file)."""
+        path = journal_path(self.directory, self.seqs[index])
         mapped = _MappedFile(path)
-        jump: tuple[int, int] | None = None
         try:
             if pos > mapped.size:
                 raise JournalCorruptionError(
@@ -332,78 +350,79 @@ def replay_journal(
             while pos < mapped.size:
                 body_len = _valid_record_at(mapped.buf, pos, mapped.size)
                 if body_len >= 0:
-                    body_start = pos + RECORD_HEADER_BYTES
-                    with memoryview(mapped.buf) as view:
-                        body = view[body_start : body_start + body_len]
-                        try:
-                            handle(body)
-                        except RecordFormatError as e:
-                            raise JournalCorruptionError(
-                                f"journal record at file={path} offset={pos} has a valid checksum "
-                                f"but does not decode ({e}): written by an incompatible version or "
-                                f"a bug. Do not delete it; report it.",
-                                path,
-                                pos,
-                            ) from e
-                        finally:
-                            body.release()
-                    pos = body_start + body_len
-                    outcome.records += 1
-                    outcome.end = JournalPosition(seqs[index], pos)
+                    pos = self._apply(mapped, path, index, pos, body_len)
                     continue
-                if index == len(seqs) - 1 and _all_zero(mapped.buf, pos, mapped.size):
+                if index == len(self.seqs) - 1 and _all_zero(mapped.buf, pos, mapped.size):
                     # The unused, preallocated end of the file being written at the crash. Cut it:
                     # once later files exist, zeros ending this one would read as damage.
                     log.info("journal preallocated tail cut file=%s offset=%d bytes=%d",
                              path, pos, mapped.size - pos)
                     mapped.close()
-                    _truncate(path, pos, fsync)
-                    break
-                found = _next_valid_after(directory, seqs, index, mapped, pos + 1)
-                where = f"{path}@{pos}"
+                    _truncate(path, pos, self.fsync)
+                    return None
+                found = _next_valid_after(self.directory, self.seqs, index, mapped, pos + 1)
                 if found is None:
-                    log.warning(
-                        "journal torn tail dropped file=%s offset=%d dropped_bytes=%d "
-                        "(a crash interrupted an unacknowledged write)",
-                        path, pos, mapped.size - pos,
-                    )
-                    outcome.truncated.append(where)
-                    jump = (len(seqs), 0)
-                    mapped.close()
-                    _truncate(path, pos, fsync)
-                    for later in seqs[index + 1 :]:
-                        # Nothing valid in them either (or _next_valid_after would have found it).
-                        _truncate(journal_path(directory, later), 0, fsync)
-                    break
-                found_path = journal_path(directory, seqs[found[0]])
-                if not repair:
-                    raise JournalCorruptionError(
-                        f"journal corrupt in the middle: the record at file={path} offset={pos} is "
-                        f"damaged but a valid record follows at file={found_path} "
-                        f"offset={found[1]}, so acknowledged entries may be lost. Do not delete "
-                        f"journal files. To open anyway, restart with repair_journal=True: the "
-                        f"damaged record is skipped and the bookie runs in uncertain mode "
-                        f"(answers UNKNOWN_ENTRY_STATE instead of NO_SUCH_ENTRY/NO_SUCH_LEDGER) "
-                        f"until an operator re-replicates its ledgers and calls clear_uncertain().",
-                        path,
-                        pos,
-                    )
-                log.error(
-                    "journal record skipped by repair file=%s offset=%d next_file=%s "
-                    "next_offset=%d; entering uncertain mode",
-                    path, pos, found_path, found[1],
-                )
-                outcome.skipped.append(where)
-                if found[0] == index:
-                    pos = found[1]
-                    continue
-                jump = found
-                break
+                    self._drop_torn_tail(mapped, path, index, pos)
+                    return (len(self.seqs), 0)
+                self._skip_damaged(path, pos, found)
+                if found[0] != index:
+                    return found
+                pos = found[1]
+            return None
         finally:
             mapped.close()
-        if jump is None:
-            index, pos = index + 1, 0
-        else:
-            index, pos = jump
-    ensure(outcome.end >= start, "replay end moved before its start")
-    return outcome
+
+    def _apply(self, mapped: "_MappedFile", path: Path, index: int, pos: int, body_len: int) -> int:
+        body_start = pos + RECORD_HEADER_BYTES
+        with memoryview(mapped.buf) as view:
+            body = view[body_start : body_start + body_len]
+            try:
+                self.handle(body)
+            except RecordFormatError as e:
+                raise JournalCorruptionError(
+                    f"journal record at file={path} offset={pos} has a valid checksum "
+                    f"but does not decode ({e}): written by an incompatible version or "
+                    f"a bug. Do not delete it; report it.",
+                    path,
+                    pos,
+                ) from e
+            finally:
+                body.release()
+        end = body_start + body_len
+        self.outcome.records += 1
+        self.outcome.end = JournalPosition(self.seqs[index], end)
+        return end
+
+    def _drop_torn_tail(self, mapped: "_MappedFile", path: Path, index: int, pos: int) -> None:
+        log.warning(
+            "journal torn tail dropped file=%s offset=%d dropped_bytes=%d "
+            "(a crash interrupted an unacknowledged write)",
+            path, pos, mapped.size - pos,
+        )
+        self.outcome.truncated.append(f"{path}@{pos}")
+        mapped.close()
+        _truncate(path, pos, self.fsync)
+        for later in self.seqs[index + 1 :]:
+            # Nothing valid in them either (or _next_valid_after would have found it).
+            _truncate(journal_path(self.directory, later), 0, self.fsync)
+
+    def _skip_damaged(self, path: Path, pos: int, found: tuple[int, int]) -> None:
+        found_path = journal_path(self.directory, self.seqs[found[0]])
+        if not self.repair:
+            raise JournalCorruptionError(
+                f"journal corrupt in the middle: the record at file={path} offset={pos} is "
+                f"damaged but a valid record follows at file={found_path} "
+                f"offset={found[1]}, so acknowledged entries may be lost. Do not delete "
+                f"journal files. To open anyway, restart with repair_journal=True: the "
+                f"damaged record is skipped and the bookie runs in uncertain mode "
+                f"(answers UNKNOWN_ENTRY_STATE instead of NO_SUCH_ENTRY/NO_SUCH_LEDGER) "
+                f"until an operator re-replicates its ledgers and calls clear_uncertain().",
+                path,
+                pos,
+            )
+        log.error(
+            "journal record skipped by repair file=%s offset=%d next_file=%s "
+            "next_offset=%d; entering uncertain mode",
+            path, pos, found_path, found[1],
+        )
+        self.outcome.skipped.append(f"{path}@{pos}")
