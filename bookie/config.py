@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import logging
 import tomllib
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -128,6 +130,21 @@ class BookieConfig:
 
 
 _FLAG_HELP = {
+    "grpc_workers": "threads serving gRPC calls (default 32, at least 4)",
+    "grpc_max_concurrent_rpcs": "gRPC calls in progress at once, beyond which new ones are refused (default 256); "
+                                "also the add listener's connection limit",
+    "disk_check_interval_s": "seconds between disk usage checks (default 1)",
+    "max_entry_size_bytes": "largest entry accepted, in bytes (default 5 MiB)",
+    "max_pending_add_bytes": "bytes of adds queued for the journal before new adds are refused BUSY (default 64 MiB)",
+    "journal_max_group_bytes": "bytes one journal group commit (one fdatasync) may take (default 8 MiB)",
+    "journal_max_group_wait_ms": "how long a group commit may wait for more adds (default 0: never waits)",
+    "checkpoint_interval_s": "seconds between checkpoints of the index (default 60); replay after a crash starts there",
+    "shutdown_grace_s": "seconds a stop lets calls in progress finish (default 5)",
+    "gc_interval_s": "seconds between garbage collection rounds (default 300; 0 = none)",
+    "minor_compaction_threshold": "compact entry logs whose live fraction is under this (default 0.2; 0 = no minor)",
+    "major_compaction_threshold": "compact entry logs whose live fraction is under this, less often (default 0.8; "
+                                  "0 = no major)",
+    "compaction_rate_mb_s": "copy rate limit of a compaction in MB/s (default 50)",
     "metadata_uri": "metadata service, zk://host:port/root or sqlite:///abs/path.db",
     "data_dir": "directory for the journal, entry logs, index and cookie",
     "host": "address to listen on (default 127.0.0.1)",
@@ -170,8 +187,17 @@ _FLAG_HELP = {
 }
 
 
+def installed_version() -> str:
+    """The installed pyspark-ledger version ("dev" when run from a checkout that is not installed)."""
+    try:
+        return package_version("pyspark-ledger")
+    except PackageNotFoundError:
+        return "dev"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="bookie", description="pyspark-ledger storage server (a bookie)")
+    p.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
     p.add_argument("--config", type=Path, help="TOML file with defaults for any of these flags")
     for f in fields(BookieConfig):
         flag = "--" + f.name.replace("_", "-")

@@ -13,8 +13,6 @@ import signal
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as package_version
 from typing import Any
 
 from bookie.grpc_runtime import apply_grpc_tuning
@@ -28,7 +26,7 @@ from bookie.add_listener import AddListener
 from bookie.admin import install_storage_metrics
 from bookie.auth import auth_policy
 from bookie.autorecovery_child import start_autorecovery_child, stop_autorecovery_child
-from bookie.config import BookieConfig, ConfigError, build_parser, config_from_args
+from bookie.config import BookieConfig, ConfigError, build_parser, config_from_args, installed_version
 from bookie.cookie import CookieMismatchError, delete_cookie, verify_or_create_cookie
 from bookie.disk_monitor import DiskMonitor
 from bookie.malloc_tuning import tune_malloc
@@ -51,12 +49,6 @@ log = logging.getLogger("bookie")
 # whatever ZooKeeper's state).
 DEREGISTER_WAIT_S = 1.5
 
-
-def _version() -> str:
-    try:
-        return package_version("pyspark-ledger")
-    except PackageNotFoundError:
-        return "dev"
 
 
 class BookieServer:
@@ -106,7 +98,7 @@ class BookieServer:
             self.bookie_id = cfg.bookie_id or f"{cfg.host}:{self.port}"
             cookie = verify_or_create_cookie(self.store, self.bookie_id, [cfg.data_dir])
             self.storage = BookieStorage.open(_storage_config(cfg))
-            service = BookieService(self.storage, self.bookie_id, _version(), cookie.instance_id, self.metrics,
+            service = BookieService(self.storage, self.bookie_id, installed_version(), cookie.instance_id, self.metrics,
                                     data_dir=cfg.data_dir, auth=auth)
             pb_grpc.add_BookieServicer_to_server(service, server)
             server.start()
@@ -153,7 +145,7 @@ class BookieServer:
             add_address=(cfg.advertised_add_address or f"{cfg.host}:{self.add_listener.port}")
             if self.add_listener else "",
             read_only=self.storage.read_only,
-            version=_version(),
+            version=installed_version(),
             metrics_address=f"{cfg.metrics_host}:{cfg.metrics_port}" if cfg.metrics_port else "",
             # The storage lock proves no other process serves this data dir, so a stale
             # registration with our instance id is our own previous (killed) process.

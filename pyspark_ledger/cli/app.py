@@ -7,6 +7,7 @@ Exit codes: 0 ok, 1 failure (bad id, unknown ledger, unreachable metadata, a fai
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import logging
 import os
 import sys
@@ -75,8 +76,16 @@ def _json_adder(add_parser: Callable[..., argparse.ArgumentParser]) -> Callable[
     return add
 
 
+def installed_version() -> str:
+    try:
+        return importlib.metadata.version("pyspark-ledger")
+    except importlib.metadata.PackageNotFoundError:
+        return "dev"
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="ledger", description="pyspark-ledger admin shell")
+    ap.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
     ap.add_argument("--metadata-uri", help=f"zk://host:port/root or sqlite:///path.db (else ${ENV_URI} or the config file)")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     # TLS to the bookies (docs/security.md); also tls_ca=... query parameters of the metadata URI.
@@ -100,7 +109,7 @@ def _add_ledger_commands(sub: Any) -> None:
     p = sub.add_parser("listledgers", help="list ledgers (filter by scope, bookie, state)")
     p.add_argument("--scope", type=int, help="only this scope id")
     p.add_argument("--bookie", help="only ledgers with a fragment on this bookie")
-    p.add_argument("--state", choices=["OPEN", "IN_RECOVERY", "CLOSED"])
+    p.add_argument("--state", choices=["OPEN", "IN_RECOVERY", "CLOSED"], help="only ledgers in this state")
     p.add_argument("--meta", action="store_true", help="show E/W/A, state and last entry")
 
     p = sub.add_parser("ledgermetadata", help="show one ledger's metadata")
@@ -108,16 +117,17 @@ def _add_ledger_commands(sub: Any) -> None:
 
     p = sub.add_parser("readledger", help="read entries of a ledger")
     _ledger_args(p)
-    p.add_argument("--first", type=int, default=0)
+    p.add_argument("--first", type=int, default=0, help="first entry id to read (default 0)")
     p.add_argument("--last", type=int, default=None, help="default: the last entry (or the LAC of an open ledger)")
-    p.add_argument("--format", choices=["utf8", "hex"], default="utf8")
+    p.add_argument("--format", choices=["utf8", "hex"], default="utf8",
+                   help="how payloads are printed (default utf8, undecodable bytes escaped)")
     p.add_argument("--force-recovery", action="store_true", help="fence and close the ledger first (recovery open)")
     add_password_args(p)
 
     p = sub.add_parser("recover", help="recover one ledger, or every ledger with a fragment on a bookie")
     p.add_argument("ledger", nargs="?", help="ledger id or qualified name")
-    p.add_argument("--ledger-scope-id", type=int, default=None)
-    p.add_argument("--ledger-qualified-name", action="store_true")
+    p.add_argument("--ledger-scope-id", type=int, default=None, help="scope of a decimal ledger id (BP-35)")
+    p.add_argument("--ledger-qualified-name", action="store_true", help="treat LEDGER as a 128-bit qualified name")
     p.add_argument("--bookie", help="recover every ledger with a fragment on this bookie")
     p.add_argument("--dry-run", action="store_true", help="only show what would be done")
     add_password_args(p)
@@ -129,9 +139,7 @@ def _add_ledger_commands(sub: Any) -> None:
     p.add_argument("--force", action="store_true", help="do not ask for confirmation")
 
     p = sub.add_parser("quorums", help="explain the replication and recovery quorums of E/W/A")
-    p.add_argument("-e", "--ensemble-size", type=int, required=True)
-    p.add_argument("-w", "--write-quorum-size", type=int, required=True)
-    p.add_argument("-a", "--ack-quorum-size", type=int, required=True)
+    _quorum_args(p, None)
 
 
 def _add_bookie_commands(sub: Any) -> None:
@@ -148,22 +156,31 @@ def _add_bookie_commands(sub: Any) -> None:
     p.add_argument("bookie", help="bookie id")
 
     p = sub.add_parser("simpletest", help="create a ledger, write entries, read them back, delete it")
-    p.add_argument("-e", "--ensemble-size", type=int, default=3)
-    p.add_argument("-w", "--write-quorum-size", type=int, default=3)
-    p.add_argument("-a", "--ack-quorum-size", type=int, default=2)
-    p.add_argument("-n", "--num-entries", type=int, default=100)
+    _quorum_args(p, (3, 3, 2))
+    p.add_argument("-n", "--num-entries", type=int, default=100, help="entries to write and read back (default 100)")
     _new_ledger_args(p)
 
     p = sub.add_parser("bookiesanity", help="write and read a ledger on each bookie alone")
     p.add_argument("--bookie", help="check only this bookie")
-    p.add_argument("-n", "--num-entries", type=int, default=10)
+    p.add_argument("-n", "--num-entries", type=int, default=10, help="entries per bookie (default 10)")
     _new_ledger_args(p)
 
 
 def _new_ledger_args(p: argparse.ArgumentParser) -> None:
     """Commands that create ledgers: their digest and password (pyspark_ledger/cli/passwords.py)."""
-    p.add_argument("--digest", choices=[d.value for d in DigestType], default=DigestType.CRC32C.value)
+    p.add_argument("--digest", choices=[d.value for d in DigestType], default=DigestType.CRC32C.value,
+                   help="entry digest of the ledger (default crc32c; mac needs a password)")
     add_password_args(p)
+
+
+def _quorum_args(p: argparse.ArgumentParser, defaults: tuple[int, int, int] | None) -> None:
+    """-e/-w/-a: required when defaults is None."""
+    for short, name, what, default in zip(("-e", "-w", "-a"), ("ensemble-size", "write-quorum-size", "ack-quorum-size"),
+                                          ("bookies a ledger is striped over (E)", "copies of each entry (W)",
+                                           "acknowledgements an add waits for (A)"),
+                                          defaults or (None, None, None)):
+        p.add_argument(short, f"--{name}", type=int, required=defaults is None, default=default,
+                       help=what + ("" if default is None else f" (default {default})"))
 
 
 def _add_log_commands(sub: Any) -> None:
@@ -173,17 +190,18 @@ def _add_log_commands(sub: Any) -> None:
     lsub.add_parser = _json_adder(lsub.add_parser)  # type: ignore[method-assign]
     lsub.add_parser("list", help="list logs")
     q = lsub.add_parser("show", help="show a log's state (from its head) and, on request, its newest ledgers")
-    q.add_argument("name")
+    q.add_argument("name", help="the log's name")
     q.add_argument("--ledgers", type=int, default=0, metavar="N", help="also list the newest N ledgers (bounded)")
     q = lsub.add_parser("trim", help="trim whole ledgers off the front of a log")
-    q.add_argument("name")
+    q.add_argument("name", help="the log's name")
     q.add_argument("--before", help='a position JSON: {"seq": n, "ledger": hex, "entry": n}')
-    q.add_argument("--max-age-s", type=float)
-    q.add_argument("--max-size-bytes", type=int)
+    q.add_argument("--max-age-s", type=float, help="trim whole ledgers older than this many seconds")
+    q.add_argument("--max-size-bytes", type=int, help="trim the oldest whole ledgers until the log is at most this big")
+
 
 def _add_bp44_commands(sub: Any) -> None:
     p = sub.add_parser("listorphaned", help="list orphaned ledgers found by the auditor (BP-44)")
-    p.add_argument("--printorphanreason", action="store_true")
+    p.add_argument("--printorphanreason", action="store_true", help="also print why each ledger is orphaned")
 
     p = sub.add_parser("showowner", help="show a ledger's owner and data set (BP-44)")
     _ledger_args(p)
@@ -194,7 +212,8 @@ def _add_bp44_commands(sub: Any) -> None:
     p = sub.add_parser("auditor", help="find orphaned ledgers: one pass, or periodically")
     p.add_argument("--interval-s", type=float, default=None, help="repeat every N seconds (default: one pass)")
     p.add_argument("--passes", type=int, default=None, help="stop after this many passes")
-    p.add_argument("--grace-period-s", type=float, default=3600.0)
+    p.add_argument("--grace-period-s", type=float, default=3600.0,
+                   help="a ledger is judged orphaned only this long after its deadline or creation (default 3600)")
     p.add_argument("--rate", type=float, default=200.0, help="ledgers scanned per second at most")
 
 

@@ -1,0 +1,36 @@
+"""Every flag of `bookie` and `ledger` (every subcommand) has help text, and both print their
+version (issue 23)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import subprocess
+import sys
+
+import pytest
+
+from bookie.config import build_parser as bookie_parser
+from pyspark_ledger.cli.app import build_parser as ledger_parser
+
+
+def flags_without_help(parser: argparse.ArgumentParser, name: str) -> list[str]:
+    missing = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub, sub_parser in action.choices.items():
+                missing += flags_without_help(sub_parser, f"{name} {sub}")
+        elif not action.help and not isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+            missing.append(f"{name} {'/'.join(action.option_strings) or action.dest}")
+    return missing
+
+
+def test_every_flag_has_help() -> None:
+    assert flags_without_help(bookie_parser(), "bookie") + flags_without_help(ledger_parser(), "ledger") == []
+
+
+@pytest.mark.parametrize("module, name", [("bookie.server", "bookie"), ("pyspark_ledger.cli", "ledger")])
+def test_version(module: str, name: str) -> None:
+    out = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"{name} {importlib.metadata.version('pyspark-ledger')}"
