@@ -79,6 +79,11 @@ class BookieStub:
                 request_serializer=bookie_dot_proto_dot_bookie__pb2.TriggerGcRequest.SerializeToString,
                 response_deserializer=bookie_dot_proto_dot_bookie__pb2.GcProgress.FromString,
                 _registered_method=True)
+        self.LedgerKey = channel.unary_unary(
+                '/pyspark_ledger.bookie.Bookie/LedgerKey',
+                request_serializer=bookie_dot_proto_dot_bookie__pb2.LedgerKeyRequest.SerializeToString,
+                response_deserializer=bookie_dot_proto_dot_bookie__pb2.LedgerKeyResponse.FromString,
+                _registered_method=True)
 
 
 class BookieServicer:
@@ -141,6 +146,12 @@ class BookieServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LedgerKey(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BookieServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -188,6 +199,11 @@ def add_BookieServicer_to_server(servicer, server):
                     servicer.TriggerGc,
                     request_deserializer=bookie_dot_proto_dot_bookie__pb2.TriggerGcRequest.FromString,
                     response_serializer=bookie_dot_proto_dot_bookie__pb2.GcProgress.SerializeToString,
+            ),
+            'LedgerKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.LedgerKey,
+                    request_deserializer=bookie_dot_proto_dot_bookie__pb2.LedgerKeyRequest.FromString,
+                    response_serializer=bookie_dot_proto_dot_bookie__pb2.LedgerKeyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -433,6 +449,33 @@ class Bookie:
             '/pyspark_ledger.bookie.Bookie/TriggerGc',
             bookie_dot_proto_dot_bookie__pb2.TriggerGcRequest.SerializeToString,
             bookie_dot_proto_dot_bookie__pb2.GcProgress.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LedgerKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pyspark_ledger.bookie.Bookie/LedgerKey',
+            bookie_dot_proto_dot_bookie__pb2.LedgerKeyRequest.SerializeToString,
+            bookie_dot_proto_dot_bookie__pb2.LedgerKeyResponse.FromString,
             options,
             channel_credentials,
             insecure,

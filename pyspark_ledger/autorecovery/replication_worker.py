@@ -11,9 +11,11 @@ marked bookie is copied to a replacement (rereplication.rereplicate, safe agains
 re-replications), and the mark is deleted at the version read: when the auditor added a bookie
 meanwhile, the delete fails and the mark is worked on again.
 
-Passwords: the operator identity (issue 21) is not in the tree yet, so workers use the ledgers'
-password as `ledger recover` does: `password` (default empty, the clients' default). A ledger
-created with another password fails its re-replication (logged, counted, retried with back-off).
+No ledger passwords: workers authenticate to bookies as the cluster operator (the client's
+operator secret or certificate, docs/security.md) and take each ledger's master key from a bookie
+that holds a copy (ledger/keys.py). Without an operator identity they fall back to the empty
+password (the clients' default), and a ledger with another password fails its re-replication
+(logged, counted, retried with back-off); `password` fixes one password for every ledger.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from pyspark_ledger.autorecovery.rereplication import rereplicate
 from pyspark_ledger.autorecovery.swap_record import SwapRecords
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.ledger.context import LedgerContext
+from pyspark_ledger.ledger.keys import CredentialSource
 from pyspark_ledger.ledger.recovery import recover_ledger
 
 log = logging.getLogger(__name__)
@@ -52,7 +55,7 @@ class ReplicationWorker:
         self.holder = holder
         self.open_grace_ms = int(open_ledger_grace_s * 1000)
         self.poll_interval_s = poll_interval_s
-        self.password = password
+        self.credentials = CredentialSource(context, password)
         self.metrics = metrics
         self._stop = stop
         self._backoff: dict[LedgerId, tuple[float, float]] = {}  # ledger -> (retry at, delay)
@@ -116,10 +119,11 @@ class ReplicationWorker:
             if now_ms() - mark.since_ms < self.open_grace_ms:
                 return False
             log.warning("recovering an open ledger before re-replicating it ledger=%s lost=%s", lid, ",".join(lost))
-            meta, _ = recover_ledger(self.context, lid, self.password)
+            meta, _ = recover_ledger(self.context, lid, self.credentials.for_ledger(meta, avoid=lost))
         progress = _Progress(lock, len(lost), self.metrics)
         for bookie in lost:
-            rereplicate(self.context, lid, bookie, self.password, on_copied=progress.copied, holder=self.holder,
+            rereplicate(self.context, lid, bookie, self.credentials.for_ledger(meta, avoid=lost),
+                        on_copied=progress.copied, holder=self.holder,
                         resume_swaps=True)
             progress.bookie_done()
         # A predecessor that died between its commit and its clean-up left a record (swap_record).

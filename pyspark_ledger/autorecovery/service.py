@@ -38,7 +38,7 @@ class AutorecoverySettings:
     open_ledger_grace_s: float = 30.0  # an OPEN ledger's mark waits this long before it is fenced and closed
     poll_interval_s: float = 1.0  # an idle worker looks for marks this often
     auditor: bool = True  # stand for election as the auditor
-    password: bytes = b""  # see replication_worker: until the operator identity lands
+    password: bytes = b""  # empty: work as the operator (replication_worker); else this password for every ledger
 
     def validate(self) -> None:
         if self.lost_bookie_grace_s < 0 or self.open_ledger_grace_s < 0:

@@ -129,10 +129,14 @@ def deleteledger(client: "LedgerClient", args: argparse.Namespace) -> int:
 
 def recover(client: "LedgerClient", args: argparse.Namespace) -> int:
     from pyspark_ledger.autorecovery.rereplication import fragments_on, rereplicate
+    from pyspark_ledger.ledger.keys import CredentialSource
+    from pyspark_ledger.ledger.recovery import recover_ledger
 
     if bool(args.ledger) == bool(args.bookie):
         raise ValueError("give exactly one of LEDGER or --bookie")
-    password = args.password  # bytes (pyspark_ledger/cli/passwords.py)
+    # bytes (cli/passwords.py); empty: work as the operator when bookies accept this client as one
+    credentials = CredentialSource(client.context, args.password)
+    lost = {args.bookie} if args.bookie else set()
     if args.ledger:
         targets = [ledger_id(args)]
     else:
@@ -151,10 +155,11 @@ def recover(client: "LedgerClient", args: argparse.Namespace) -> int:
             if not meta.is_closed:
                 actions.append("fence and close")
                 if not args.dry_run:
-                    meta = client.open_ledger(lid, recovery=True, password=password).metadata
+                    meta, _ = recover_ledger(client.context, lid, credentials.for_ledger(meta, avoid=lost))
             if args.bookie and not args.no_rereplicate and fragments_on(meta, args.bookie):
                 if meta.is_closed:
-                    moved = rereplicate(client.context, lid, args.bookie, password, dry_run=args.dry_run)
+                    moved = rereplicate(client.context, lid, args.bookie,
+                                        credentials.for_ledger(meta, avoid=lost), dry_run=args.dry_run)
                     actions += [f"fragment {i}: {args.bookie} -> {new}" for i, new in moved]
                 else:
                     actions.append(f"re-replicate fragments from {args.bookie}")

@@ -14,8 +14,8 @@ import threading
 from bookie.status import Status
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.ledger.context import LedgerContext
-from pyspark_ledger.protocol.digest import Digest, master_key
-from pyspark_ledger.protocol.entry_format import Entry, encode_entry
+from pyspark_ledger.protocol.digest import LedgerKeys
+from pyspark_ledger.protocol.entry_format import Entry, encode_copy
 
 log = logging.getLogger(__name__)
 
@@ -28,11 +28,11 @@ MISSING_STATUSES = frozenset({Status.NO_SUCH_ENTRY})
 
 
 class ReadRepair:
-    def __init__(self, context: LedgerContext, ledger_key: tuple[int, int], digest: Digest, password: bytes):
+    def __init__(self, context: LedgerContext, ledger_key: tuple[int, int], keys: LedgerKeys):
         self._ctx = context
         self._key = ledger_key
-        self._digest = digest
-        self._master_key = master_key(password)
+        self._digest = keys.digest
+        self._master_key = keys.master_key
         self._lock = threading.Lock()
         self._bad: dict[int, set[str]] = {}  # entry id -> bookies with a bad or missing copy
         self._in_flight_entries = 0
@@ -54,8 +54,7 @@ class ReadRepair:
                 del self._bad[eid]
         for entry_id, bookie_id in todo:
             entry = good[entry_id]
-            data = encode_entry(self._digest, self._key[0], self._key[1], entry_id, entry.last_add_confirmed,
-                                entry.length, entry.payload)
+            data = encode_copy(self._digest, self._key[0], self._key[1], entry)
             with self._lock:
                 if (self._in_flight_entries >= REPAIR_IN_FLIGHT_ENTRIES_MAX
                         or self._in_flight_bytes + len(data) > REPAIR_IN_FLIGHT_BYTES_MAX):

@@ -27,13 +27,14 @@ from typing import Sequence
 
 from bookie.status import Status
 from metadata import BadVersionError, LedgerId, LedgerMetadata, LedgerState, Segment
-from pyspark_ledger.errors import BadPasswordError, DigestMismatchError, EntryFormatError, LedgerError, ReadError
+from pyspark_ledger.errors import DigestMismatchError, EntryFormatError, LedgerError, ReadError
 from pyspark_ledger.ledger.context import LedgerContext
+from pyspark_ledger.ledger.keys import Credentials, resolve_keys
 from pyspark_ledger.protocol.close_rules import RecoveryCloseVerdict, first_changed_entry, recovery_close_verdict
-from pyspark_ledger.protocol.digest import Digest, master_key
+from pyspark_ledger.protocol.digest import LedgerKeys
 from pyspark_ledger.protocol.distribution import byte_bounded_chunks, covers_every_write_set, write_set_of
 from pyspark_ledger.protocol.ensemble_change import recovery_fragments
-from pyspark_ledger.protocol.entry_format import Entry, decode_entry, encode_entry
+from pyspark_ledger.protocol.entry_format import Entry, decode_entry, encode_copy
 from pyspark_ledger.protocol.recovery_plan import (
     REPLICATE_BATCH_BYTES_MAX,
     REPLICATE_BATCH_ENTRIES_MAX,
@@ -60,19 +61,20 @@ class RecoveryError(LedgerError):
     retriable = True
 
 
-def recover_ledger(ctx: LedgerContext, ledger: LedgerId, password: bytes) -> tuple[LedgerMetadata, int]:
-    """Recover (fence and close) a ledger; returns its CLOSED metadata and version."""
+def recover_ledger(ctx: LedgerContext, ledger: LedgerId, credentials: Credentials) -> tuple[LedgerMetadata, int]:
+    """Recover (fence and close) a ledger; returns its CLOSED metadata and version.
+    credentials: the ledger's password, or an operator's keys (ledger/keys.py)."""
     meta, version = ctx.ledgers.read(ledger)
     if meta.is_closed:
         return meta, version
-    if not meta.check_password(password):
-        raise BadPasswordError(f"wrong password for ledger {ledger}")
+    keys = resolve_keys(meta, credentials)
     meta, version = ctx.ledgers.update(ledger, lambda m: None if m.state is not LedgerState.OPEN else m.start_recovery())
     if meta.is_closed:
         return meta, version
     log.warning("recovering ledger ledger=%s", ledger)
+    ctx.metrics.recoveries.inc()
     with ThreadPoolExecutor(max_workers=max(8, meta.ensemble_size * 2), thread_name_prefix="recovery") as pool:
-        r = _Recovery(ctx, meta, password, pool)
+        r = _Recovery(ctx, meta, keys, pool)
         start, length = r.fence()
         for _ in range(REREADS_MAX + 1):
             last, length = r.read_forward(start, length)
@@ -95,15 +97,15 @@ def _fragments(meta: LedgerMetadata) -> list[tuple[int, tuple[str, ...]]]:
 
 
 class _Recovery:
-    def __init__(self, ctx: LedgerContext, meta: LedgerMetadata, password: bytes, pool: ThreadPoolExecutor):
+    def __init__(self, ctx: LedgerContext, meta: LedgerMetadata, keys: LedgerKeys, pool: ThreadPoolExecutor):
         self.ctx, self.meta, self.pool = ctx, meta, pool
         # `meta` is this recovery's view: the metadata read (`read_meta`) plus its own
         # replacements (`replaced`), which are written only with the close.
         self.read_meta = meta
         self.replaced: dict[str, str] = {}
         self.key = (meta.ledger_id.scope_id, meta.ledger_id.id)
-        self.master_key = master_key(password)
-        self.digest = Digest.for_ledger(meta.digest_type, password)
+        self.master_key = keys.master_key
+        self.digest = keys.digest
         self.seg = meta.segments[-1]
 
     def members_of(self, entry_id: int) -> tuple[str, ...]:
@@ -270,8 +272,7 @@ class _Recovery:
         meta = self.meta
         per_bookie: dict[str, list[tuple[int, int, bytes]]] = {}
         for entry in entries:
-            data = encode_entry(self.digest, self.key[0], self.key[1], entry.entry_id, entry.last_add_confirmed,
-                                entry.length, entry.payload)
+            data = encode_copy(self.digest, self.key[0], self.key[1], entry)
             for b in self.members_of(entry.entry_id):
                 per_bookie.setdefault(b, []).append((entry.entry_id, entry.last_add_confirmed, data))
         batches = [(b, chunk) for b, items in per_bookie.items()

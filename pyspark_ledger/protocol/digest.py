@@ -39,6 +39,9 @@ class Digest:
     code: int
     size: int
     key: bytes = b""
+    # False only for an operator's view of a "mac" ledger (LedgerKeys.for_operator): the MAC key
+    # comes from the password alone, so such a reader keeps each entry's stored digest instead.
+    verifiable: bool = True
 
     @classmethod
     def for_ledger(cls, digest_type: DigestType | str, password: bytes = b"") -> "Digest":
@@ -50,7 +53,37 @@ class Digest:
         if self.type is DigestType.CRC32C:
             return crc32c.crc32c(payload, crc32c.crc32c(header)).to_bytes(4, "big")
         if self.type is DigestType.MAC:
+            if not self.verifiable:  # a MAC under a made-up key would be a forged-looking entry
+                raise ValueError("a mac digest cannot be computed without the ledger's password")
             h = hmac.new(self.key, header, hashlib.sha256)
             h.update(payload)
             return h.digest()
         return b""
+
+
+@dataclass(frozen=True)
+class LedgerKeys:
+    """What a handle needs of a ledger's secret: the master key bookies check for adds, fences and
+    (on bookies that ask) reads, and the digest entries are checked and made with.
+
+    From the password (clients), or for an operator (autorecovery, the admin shell) from the master
+    key a bookie keeps (pyspark_ledger/ledger/keys.py): then "crc32c" and "none" entries are checked
+    as usual, and "mac" entries are checked for format and identity only and copied with the
+    digest they were stored with (entry_format.encode_copy); the ledger's readers check the MAC."""
+
+    master_key: bytes
+    digest: Digest
+
+    @classmethod
+    def from_password(cls, digest_type: DigestType | str, password: bytes) -> "LedgerKeys":
+        return cls(master_key(password), Digest.for_ledger(digest_type, password))
+
+    @classmethod
+    def for_operator(cls, digest_type: DigestType | str, ledger_master_key: bytes) -> "LedgerKeys":
+        digest = Digest.for_ledger(digest_type)
+        if digest.type is DigestType.MAC:
+            digest = Digest(digest.type, digest.code, digest.size, b"", verifiable=False)
+        return cls(ledger_master_key, digest)
+
+    def __repr__(self) -> str:  # never the key
+        return f"LedgerKeys(digest={self.digest.type.value}, verifiable={self.digest.verifiable})"

@@ -45,6 +45,9 @@ class Entry:
     payload: bytes
     last_add_confirmed: int = -1
     length: int = 0
+    # The stored digest, kept only when the reader could not check it (an operator reading a "mac"
+    # ledger, digest.LedgerKeys.for_operator), so a copy can carry it unchanged.
+    kept_digest: bytes = b""
 
 
 def encode_entry(digest: Digest, scope_id: int, ledger_id: int, entry_id: int, lac: int, length: int, payload: bytes) -> bytes:
@@ -82,7 +85,20 @@ def decode_entry(digest: Digest, data: bytes, scope_id: int, ledger_id: int, ent
         raise EntryFormatError(f"{where}: bytes belong to entry {eid} of ledger {scope:016x}{ledger:016x}")
     end = HEADER_BYTES + digest.size
     payload = data[end:]
+    if not digest.verifiable:
+        return Entry(eid, payload, lac, length, bytes(data[HEADER_BYTES:end]))
     if digest.size and digest.compute(data[:HEADER_BYTES], payload) != data[HEADER_BYTES:end]:
         hint = " (wrong password?)" if digest.key else ""
         raise DigestMismatchError(f"{where}: digest mismatch{hint}")
     return Entry(eid, payload, lac, length)
+
+
+def encode_copy(digest: Digest, scope_id: int, ledger_id: int, entry: Entry) -> bytes:
+    """A decoded entry encoded again for another bookie (recovery, repair, re-replication): with
+    the digest it was stored with when this reader could not compute one, else a fresh one."""
+    if entry.kept_digest:
+        header = _HEADER.pack(flags_byte(digest), scope_id, ledger_id, entry.entry_id, entry.last_add_confirmed,
+                              entry.length)
+        return b"".join((header, entry.kept_digest, entry.payload))
+    return encode_entry(digest, scope_id, ledger_id, entry.entry_id, entry.last_add_confirmed, entry.length,
+                        entry.payload)

@@ -220,6 +220,10 @@ class BookieClient:
         req = pb.DeleteLedgerRequest(ledger=ledger_ref(ledger), master_key=master_key)
         return self._unary(self._stub.DeleteLedger, req, timeout_s)  # type: ignore[return-value]
 
+    def ledger_key(self, ledger: LedgerKey, timeout_s: float | None = None) -> pb.LedgerKeyResponse:
+        """The master key the bookie keeps for `ledger`: for this client's operator identity only."""
+        return self._unary(self._stub.LedgerKey, pb.LedgerKeyRequest(ledger=ledger_ref(ledger)), timeout_s)  # type: ignore[return-value]
+
     def storage_stats(self, timeout_s: float | None = None) -> pb.StorageStatsResponse:
         """Admin (ledger bookieinfo): needs the operator identity once the bookie has one."""
         return self._unary(self._stub.StorageStats, pb.StorageStatsRequest(), timeout_s)  # type: ignore[return-value]

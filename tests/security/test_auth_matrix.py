@@ -1,6 +1,6 @@
 """The acceptance matrix of issue 21 on a real bookie process (mutual TLS, an operator secret file,
 an operator certificate, --require-read-auth): every RPC (Add, Read, ReadLac, WriteLac, Fence,
-DeleteLedger, Info, StorageStats, TriggerGc) and the add listener, called with no certificate, a
+DeleteLedger, Info, StorageStats, TriggerGc, LedgerKey) and the add listener, called with no certificate, a
 certificate of another CA, an expired certificate, a wrong master key, no operator identity and a
 wrong operator secret, is refused with a clear error and not one byte changes on disk; the same
 calls with the right credentials succeed. Info is public to any caller with an accepted
@@ -41,7 +41,8 @@ KEY_KINDS = {  # kind: (certificate, master key, operator secret)
     "no operator identity": ("client", b"", None),
     "wrong operator secret": ("client", b"", "not-the-operator-secret-42"),
 }
-RPCS = ("Add", "Read", "ReadLac", "WriteLac", "Fence", "DeleteLedger", "Info", "StorageStats", "TriggerGc")
+RPCS = ("Add", "Read", "ReadLac", "WriteLac", "Fence", "DeleteLedger", "Info", "StorageStats", "TriggerGc",
+        "LedgerKey")
 
 
 def _ref(ledger: tuple[int, int]) -> pb.LedgerRef:
@@ -63,6 +64,7 @@ def _calls(ledger: tuple[int, int], key: bytes) -> dict[str, Callable[[Any], Any
         "Info": lambda s: s.Info(pb.InfoRequest(), timeout=TIMEOUT_S),
         "StorageStats": lambda s: s.StorageStats(pb.StorageStatsRequest(), timeout=TIMEOUT_S),
         "TriggerGc": lambda s: list(s.TriggerGc(pb.TriggerGcRequest(), timeout=TIMEOUT_S)),
+        "LedgerKey": lambda s: s.LedgerKey(pb.LedgerKeyRequest(ledger=r), timeout=TIMEOUT_S),
     }
 
 
@@ -212,8 +214,12 @@ def test_the_same_calls_with_the_right_credentials_succeed(
         assert _outcome(_calls(FENCE_ME, KEY)["Fence"], by_key.stub) == ("ok", "")
         for caller in (by_secret, by_cert):
             operator_calls = _calls(TARGET, b"")
-            for op in ("Read", "ReadLac", "WriteLac", "StorageStats", "Info"):
+            for op in ("Read", "ReadLac", "WriteLac", "StorageStats", "Info", "LedgerKey"):
                 assert _outcome(operator_calls[op], caller.stub) == ("ok", ""), op
+            assert operator_calls["LedgerKey"](caller.stub).master_key == KEY  # what autorecovery copies with
+        # The ledger's own key does not buy its key back out: LedgerKey is for operators only.
+        outcome, text = _outcome(key_calls["LedgerKey"], by_key.stub)
+        assert outcome == "refused" and "LedgerKey refused for ledger 0:11: needs an operator identity" in text, text
         for ledger, caller, key in ((DELETE_BY_KEY, by_key, KEY), (DELETE_BY_SECRET, by_secret, b""),
                                     (DELETE_BY_CERT, by_cert, b"")):
             before = disk_snapshot(cluster)
