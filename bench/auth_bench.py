@@ -21,13 +21,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from machine_speed import machine_speed_line  # noqa: E402
+from machine_speed import machine_speed_line
 
-from bookie.proto import bookie_pb2 as pb  # noqa: E402
-from bookie.status import Status  # noqa: E402
-from pyspark_ledger.testing.local_cluster import LocalCluster  # noqa: E402
-from pyspark_ledger.transport.bookie_client import BookieClient  # noqa: E402
-from pyspark_ledger.transport.tls import TlsSettings  # noqa: E402
+from bookie.proto import bookie_pb2 as pb
+from bookie.status import Status
+from pyspark_ledger.testing.local_cluster import LocalCluster
+from pyspark_ledger.transport.bookie_client import BookieClient
+from pyspark_ledger.transport.tls import TlsSettings
 
 ENTRIES = 1000
 SIZE = 1024

@@ -27,13 +27,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from machine_speed import machine_speed_line  # noqa: E402
+from machine_speed import machine_speed_line
 
-from metadata.paths import UNDERREPLICATED, audited_bookie_path  # noqa: E402
-from pyspark_ledger.client import LedgerClient  # noqa: E402
-from pyspark_ledger.testing.zookeeper_server import LocalZooKeeper, free_port  # noqa: E402
-from tests.autorecovery.cluster_shape import (  # noqa: E402
-    Autorecovery, check_every_copy, start_cluster, under_replicated, write_ledgers, zk_uri_with_short_sessions)
+from metadata.paths import UNDERREPLICATED, audited_bookie_path
+from pyspark_ledger.client import LedgerClient
+from pyspark_ledger.testing.zookeeper_server import LocalZooKeeper, free_port
+from tests.autorecovery.cluster_shape import (
+    Autorecovery,
+    check_every_copy,
+    start_cluster,
+    under_replicated,
+    write_ledgers,
+    zk_uri_with_short_sessions,
+)
 
 POLL_S = 0.25
 WAIT_S_MAX = 600.0

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from bookie.status import Status
-from pyspark_ledger.transport.bookie_client import BookieClient
 from pyspark_ledger.testing.local_cluster import LocalBookie
+from pyspark_ledger.transport.bookie_client import BookieClient
 
 KEY = b"bench-master-key-000"
 
@@ -96,7 +96,8 @@ def main() -> None:
             client.close()
             bookie.stop()
     print(f"\none bookie, loopback, fsync on, batches of {args.batch} entries, {args.inflight} batches in flight")
-    print(f"{'entry':>7} | {'adds/s':>10} | {'add MB/s':>9} | {'batch p50 ms':>12} | {'range read MB/s':>15} | {'reads entries/s':>15}")
+    print(f"{'entry':>7} | {'adds/s':>10} | {'add MB/s':>9} | {'batch p50 ms':>12} | "
+          f"{'range read MB/s':>15} | {'reads entries/s':>15}")
     print("-" * 82)
     for size, add, read in rows:
         print(f"{size:>6}B | {add['entries_s']:>10,.0f} | {add['mb_s']:>9.1f} | {add['batch_p50_ms']:>12.2f} | "

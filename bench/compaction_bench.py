@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bookie.status import Status  # noqa: E402
-from bookie.storage import BookieStorage, StorageConfig  # noqa: E402
+from bookie.status import Status
+from bookie.storage import BookieStorage, StorageConfig
 
 KEY = b"bench"
 ENTRY = b"x" * 1024

@@ -23,8 +23,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from concurrent import futures
-from typing import Callable, Iterator
 
 SERVICE = "bench.Echo"
 METHOD = f"/{SERVICE}/Stream"
@@ -136,7 +136,7 @@ def measure(ports: list[int], server_pids: list[int], adds: int, size: int) -> t
 
         def receive(call: object = call) -> None:
             try:
-                for _ in call:  # type: ignore[attr-defined]
+                for _ in call:
                     with acked:
                         count[0] += 1
                         acked.notify_all()

@@ -28,8 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bookie.status import Status  # noqa: E402  - after the path fix-up above
-from bookie.storage import BookieStorage, StorageConfig  # noqa: E402
+from bookie.status import Status  # after the path fix-up above
+from bookie.storage import BookieStorage, StorageConfig
 
 WAVE_LEDGERS = 500  # ledgers submitted before waiting, so they share group commits
 WAIT_S = 60.0
@@ -117,7 +117,7 @@ def main() -> None:
                 print(f"  done: {n} ledgers, {'kill' if crash else 'clean'} stop", file=sys.stderr)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    dirs = sorted({d for r in rows for d in r["disk"]})  # type: ignore[attr-defined]
+    dirs = sorted({d for r in rows for d in r["disk"]})
     head = f"{'ledgers':>8} {'stop':>5} {'write s':>8} {'open s':>7} {'RSS +MB':>8} " + " ".join(
         f"{d + ' files/MB':>18}" for d in dirs)
     print(f"bookie index scale: {args.entries} entries of {args.entry_bytes} B per ledger")
@@ -125,7 +125,7 @@ def main() -> None:
     print("-" * len(head))
     for r in rows:
         cells = " ".join(
-            f"{r['disk'].get(d, (0, 0))[0]:>9}/{r['disk'].get(d, (0, 0))[1] / 2**20:>8.1f}" for d in dirs)  # type: ignore[attr-defined]
+            f"{r['disk'].get(d, (0, 0))[0]:>9}/{r['disk'].get(d, (0, 0))[1] / 2**20:>8.1f}" for d in dirs)
         print(f"{r['ledgers']:>8} {r['stop']:>5} {r['write_s']:>8.1f} {r['open_s']:>7.2f} {r['rss_added_mb']:>8.1f} {cells}"
               + ("" if r["read_ok"] else "  READ FAILED"))
 

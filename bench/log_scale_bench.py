@@ -30,16 +30,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from metadata import log_segments as segs  # noqa: E402
-from metadata import log_trim  # noqa: E402
-from metadata.ids import LedgerId  # noqa: E402
-from metadata.log_record import LogLedger, LogRecord  # noqa: E402
-from metadata.log_segments import LogHead  # noqa: E402
-from metadata.logs import LogManager  # noqa: E402
-from metadata.paths import log_path, log_segment_path  # noqa: E402
-from metadata.store import MetadataStore  # noqa: E402
-from metadata.uri import open_store  # noqa: E402
-from pyspark_ledger.testing.zookeeper_server import LocalZooKeeper  # noqa: E402
+from metadata import log_segments as segs
+from metadata import log_trim
+from metadata.ids import LedgerId
+from metadata.log_record import LogLedger, LogRecord
+from metadata.log_segments import LogHead
+from metadata.logs import LogManager
+from metadata.paths import log_path, log_segment_path
+from metadata.store import MetadataStore
+from metadata.uri import open_store
+from pyspark_ledger.testing.zookeeper_server import LocalZooKeeper
 
 
 class ByteCounter:
@@ -57,8 +57,8 @@ class ByteCounter:
             self.bytes += len(value)
             return cas(path, value, expected_version)
 
-        store.create = counted_create  # type: ignore[method-assign]
-        store.compare_and_set = counted_cas  # type: ignore[method-assign]
+        store.create = counted_create
+        store.compare_and_set = counted_cas
 
 
 def prefill(store: MetadataStore, name: str, ledgers: int) -> None:
@@ -86,11 +86,11 @@ class GetCounter:
         self.gets = 0
         get = store.get
 
-        def counted_get(path: str):  # type: ignore[no-untyped-def]
+        def counted_get(path: str):
             self.gets += 1
             return get(path)
 
-        store.get = counted_get  # type: ignore[method-assign]
+        store.get = counted_get
 
 
 def trim_oldest(logs: LogManager, name: str, fraction: float) -> tuple[float, float, int]:

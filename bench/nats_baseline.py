@@ -58,23 +58,23 @@ log = logging.getLogger(__name__)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from nats_cluster import (  # noqa: E402,F401 - re-exported: client_bench imports them from here
-    SERVER_INSTALL_HINT,
     CLIENT_INSTALL_HINT,
     LOOPBACK,
-    NatsUnavailable,
-    require_nats_py,
-    find_nats_server,
-    nats_server_version,
-    nats_py_version,
-    server_accepts_sync_interval,
-    durability_description,
-    NodeSpec,
+    SERVER_INSTALL_HINT,
     NatsCluster,
-    _connect,
-    _jetstream,
-    _file_storage,
+    NatsUnavailable,
+    NodeSpec,
     _close,
+    _connect,
+    _file_storage,
+    _jetstream,
     _log_client_error,
+    durability_description,
+    find_nats_server,
+    nats_py_version,
+    nats_server_version,
+    require_nats_py,
+    server_accepts_sync_interval,
 )
 
 

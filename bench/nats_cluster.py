@@ -238,7 +238,7 @@ class NatsCluster:
         log.info("started nats-server pids %s on %s", self.pids, self.urls)
 
     def _spawn(self, node: NodeSpec) -> None:
-        out = open(node.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        out = open(node.log_path, "ab")  # closed in stop()
         self._log_files.append(out)
         proc = subprocess.Popen(
             [self.binary, "-c", str(node.config_path)],
@@ -278,7 +278,7 @@ class NatsCluster:
                 await asyncio.wait_for(self._probe_once(nats, probe), timeout=min(5.0, remaining))
                 log.info("JetStream cluster ready after %d attempt(s)", attempts)
                 return
-            except Exception as exc:  # not listening yet, "JetStream system temporarily unavailable", timeouts
+            except Exception as exc:  # noqa: BLE001 - not listening yet, "JetStream system temporarily unavailable", timeouts
                 last_error = exc
                 log.debug("cluster not ready yet (attempt %d): %r", attempts, exc)
                 await asyncio.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
@@ -364,5 +364,5 @@ async def _log_client_error(exc: Exception) -> None:
 async def _close(nc: Any) -> None:
     try:
         await asyncio.wait_for(nc.close(), timeout=5.0)
-    except Exception as exc:  # closing is best effort; the servers are torn down anyway
+    except Exception as exc:  # noqa: BLE001 - closing is best effort; the servers are torn down anyway
         log.debug("closing nats connection: %r", exc)

@@ -19,9 +19,9 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen before pyplot loads
-from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import matplotlib.pyplot as plt  # the backend must be chosen before pyplot loads
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
 ROOT = Path(__file__).resolve().parent.parent
 FIGURES_DEFAULT = ROOT / "bench" / "results" / "figures.json"

@@ -32,24 +32,23 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pyspark.sql import DataFrame  # noqa: E402
-from pyspark.sql import functions as F  # noqa: E402
+from machine_speed import machine_speed_line
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
-from machine_speed import machine_speed_line  # noqa: E402
-
-from pyspark_ledger.client import LedgerClient  # noqa: E402
-from pyspark_ledger.testing.local_cluster import LocalCluster, local_spark_session  # noqa: E402
+from pyspark_ledger.client import LedgerClient
+from pyspark_ledger.testing.local_cluster import LocalCluster, local_spark_session
 
 TARGETS = {"arrow write": "75 MB/s", "arrow read": "2.9M rows/s", "raw read": "1.5M rows/s"}
 
 
-def payload_column(kind: str) -> "F.Column":
+def payload_column(kind: str) -> F.Column:
     if kind == "text":
         return F.expr("cast(lpad(cast(id as string), 100, 'x') as binary)")
     # 128 pseudo-random bytes per row (two differently salted SHA-512s, so no row repeats a

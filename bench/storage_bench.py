@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bookie.status import Status  # noqa: E402
-from bookie.storage import BookieStorage, StorageConfig  # noqa: E402
+from bookie.status import Status
+from bookie.storage import BookieStorage, StorageConfig
 
 # A submitter waits at most this long for one of its batches to complete.
 BATCH_WAIT_TIMEOUT_S = 30.0

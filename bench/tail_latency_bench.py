@@ -19,10 +19,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from machine_speed import machine_speed_line  # noqa: E402
+from machine_speed import machine_speed_line
 
-from pyspark_ledger.client import LedgerClient  # noqa: E402
-from pyspark_ledger.testing.local_cluster import LocalCluster  # noqa: E402
+from pyspark_ledger.client import LedgerClient
+from pyspark_ledger.testing.local_cluster import LocalCluster
 
 TARGET_MAX_MS = 100.0
 

@@ -24,12 +24,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from machine_speed import machine_speed_line  # noqa: E402
+from machine_speed import machine_speed_line
 
-from pyspark_ledger.client import LedgerClient  # noqa: E402
-from pyspark_ledger.testing.local_cluster import LocalCluster  # noqa: E402
-from pyspark_ledger.testing.takeover import TakeoverResult, run_takeover  # noqa: E402
-from pyspark_ledger.testing.zookeeper_server import LocalZooKeeper  # noqa: E402
+from pyspark_ledger.client import LedgerClient
+from pyspark_ledger.testing.local_cluster import LocalCluster
+from pyspark_ledger.testing.takeover import TakeoverResult, run_takeover
+from pyspark_ledger.testing.zookeeper_server import LocalZooKeeper
 
 CASES = (("14 x 1 MiB", 14, 2**20), ("600 x 10 KB", 600, 10_000))
 TARGET_MEDIAN_S = 5.0

@@ -24,7 +24,6 @@ import time
 from google.protobuf.message import DecodeError
 
 from bookie.add_handler import AddHandler, encode_add_response
-from bookie.tls import cert_identity
 from bookie.proto import bookie_pb2 as pb
 from bookie.proto.add_framing import (
     HELLO,
@@ -38,6 +37,7 @@ from bookie.proto.add_framing import (
     recv_exactly,
     start_frames,
 )
+from bookie.tls import cert_identity
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class AddListener:
         self._closed = False
         self._acceptor = threading.Thread(target=self._accept_loop, name=f"add-accept {port}", daemon=True)
 
-    def start(self) -> "AddListener":
+    def start(self) -> AddListener:
         self._acceptor.start()
         return self
 

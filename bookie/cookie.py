@@ -44,7 +44,7 @@ class Cookie:
         return json.dumps(d, sort_keys=True, indent=1).encode()
 
     @classmethod
-    def from_bytes(cls, data: bytes, where: str) -> "Cookie":
+    def from_bytes(cls, data: bytes, where: str) -> Cookie:
         try:
             d = json.loads(data.decode())
             if d.get("format_version", 0) > COOKIE_FORMAT_VERSION:

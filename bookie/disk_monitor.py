@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class DiskMonitor:
         while not self._stop.wait(self.interval_s):
             try:
                 self.check_once()
-            except Exception:  # noqa: BLE001 - keep monitoring
+            except Exception:  # keep monitoring
                 log.exception("disk usage check failed")
 
     def stop(self) -> None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from bookie.config import BookieConfig
 from bookie.storage.engine_types import LedgerKey
-from bookie.storage.gc import GarbageCollector, GcSettings, GcStorage, LedgerFacts
+from bookie.storage.gc import GarbageCollector, GcSettings, GcStorage, LedgerFacts, LedgerLookup
 from metadata.ledgers import LedgerManager
 from metadata.store import MetadataStore
 
 
-def metadata_lookup(store: MetadataStore):  # type: ignore[no-untyped-def]
+def metadata_lookup(store: MetadataStore) -> LedgerLookup:
     """A LedgerLookup over the store. LedgerManager.get returns None only for "no such node";
     every other failure raises, and GC then leaves the ledger alone."""
     ledgers = LedgerManager(store)

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import grpc
 
@@ -76,7 +77,7 @@ class PeerRepair:
             return 0
         repaired = 0
         for entry_id in entry_ids[:REPAIR_BATCH_ENTRIES_MAX]:
-            if meta.is_closed and entry_id > meta.last_entry_id:  # type: ignore[operator]
+            if meta.is_closed and entry_id > meta.last_entry_id:  # type: ignore[operator]  # closed: it has an end
                 continue  # a dirty tail: never served, compaction drops it
             ensemble = meta.ensemble_for(entry_id)
             holders = [ensemble[i] for i in write_set(entry_id, meta.ensemble_size, meta.write_quorum_size)]

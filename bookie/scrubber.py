@@ -13,8 +13,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from bookie.storage.engine_scrub import ScrubWindow
 from bookie.storage.engine_types import LedgerKey
@@ -69,7 +70,7 @@ class Scrubber:
         while not self._stop.wait(self._settings.interval_s):
             try:
                 self.run_now()
-            except Exception:  # noqa: BLE001 - a failed pass is retried at the next interval
+            except Exception:  # a failed pass is retried at the next interval
                 log.exception("scrub pass failed; will retry")
 
     def run_now(self) -> dict[str, Any]:
@@ -107,7 +108,7 @@ class Scrubber:
                 log.warning("scrub found damaged copies ledger=%s entries=%s", ledger, window.damaged[:20])
                 try:
                     repaired += self._repair(ledger, window.damaged)
-                except Exception:  # noqa: BLE001 - unrepaired now; the next pass finds them again
+                except Exception:  # unrepaired now; the next pass finds them again
                     log.exception("peer repair failed ledger=%s", ledger)
             first = window.next_first
             self._throttle(started, scanned_before + scanned)

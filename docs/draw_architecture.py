@@ -18,8 +18,8 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen before pyplot loads
-from matplotlib.patches import FancyBboxPatch  # noqa: E402
+import matplotlib.pyplot as plt  # the backend must be chosen before pyplot loads
+from matplotlib.patches import FancyBboxPatch
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "img" / "architecture.png"

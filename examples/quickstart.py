@@ -43,7 +43,7 @@ def main() -> None:
     print(f"done in {time.monotonic() - started:.1f} s")
 
 
-def orders(spark: SparkSession, first: int, count: int):  # type: ignore[no-untyped-def]
+def orders(spark: SparkSession, first: int, count: int):
     return spark.range(first, first + count, numPartitions=2).select(
         F.col("id"),
         F.concat(F.lit("customer-"), (F.col("id") % 7).cast("string")).alias("customer"),

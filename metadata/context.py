@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from metadata.errors import InvalidMetadataError
 from metadata.ids import LedgerId, LedgerIdLike
@@ -35,7 +35,7 @@ def _check_non_negative(name: str, value: int | float | None) -> None:
 def _to_ms(value: datetime | int | float) -> int:
     if isinstance(value, datetime):
         if value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
+            value = value.replace(tzinfo=UTC)
         return int(value.timestamp() * 1000)
     return int(value)
 
@@ -97,7 +97,7 @@ class CreateContext:
             _check_non_negative(name, getattr(self, name))
 
     @staticmethod
-    def builder() -> "CreateContextBuilder":
+    def builder() -> CreateContextBuilder:
         return CreateContextBuilder()
 
 
@@ -114,7 +114,7 @@ class CloseContext:
             raise InvalidMetadataError("an abnormal close message needs reason ABNORMAL")
 
     @staticmethod
-    def builder() -> "CloseContextBuilder":
+    def builder() -> CloseContextBuilder:
         return CloseContextBuilder()
 
 
@@ -124,24 +124,24 @@ class CreateContextBuilder:
 
     _ctx: CreateContext = field(default_factory=CreateContext)
 
-    def created_by(self, enterprise: str, system: str, service: str, instance: str) -> "CreateContextBuilder":
+    def created_by(self, enterprise: str, system: str, service: str, instance: str) -> CreateContextBuilder:
         self._ctx = replace(self._ctx, created_by=Party(enterprise, system, service, instance))
         return self
 
-    def created_on_behalf_of(self, enterprise: str, system: str, service: str, instance: str) -> "CreateContextBuilder":
+    def created_on_behalf_of(self, enterprise: str, system: str, service: str, instance: str) -> CreateContextBuilder:
         self._ctx = replace(self._ctx, on_behalf_of=Party(enterprise, system, service, instance))
         return self
 
-    def part_of_data_set(self, data_set: str) -> "CreateContextBuilder":
+    def part_of_data_set(self, data_set: str) -> CreateContextBuilder:
         self._ctx = replace(self._ctx, data_set=data_set)
         return self
 
-    def expected_max_open_duration(self, duration: timedelta | float) -> "CreateContextBuilder":
+    def expected_max_open_duration(self, duration: timedelta | float) -> CreateContextBuilder:
         seconds = duration.total_seconds() if isinstance(duration, timedelta) else float(duration)
         self._ctx = replace(self._ctx, expected_max_open_duration_ms=int(seconds * 1000))
         return self
 
-    def expected_average_entry_size(self, size_bytes: int, standard_deviation: float) -> "CreateContextBuilder":
+    def expected_average_entry_size(self, size_bytes: int, standard_deviation: float) -> CreateContextBuilder:
         self._ctx = replace(
             self._ctx,
             expected_average_entry_size_bytes=size_bytes,
@@ -149,27 +149,27 @@ class CreateContextBuilder:
         )
         return self
 
-    def expected_max_entries(self, entry_count: int) -> "CreateContextBuilder":
+    def expected_max_entries(self, entry_count: int) -> CreateContextBuilder:
         self._ctx = replace(self._ctx, expected_max_entries=entry_count)
         return self
 
-    def expected_max_length(self, length_bytes: int) -> "CreateContextBuilder":
+    def expected_max_length(self, length_bytes: int) -> CreateContextBuilder:
         self._ctx = replace(self._ctx, expected_max_length_bytes=length_bytes)
         return self
 
-    def expected_average_entry_add_rate_per_second(self, entry_count: int) -> "CreateContextBuilder":
+    def expected_average_entry_add_rate_per_second(self, entry_count: int) -> CreateContextBuilder:
         self._ctx = replace(self._ctx, expected_average_add_rate_per_second=entry_count)
         return self
 
-    def expected_maximum_entry_add_rate_per_second(self, entry_count: int) -> "CreateContextBuilder":
+    def expected_maximum_entry_add_rate_per_second(self, entry_count: int) -> CreateContextBuilder:
         self._ctx = replace(self._ctx, expected_maximum_add_rate_per_second=entry_count)
         return self
 
-    def follows_ledger(self, preceding: LedgerIdLike) -> "CreateContextBuilder":
+    def follows_ledger(self, preceding: LedgerIdLike) -> CreateContextBuilder:
         self._ctx = replace(self._ctx, follows_ledger=LedgerId.parse(preceding))
         return self
 
-    def child_of_ledger(self, parent: LedgerIdLike) -> "CreateContextBuilder":
+    def child_of_ledger(self, parent: LedgerIdLike) -> CreateContextBuilder:
         self._ctx = replace(self._ctx, child_of_ledger=LedgerId.parse(parent))
         return self
 
@@ -183,37 +183,37 @@ class CloseContextBuilder:
 
     _ctx: CloseContext = field(default_factory=CloseContext)
 
-    def _reason(self, reason: CloseReason, message: str | None = None) -> "CloseContextBuilder":
+    def _reason(self, reason: CloseReason, message: str | None = None) -> CloseContextBuilder:
         self._ctx = replace(self._ctx, reason=reason, abnormal_message=message)
         return self
 
-    def because_client_shutdown(self) -> "CloseContextBuilder":
+    def because_client_shutdown(self) -> CloseContextBuilder:
         return self._reason(CloseReason.CLIENT_SHUTDOWN)
 
-    def because_max_length_reached(self) -> "CloseContextBuilder":
+    def because_max_length_reached(self) -> CloseContextBuilder:
         return self._reason(CloseReason.MAX_LENGTH_REACHED)
 
-    def because_max_entry_count_reached(self) -> "CloseContextBuilder":
+    def because_max_entry_count_reached(self) -> CloseContextBuilder:
         return self._reason(CloseReason.MAX_ENTRY_COUNT_REACHED)
 
-    def because_no_more_data(self) -> "CloseContextBuilder":
+    def because_no_more_data(self) -> CloseContextBuilder:
         return self._reason(CloseReason.NO_MORE_DATA)
 
-    def because_inactive(self) -> "CloseContextBuilder":
+    def because_inactive(self) -> CloseContextBuilder:
         return self._reason(CloseReason.INACTIVE)
 
-    def because_time_rotation(self) -> "CloseContextBuilder":
+    def because_time_rotation(self) -> CloseContextBuilder:
         return self._reason(CloseReason.TIME_ROTATION)
 
-    def closing_abnormally(self, error_message: str | None = None) -> "CloseContextBuilder":
+    def closing_abnormally(self, error_message: str | None = None) -> CloseContextBuilder:
         return self._reason(CloseReason.ABNORMAL, error_message)
 
-    def expect_delete_after(self, instant: datetime | int) -> "CloseContextBuilder":
+    def expect_delete_after(self, instant: datetime | int) -> CloseContextBuilder:
         """instant: a datetime, or epoch milliseconds."""
         self._ctx = replace(self._ctx, expect_delete_after_ms=_to_ms(instant))
         return self
 
-    def expect_reads_until(self, instant: datetime | int) -> "CloseContextBuilder":
+    def expect_reads_until(self, instant: datetime | int) -> CloseContextBuilder:
         """instant: a datetime, or epoch milliseconds."""
         self._ctx = replace(self._ctx, expect_reads_until_ms=_to_ms(instant))
         return self

@@ -16,11 +16,11 @@ import sqlite3
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from metadata.owner_only import create_owner_only
 from metadata.errors import (
     BadVersionError,
     IdAllocationError,
@@ -29,6 +29,7 @@ from metadata.errors import (
     NodeExistsError,
     NoNodeError,
 )
+from metadata.owner_only import create_owner_only
 from metadata.paths import counter_path
 from metadata.store import (
     ChildrenCallback,
@@ -91,7 +92,7 @@ class _ChildrenWatch:
 class _SqliteRegistration:
     """An ephemeral row kept alive by a heartbeat thread; re-created if it lapsed during a stall."""
 
-    def __init__(self, store: "EmbeddedStore", path: str, value: bytes, replace_if: Callable[[bytes], bool] | None):
+    def __init__(self, store: EmbeddedStore, path: str, value: bytes, replace_if: Callable[[bytes], bool] | None):
         self.path = path
         self._store = store
         self._value = value
@@ -109,7 +110,8 @@ class _SqliteRegistration:
             try:
                 with self._lock:
                     if not self._closed.is_set():
-                        self._store._put_ephemeral(self.path, self._value, self._owner, fail_if_other_owner=False, refresh_only=True)
+                        self._store._put_ephemeral(self.path, self._value, self._owner, fail_if_other_owner=False,
+                                                   refresh_only=True)
                         self._refreshed_at = time.monotonic()
             except MetadataError as exc:
                 log.warning("registration heartbeat failed path=%s error=%s", self.path, exc)
@@ -138,7 +140,8 @@ class _SqliteRegistration:
 
 
 class EmbeddedStore(MetadataStore):
-    def __init__(self, db_path: str | Path, *, ttl_ms: int = DEFAULT_TTL_MS, poll_ms: int = DEFAULT_POLL_MS, uri: str | None = None):
+    def __init__(self, db_path: str | Path, *, ttl_ms: int = DEFAULT_TTL_MS, poll_ms: int = DEFAULT_POLL_MS,
+                 uri: str | None = None):
         self.db_path = Path(db_path)
         self.ttl_ms = ttl_ms
         self.poll_ms = poll_ms
@@ -224,7 +227,7 @@ class EmbeddedStore(MetadataStore):
             else:
                 self.conn.execute("ROLLBACK")
 
-    def _write(self, conn: sqlite3.Connection) -> "_Txn":
+    def _write(self, conn: sqlite3.Connection) -> _Txn:
         return EmbeddedStore._Txn(conn)
 
     def _run(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
@@ -450,7 +453,7 @@ class EmbeddedStore(MetadataStore):
             for w in watches:
                 try:
                     self._poll_one(w)
-                except Exception:  # noqa: BLE001 - a bad callback must not kill every other watch
+                except Exception:  # a bad callback must not kill every other watch
                     log.exception("metadata watch callback failed path=%s", w.path)
 
     def _poll_one(self, w: _DataWatch | _ChildrenWatch) -> None:

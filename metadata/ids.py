@@ -47,7 +47,7 @@ class LedgerId:
         return (self.scope_id << 64) | self.id
 
     @classmethod
-    def from_qualified_name(cls, name: str) -> "LedgerId":
+    def from_qualified_name(cls, name: str) -> LedgerId:
         if not isinstance(name, str) or not _QUALIFIED_RE.match(name):
             raise InvalidMetadataError(
                 f"not a ledger qualified name (32 hex digits expected): {name!r}"
@@ -55,7 +55,7 @@ class LedgerId:
         return cls(int(name[:16], 16), int(name[16:], 16))
 
     @classmethod
-    def random_scoped(cls) -> "LedgerId":
+    def random_scoped(cls) -> LedgerId:
         """A coordination-free id outside scope 0: a random UUID split in two halves.
 
         The scope half is never 0 (scope 0 belongs to the store's allocator)."""
@@ -66,7 +66,7 @@ class LedgerId:
                 return cls(scope, lid)
 
     @classmethod
-    def parse(cls, value: "LedgerIdLike") -> "LedgerId":
+    def parse(cls, value: LedgerIdLike) -> LedgerId:
         """Accept a LedgerId, an int (scope 0), a (scope, id) pair, a qualified name or a decimal string."""
         if isinstance(value, LedgerId):
             return value

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import enum
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Mapping
 
 from metadata.context import CloseContext, CreateContext, now_ms
 from metadata.errors import IllegalStateTransitionError, InvalidMetadataError
@@ -42,7 +42,7 @@ class DigestType(enum.Enum):
     NONE = "none"
 
     @classmethod
-    def parse(cls, value: "str | DigestType") -> "DigestType":
+    def parse(cls, value: str | DigestType) -> DigestType:
         if isinstance(value, DigestType):
             return value
         try:
@@ -59,18 +59,18 @@ def password_digest(password: bytes) -> bytes:
     return hashlib.sha256(b"pyspark-ledger/password-check\x00" + password).digest()
 
 
-class FrozenMapping(dict):  # type: ignore[type-arg]
+class FrozenMapping(dict[str, bytes]):
     """A dict that refuses mutation and still pickles (Spark ships metadata to executors)."""
 
     def _readonly(self, *args: object, **kwargs: object) -> None:
         raise TypeError("ledger metadata is immutable; use with_custom()")
 
-    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _readonly  # type: ignore[assignment]
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _readonly  # type: ignore[assignment]  # refuse every mutator
 
     def __reduce__(self) -> tuple[type, tuple[dict[str, bytes]]]:
         return (FrozenMapping, (dict(self),))
 
-    def __hash__(self) -> int:  # type: ignore[override]
+    def __hash__(self) -> int:  # type: ignore[override]  # dict is unhashable; this one is immutable
         return hash(tuple(sorted(self.items())))
 
 
@@ -139,7 +139,7 @@ class LedgerMetadata:
             raise InvalidMetadataError(
                 f"ledger {self.ledger_id}: last entry id and length are set exactly when the ledger is CLOSED"
             )
-        if closed and (self.last_entry_id < -1 or self.length_bytes < 0):  # type: ignore[operator]
+        if closed and (self.last_entry_id < -1 or self.length_bytes < 0):  # type: ignore[operator]  # closed: both set (checked above)
             raise InvalidMetadataError(f"ledger {self.ledger_id}: bad last entry id or length")
         if self.close_context is not None and not closed:
             raise InvalidMetadataError(f"ledger {self.ledger_id}: a close context needs a CLOSED ledger")
@@ -165,7 +165,7 @@ class LedgerMetadata:
         create_context: CreateContext | None = None,
         custom: Mapping[str, bytes] | None = None,
         ctime_ms: int | None = None,
-    ) -> "LedgerMetadata":
+    ) -> LedgerMetadata:
         return cls(
             ledger_id=ledger_id,
             ensemble_size=quorum.ensemble_size,
@@ -224,7 +224,7 @@ class LedgerMetadata:
             f"ledger {self.ledger_id}: cannot {action} a ledger in state {self.state.value}"
         )
 
-    def start_recovery(self) -> "LedgerMetadata":
+    def start_recovery(self) -> LedgerMetadata:
         if self.state is LedgerState.CLOSED:
             raise self._refuse("start recovery of")
         return replace(self, state=LedgerState.IN_RECOVERY)
@@ -236,7 +236,7 @@ class LedgerMetadata:
         *,
         close_context: CloseContext | None = None,
         seal_time_ms: int | None = None,
-    ) -> "LedgerMetadata":
+    ) -> LedgerMetadata:
         if self.state is LedgerState.CLOSED:
             raise self._refuse("close")
         if last_entry_id < -1 or length_bytes < 0:
@@ -255,11 +255,11 @@ class LedgerMetadata:
             seal_time_ms=now_ms() if seal_time_ms is None else seal_time_ms,
         )
 
-    def reopen(self) -> "LedgerMetadata":
+    def reopen(self) -> LedgerMetadata:
         """Never legal: a sealed or recovering ledger does not become writable again."""
         raise self._refuse("reopen")
 
-    def with_ensemble_change(self, first_entry_id: int, bookies: list[str] | tuple[str, ...]) -> "LedgerMetadata":
+    def with_ensemble_change(self, first_entry_id: int, bookies: list[str] | tuple[str, ...]) -> LedgerMetadata:
         """A new fragment starting at first_entry_id (the first unacknowledged entry).
 
         Legal while OPEN (the writer) or IN_RECOVERY (recovery re-replicating). A new fragment at
@@ -279,7 +279,7 @@ class LedgerMetadata:
             segments = self.segments + (new_seg,)
         return replace(self, segments=segments)
 
-    def with_replaced_bookie(self, segment_index: int, old: str, new: str) -> "LedgerMetadata":
+    def with_replaced_bookie(self, segment_index: int, old: str, new: str) -> LedgerMetadata:
         """Swap one replica of one fragment (re-replication of a lost bookie; legal in any state)."""
         seg = self.segments[segment_index]
         if old not in seg.bookies:
@@ -289,7 +289,7 @@ class LedgerMetadata:
         segments[segment_index] = Segment(seg.first_entry_id, bookies)
         return replace(self, segments=tuple(segments))
 
-    def with_custom(self, key: str, value: bytes | None) -> "LedgerMetadata":
+    def with_custom(self, key: str, value: bytes | None) -> LedgerMetadata:
         custom = dict(self.custom)
         if value is None:
             custom.pop(key, None)

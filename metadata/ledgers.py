@@ -7,7 +7,7 @@ Every change is a compare-and-set on the stored version; `update` is the standar
 from __future__ import annotations
 
 import random
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from metadata import serde
 from metadata.errors import NodeExistsError, NoNodeError, NoSuchLedgerError

@@ -10,7 +10,8 @@ finds later (its own walk goes further each pass).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from metadata import log_segments as segs
 from metadata.ids import LedgerId
@@ -28,7 +29,7 @@ class LedgerLookup:
     """Membership of ledgers in one log, as of one read of its head. `in` is True for a ledger of
     the log AND for one the bounded walk could not rule out (never delete on a guess)."""
 
-    def __init__(self, logs: "LogManager", name: str, scan_ledgers_max: int = SCAN_LEDGERS_MAX, *,
+    def __init__(self, logs: LogManager, name: str, scan_ledgers_max: int = SCAN_LEDGERS_MAX, *,
                  include_queued: bool = False):
         """include_queued: ledgers trimmed but not deleted yet (the deletion queue) count as in."""
         self.logs, self.name, self.scan_ledgers_max = logs, name, scan_ledgers_max

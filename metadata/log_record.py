@@ -109,16 +109,16 @@ class LogRecord:
 
     # ---- changes (each returns a new record) --------------------------------------------------
 
-    def with_epoch(self, epoch: int) -> "LogRecord":
+    def with_epoch(self, epoch: int) -> LogRecord:
         if epoch <= self.writer_epoch:
             raise InvalidMetadataError(f"log {self.name}: writer epoch must increase ({self.writer_epoch} -> {epoch})")
         return replace(self, writer_epoch=epoch)
 
-    def with_ledger(self, ledger_id: LedgerId, ctime_ms: int | None = None) -> "LogRecord":
+    def with_ledger(self, ledger_id: LedgerId, ctime_ms: int | None = None) -> LogRecord:
         lg = LogLedger(self.next_seq, ledger_id, now_ms() if ctime_ms is None else ctime_ms)
         return replace(self, ledgers=self.ledgers + (lg,), next_seq=self.next_seq + 1)
 
-    def with_ledgers_appended(self, ledger_ids: list[LedgerId], sizes: list[tuple[int, int]]) -> "LogRecord":
+    def with_ledgers_appended(self, ledger_ids: list[LedgerId], sizes: list[tuple[int, int]]) -> LogRecord:
         """Append sealed ledgers (a Spark job's output) in one change."""
         rec = self
         for lid, (entries, size) in zip(ledger_ids, sizes):
@@ -126,7 +126,7 @@ class LogRecord:
             rec = rec.with_sealed(lid, entries, size)
         return rec
 
-    def with_sealed(self, ledger_id: LedgerId, entry_count: int, size_bytes: int) -> "LogRecord":
+    def with_sealed(self, ledger_id: LedgerId, entry_count: int, size_bytes: int) -> LogRecord:
         i = self.index_of(ledger_id)
         if i is None:
             return self
@@ -134,14 +134,14 @@ class LogRecord:
         ledgers[i] = replace(ledgers[i], entry_count=entry_count, size_bytes=size_bytes)
         return replace(self, ledgers=tuple(ledgers))
 
-    def without_ledgers(self, ledger_ids: set[LedgerId]) -> "LogRecord":
+    def without_ledgers(self, ledger_ids: set[LedgerId]) -> LogRecord:
         """Drop ledgers from the list and record them as pending deletions (one change)."""
         kept = tuple(lg for lg in self.ledgers if lg.ledger_id not in ledger_ids)
         removed = tuple(lg.ledger_id for lg in self.ledgers if lg.ledger_id in ledger_ids)
         pending = self.pending_deletions + tuple(x for x in removed if x not in self.pending_deletions)
         return replace(self, ledgers=kept, pending_deletions=pending)
 
-    def trimmed_to(self, seq: int) -> "LogRecord":
+    def trimmed_to(self, seq: int) -> LogRecord:
         """Trim every ledger with seq < `seq` (at most next_seq): the ones this view holds become
         pending deletions; in a head view the sealed segments below go with the commit and their
         ledgers are deleted from the segments themselves (metadata.log_trim)."""
@@ -151,17 +151,17 @@ class LogRecord:
         gone = {lg.ledger_id for lg in self.ledgers if lg.seq < seq}
         return replace(self.without_ledgers(gone), trim_seq=seq)
 
-    def without_pending(self, ledger_ids: set[LedgerId]) -> "LogRecord":
+    def without_pending(self, ledger_ids: set[LedgerId]) -> LogRecord:
         return replace(self, pending_deletions=tuple(x for x in self.pending_deletions if x not in ledger_ids))
 
-    def with_committed_batch(self, writer_id: str, batch_id: int) -> "LogRecord":
+    def with_committed_batch(self, writer_id: str, batch_id: int) -> LogRecord:
         others = tuple((k, b) for k, b in self.committed_batches if k != writer_id)
         return replace(self, committed_batches=others + ((writer_id, batch_id),))
 
-    def with_schema(self, schema: str | None, payload_format: str) -> "LogRecord":
+    def with_schema(self, schema: str | None, payload_format: str) -> LogRecord:
         return replace(self, schema=schema, payload_format=payload_format)
 
-    def with_retention(self, retention: Retention) -> "LogRecord":
+    def with_retention(self, retention: Retention) -> LogRecord:
         return replace(self, retention=retention)
 
 

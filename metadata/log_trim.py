@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from metadata import log_segments as segs
 from metadata.errors import BadVersionError, NoNodeError
 from metadata.ids import LedgerId
+from metadata.log_record import LogLedger
 from metadata.logs import LogManager, NoSuchLogError
 from metadata.paths import log_path, log_segment_path
 
@@ -70,7 +71,7 @@ def next_batch(logs: LogManager, name: str, limit: int = DELETE_BATCH_MAX) -> De
     return DeletionBatch(tuple(pending), tuple(queued), upto, tuple(done))
 
 
-def _trimmed_segment(logs: LogManager, name: str, index: int) -> tuple:  # type: ignore[type-arg]
+def _trimmed_segment(logs: LogManager, name: str, index: int) -> tuple[LogLedger, ...]:
     """A segment of the queue; a missing one was deleted after its ledgers (a crashed pass)."""
     got = logs.store.get(log_segment_path(name, index))
     if got is None:

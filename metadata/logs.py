@@ -6,8 +6,9 @@ a bounded head plus immutable segments, so a commit writes a bounded number of b
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING
 
 from metadata import log_queries
 from metadata import log_segments as segs
@@ -90,7 +91,7 @@ class LogManager:
         """The first ledger with seq >= `seq`: the one segment that holds it, or the tail."""
         return next(self.iter_ledgers(name, head, seq), None)
 
-    def lookup(self, name: str) -> "LedgerLookup":
+    def lookup(self, name: str) -> LedgerLookup:
         """Which ledgers the log holds, walked from the newest back, bounded (metadata.log_lookup)."""
         from metadata.log_lookup import LedgerLookup
 
@@ -182,7 +183,7 @@ class LogManager:
         *earlier, newest = record.committed_batches or ((None, None),)
         for query_id, batch_id in earlier:
             log_queries.raise_batch(self.store, name, query_id, batch_id)
-        return () if newest[0] is None else (newest,)  # type: ignore[return-value]
+        return () if newest[0] is None else (newest,)
 
     def _commit(self, name: str, old: LogHead, expected_version: int, change: segs.HeadChange) -> int:
         """New segments before the head CAS (the commit point); the pair it carries and the

@@ -41,6 +41,7 @@ REPLICATION_LOCKS = "/autorecovery/locks"
 AUDITED_BOOKIES = "/autorecovery/bookies"
 AUDITOR_SCAN = "/autorecovery/scan"
 REPLICA_SWAPS = "/autorecovery/swaps"
+LEDGER_RESHAPES = "/autorecovery/reshapes"  # expand / contract records (pyspark_ledger/autorecovery/reshape.py)
 
 LEDGER_PATH_LEVELS = 8
 SCOPE_PATH_LEVELS = 4
@@ -125,6 +126,10 @@ def audited_bookie_path(bookie_id: str) -> str:
 
 def ledger_swaps_path(lid: LedgerId) -> str:
     return f"{REPLICA_SWAPS}/{lid.qualified_name}"
+
+
+def ledger_reshape_path(lid: LedgerId) -> str:
+    return f"{LEDGER_RESHAPES}/{lid.qualified_name}"
 
 
 def replica_swap_path(lid: LedgerId, fragment: int, bookie_id: str) -> str:

@@ -60,10 +60,12 @@ class QuorumConfig:
             ("write quorum (W)", str(w)),
             ("ack quorum (A)", str(a)),
             ("replication quorum", f"{self.replication_quorum} (A: acks before an add is acknowledged)"),
-            ("recovery quorum", f"{self.recovery_quorum} (W-A+1: answers per write set to fence or to decide an entry is absent)"),
+            ("recovery quorum",
+             f"{self.recovery_quorum} (W-A+1: answers per write set to fence or to decide an entry is absent)"),
             ("quorum intersection", f"{self.quorum_intersection} (A + (W-A+1) - W)"),
             ("distinct write sets", f"{self.distinct_write_sets} (entry e goes to members e mod E .. e mod E + W-1)"),
-            ("write failures tolerated", f"{self.bookie_failures_tolerated_for_writes} per write set before an ensemble change is needed"),
+            ("write failures tolerated",
+             f"{self.bookie_failures_tolerated_for_writes} per write set before an ensemble change is needed"),
             ("replica losses tolerated", f"{self.bookie_failures_tolerated_for_reads} per acknowledged entry"),
         ]
 

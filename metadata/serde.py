@@ -16,7 +16,7 @@ value; the length and checksum turn every such case into CorruptMetadataError. N
 from __future__ import annotations
 
 import struct
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import crc32c
@@ -209,7 +209,7 @@ def _time(ms: int | None) -> dict[str, Any] | None:
     if ms is None:
         return None
     try:
-        iso: str | None = datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
+        iso: str | None = datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
     except (OverflowError, ValueError, OSError):
         iso = None  # far outside the calendar: show the raw value only
     return {"ms": ms, "utc": iso}

@@ -18,8 +18,9 @@ from __future__ import annotations
 import abc
 import random
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from metadata.errors import InvalidMetadataError, NoNodeError
 
@@ -173,7 +174,7 @@ class MetadataStore(abc.ABC):
         """Create `path` (empty) if it is missing; existing values are left alone."""
         try:
             self.create(path, b"")
-        except Exception as exc:  # noqa: BLE001 - only "already exists" is fine here
+        except Exception as exc:  # only "already exists" is fine here
             from metadata.errors import NodeExistsError
 
             if not isinstance(exc, NodeExistsError):
@@ -187,7 +188,7 @@ class MetadataStore(abc.ABC):
         for name in self.children(path):
             yield from self.walk(join(path, name), depth - 1)
 
-    def __enter__(self) -> "MetadataStore":
+    def __enter__(self) -> MetadataStore:
         return self
 
     def __exit__(self, *exc: object) -> None:

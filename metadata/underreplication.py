@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from metadata.context import now_ms
 from metadata.errors import BadVersionError, CorruptMetadataError, NodeExistsError, NoNodeError
@@ -40,7 +40,7 @@ class UnderReplication:
                           sort_keys=True).encode()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "UnderReplication":
+    def from_bytes(cls, data: bytes) -> UnderReplication:
         try:
             d = json.loads(data)
             return cls(LedgerId.from_qualified_name(d["ledger"]), tuple(sorted(d["lostBookies"])), int(d["sinceMs"]),

@@ -26,14 +26,14 @@ import os
 import random
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError as ZkBadVersion
-from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, NotEmptyError, SessionExpiredError
+from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, NoAuthError, NotEmptyError, SessionExpiredError
 from kazoo.exceptions import NodeExistsError as ZkNodeExists
 from kazoo.exceptions import NoNodeError as ZkNoNode
-from kazoo.exceptions import NoAuthError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry
@@ -48,8 +48,8 @@ from metadata.errors import (
     OutcomeUnknownError,
 )
 from metadata.paths import counter_path
-from metadata.zk_acl import kazoo_logger, not_authorized, zk_acl
 from metadata.store import ChildrenCallback, DataCallback, MetadataStore, RetryPolicy, Versioned, check_path
+from metadata.zk_acl import kazoo_logger, not_authorized, zk_acl
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class _Watch:
 
 
 class _ZkRegistration:
-    def __init__(self, store: "ZooKeeperStore", path: str, value: bytes, replace_if: Callable[[bytes], bool] | None = None):
+    def __init__(self, store: ZooKeeperStore, path: str, value: bytes, replace_if: Callable[[bytes], bool] | None = None):
         self.path = path
         self.value = value
         self.replace_if = replace_if
@@ -98,7 +98,7 @@ class _ZkRegistration:
     def registered(self) -> bool:
         """Whether the node surely exists: created, and the session not lost nor possibly expired
         (disconnected longer than the session timeout, which ZooKeeper only reports on reconnect)."""
-        return self._created and not self.closed and self._store._session_may_be_alive()  # noqa: SLF001
+        return self._created and not self.closed and self._store._session_may_be_alive()
 
     def update(self, value: bytes) -> None:
         """Replace the value. Done as delete + create in one transaction so that membership
@@ -386,7 +386,7 @@ class ZooKeeperStore(MetadataStore):
     def _create_ephemeral_waiting(self, reg: _ZkRegistration) -> None:
         """Create the node; if a previous session of the same owner still holds it (a process that was
         killed and restarted), wait for that session to expire, bounded by the session timeout."""
-        deadline = time.monotonic() + self._client._session_timeout / 1000.0 * 2 + 5  # noqa: SLF001
+        deadline = time.monotonic() + self._client._session_timeout / 1000.0 * 2 + 5
         while True:
             try:
                 self._create(reg.path, reg.value, ephemeral=True)
@@ -453,7 +453,7 @@ class ZooKeeperStore(MetadataStore):
             log.warning("ZooKeeper session expired hosts=%s; registrations will be re-created", self.hosts)
             with self._reg_lock:
                 for reg in self._registrations:
-                    reg._created = False  # noqa: SLF001
+                    reg._created = False
             self._lost.set()
 
     def _reregister_loop(self) -> None:
@@ -468,7 +468,7 @@ class ZooKeeperStore(MetadataStore):
             try:
                 for reg in regs:
                     self._create_ephemeral_waiting(reg)
-                    reg._created = True  # noqa: SLF001
+                    reg._created = True
                     log.warning("re-registered after session expiry path=%s", reg.path)
                 self._lost.clear()
             except MetadataError as exc:
@@ -494,6 +494,6 @@ class ZooKeeperStore(MetadataStore):
         try:
             self._client.stop()
             self._client.close()
-        except Exception:  # noqa: BLE001 - closing a broken client must not raise
+        except Exception:  # closing a broken client must not raise
             log.debug("error while closing ZooKeeper client", exc_info=True)
         self._rereg_thread.join(timeout=2)

@@ -28,7 +28,7 @@ class BookieRefusedError(BookieUnavailableError):
 
     retriable = False
 
-    def __init__(self, bookie: str, detail: str):  # noqa: super-init-not-called - another message
+    def __init__(self, bookie: str, detail: str):  # skips BookieUnavailableError.__init__: another message
         self.bookie = bookie
         LedgerError.__init__(self, f"bookie {bookie} refused: {detail}")
 

@@ -25,8 +25,8 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from bookie.status import Status
 from bookie.storage import records
@@ -47,7 +47,15 @@ from bookie.storage.engine_modes import UNCERTAIN_MARKER_NAME, ModesMixin
 from bookie.storage.engine_reads import ReadPathMixin
 from bookie.storage.engine_scrub import ScrubMixin
 from bookie.storage.engine_types import (  # noqa: F401 - re-exported
-    LedgerKey, LedgerState, ReadResult, _LacWaiters, _locations, _normalize_key, _results, _valid_ledger, _Waiter,
+    LedgerKey,
+    LedgerState,
+    ReadResult,
+    _LacWaiters,
+    _locations,
+    _normalize_key,
+    _results,
+    _valid_ledger,
+    _Waiter,
 )
 from bookie.storage.entry_log import EntryLogs
 from bookie.storage.errors import InvariantError, StorageLockedError
@@ -129,7 +137,7 @@ class BookieStorage(ApplyMixin, ReadPathMixin, ModesMixin, CheckpointMixin, GcMi
     # ---- lifecycle ----------------------------------------------------------------------
 
     @classmethod
-    def open(cls, config: StorageConfig) -> "BookieStorage":
+    def open(cls, config: StorageConfig) -> BookieStorage:
         """Recover the data directory (checkpoint + journal replay) and start the threads."""
         config.validate()
         data_dir = Path(config.data_dir)
@@ -138,9 +146,9 @@ class BookieStorage(ApplyMixin, ReadPathMixin, ModesMixin, CheckpointMixin, GcMi
         lock_fd = os.open(data_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        except BlockingIOError as exc:
             os.close(lock_fd)
-            raise StorageLockedError(f"data directory {data_dir} is in use by another engine")
+            raise StorageLockedError(f"data directory {data_dir} is in use by another engine") from exc
         engine = cls(config, lock_fd)
         try:
             engine._recover()
@@ -223,7 +231,7 @@ class BookieStorage(ApplyMixin, ReadPathMixin, ModesMixin, CheckpointMixin, GcMi
         elif not self._failed:
             try:
                 self.checkpoint()
-            except Exception:
+            except Exception:  # one listener must not keep the others from hearing it
                 log.exception("final checkpoint failed data_dir=%s; the journal will be replayed",
                               self._data_dir)
         with self._lock:
@@ -256,7 +264,7 @@ class BookieStorage(ApplyMixin, ReadPathMixin, ModesMixin, CheckpointMixin, GcMi
         for callback in listeners:
             try:
                 callback(error)
-            except Exception:  # noqa: BLE001 - one listener must not keep the others from hearing it
+            except Exception:
                 log.exception("journal failure listener raised")
 
     def on_journal_failure(self, callback: Callable[[BaseException], None]) -> None:
@@ -379,7 +387,7 @@ class BookieStorage(ApplyMixin, ReadPathMixin, ModesMixin, CheckpointMixin, GcMi
                 elif not self._queue.push(item):
                     status = Status.INTERNAL_ERROR
         if inline is not None:
-            self._committer.commit_claimed(inline)  # type: ignore[union-attr]
+            self._committer.commit_claimed(inline)  # type: ignore[union-attr]  # claimed above: not None
             return
         if status is not None:
             self._queue.release(reserved)

@@ -6,16 +6,17 @@ import logging
 from array import array
 
 from bookie.storage import records
+from bookie.storage.engine_fields import EngineFields
+from bookie.storage.engine_types import LedgerKey, _locations
 from bookie.storage.errors import RecordFormatError
 from bookie.storage.group_commit import KIND_ADD, KIND_LAC, JournalItem
 from bookie.storage.journal import JournalPosition
 from bookie.storage.ledger_index import LedgerMeta
-from bookie.storage.engine_types import LedgerKey, _locations
 
 log = logging.getLogger(__name__)
 
 
-class ApplyMixin:
+class ApplyMixin(EngineFields):
     """Part of BookieStorage (engine.py): uses its fields and lock."""
 
     # ---- applying durable records (journal thread, and replay at open) ------------------

@@ -6,13 +6,14 @@ import logging
 import time
 
 from bookie.storage.checkpoint import encode_ledger, write_ledger_snapshots, write_manifest
+from bookie.storage.engine_fields import EngineFields
 from bookie.storage.errors import InvariantError
 from bookie.storage.journal import delete_journal_files_before
 
 log = logging.getLogger(__name__)
 
 
-class CheckpointMixin:
+class CheckpointMixin(EngineFields):
     """Part of BookieStorage (engine.py): uses its fields and lock."""
 
     # ---- checkpoint ---------------------------------------------------------------------

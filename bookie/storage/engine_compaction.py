@@ -18,6 +18,7 @@ import shutil
 import time
 
 from bookie.storage import records
+from bookie.storage.engine_fields import EngineFields
 from bookie.storage.engine_types import LedgerKey
 from bookie.storage.ledger_index import HOLE, pack_location, unpack_location
 
@@ -35,7 +36,7 @@ CURRENT_LOG_ROLL_FRACTION = 1 / 16
 Move = tuple[LedgerKey, int, int, int]  # ledger, entry id, location, length
 
 
-class CompactionMixin:
+class CompactionMixin(EngineFields):
     """Part of BookieStorage (engine.py): uses its fields and lock."""
 
     def compaction_candidates(self, threshold: float) -> dict[int, tuple[int, int]]:
@@ -74,7 +75,7 @@ class CompactionMixin:
         try:
             moved = self._copy_entries(copies, side_id, fd, rate_bytes_s)
             with self._lock:
-                for ledger, entry_id, old, new in moved + [(l, e, o, HOLE) for l, e, o, _ in tails]:
+                for ledger, entry_id, old, new in moved + [(lg, e, o, HOLE) for lg, e, o, _ in tails]:
                     meta = self._ledgers.get(ledger)
                     if meta is not None and not meta.deleted and meta.index.relocate(entry_id, old, new):
                         self._dirty.add(ledger)

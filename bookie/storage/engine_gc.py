@@ -12,9 +12,11 @@ by the same code then (reclaim_entry_logs runs at open).
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from bookie.storage import records
+from bookie.storage.engine_fields import EngineFields
 from bookie.storage.engine_types import LedgerKey
 from bookie.storage.ledger_index import unpack_location
 
@@ -24,7 +26,7 @@ log = logging.getLogger(__name__)
 REMOVE_READS_WAIT_S = 1.0
 
 
-class GcMixin:
+class GcMixin(EngineFields):
     """Part of BookieStorage (engine.py): uses its fields and lock."""
 
     def attach_gc(self, collector: Any) -> None:

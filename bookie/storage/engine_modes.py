@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from bookie.storage.durable_files import atomic_write, fsync_dir
-
+from bookie.storage.engine_fields import EngineFields
 from bookie.storage.engine_types import LedgerKey, LedgerState
 
 log = logging.getLogger(__name__)
@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 UNCERTAIN_MARKER_NAME = "UNCERTAIN"
 
 
-class ModesMixin:
+class ModesMixin(EngineFields):
     """Part of BookieStorage (engine.py): uses its fields and lock."""
 
     # ---- introspection and modes --------------------------------------------------------

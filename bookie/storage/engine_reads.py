@@ -13,10 +13,10 @@ from bookie.storage.config import (
     READ_RANGE_ENTRIES_MAX,
     WAIT_LAC_TIMEOUT_MAX_S,
 )
+from bookie.storage.engine_fields import EngineFields
+from bookie.storage.engine_types import LedgerKey, ReadResult, _LacWaiters, _results, _valid_ledger
 from bookie.storage.ledger_index import HOLE, LedgerMeta, unpack_location
 from bookie.storage.range_read import RangeRead, read_window
-
-from bookie.storage.engine_types import LedgerKey, ReadResult, _LacWaiters, _results, _valid_ledger
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ def _capped_lac(meta: LedgerMeta) -> int:
     return meta.lac if meta.closed_last is None else min(meta.lac, meta.closed_last)
 
 
-class ReadPathMixin:
+class ReadPathMixin(EngineFields):
     """Part of BookieStorage (engine.py): uses its fields and lock."""
 
     # ---- read path ----------------------------------------------------------------------

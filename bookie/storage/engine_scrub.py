@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bookie.storage.engine_fields import EngineFields
 from bookie.storage.engine_types import LedgerKey
 from bookie.storage.ledger_index import LedgerIndex
 
@@ -28,7 +29,7 @@ def _id_range(index: LedgerIndex) -> tuple[int, int] | None:
     return index.pages[min(index.pages)].base, index.pages[max(index.pages)].end - 1
 
 
-class ScrubMixin:
+class ScrubMixin(EngineFields):
     """Part of BookieStorage (engine.py): uses its fields, lock and read path."""
 
     def scrub_ledgers(self) -> list[LedgerKey]:

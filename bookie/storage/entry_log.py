@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from bookie.storage.config import LOCATION_LOG_ID_MAX
 from bookie.storage.durable_files import fsync_dir, pwritev_all

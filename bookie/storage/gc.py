@@ -12,11 +12,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
-from bookie.storage.engine_types import LedgerKey
 from bookie.status import Status
+from bookie.storage.engine_types import LedgerKey
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +110,7 @@ class GarbageCollector:
                 elif kind == "minor":
                     last_minor = now
                 self.run_now(major=kind == "major", compact=kind is not None)
-            except Exception:  # noqa: BLE001 - a failed round is retried at the next interval
+            except Exception:  # a failed round is retried at the next interval
                 log.exception("gc round failed; will retry")
 
     def run_now(self, progress: Progress | None = None, major: bool = True,

@@ -19,7 +19,8 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from bookie.status import Status
 from bookie.storage.config import JOURNAL_IDLE_WAKE_S
@@ -102,7 +103,7 @@ class JournalQueue:
         with self._lock:
             self._pending_bytes -= nbytes
             ensure(self._pending_bytes >= 0, "pending bytes went negative")
-            if self._space._waiters:  # type: ignore[attr-defined]
+            if self._space._waiters:  # type: ignore[attr-defined]  # Condition's private waiter list
                 self._space.notify_all()
 
     def push(self, item: JournalItem) -> bool:
@@ -130,7 +131,7 @@ class JournalQueue:
             self._writing = False
             if self._items and self._taker_waiting:
                 self._work.notify()
-            if self._write_done._waiters:  # type: ignore[attr-defined]
+            if self._write_done._waiters:  # type: ignore[attr-defined]  # Condition's private waiter list
                 self._write_done.notify_all()
 
     def wait_no_writer(self, timeout_s: float) -> bool:
@@ -358,7 +359,7 @@ class GroupCommitter:
             return
         try:
             self._apply_group(group, end)
-        except Exception as e:  # a bug or an entry-log I/O error: acks would lie
+        except Exception as e:  # noqa: BLE001 - a bug or an entry-log I/O error: acks would lie
             self._fail(e)
             self._complete(group, Status.INTERNAL_ERROR)
             return

@@ -24,8 +24,8 @@ from __future__ import annotations
 import sqlite3
 import struct
 import threading
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 STORE_NAME = "index.sqlite"
 _KEY = struct.Struct(">QQ")

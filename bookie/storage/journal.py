@@ -18,9 +18,10 @@ import logging
 import mmap
 import os
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, NamedTuple, Sequence
+from typing import NamedTuple
 
 from crc32c import crc32c
 
@@ -372,7 +373,7 @@ class _Replay:
         finally:
             mapped.close()
 
-    def _apply(self, mapped: "_MappedFile", path: Path, index: int, pos: int, body_len: int) -> int:
+    def _apply(self, mapped: _MappedFile, path: Path, index: int, pos: int, body_len: int) -> int:
         body_start = pos + RECORD_HEADER_BYTES
         with memoryview(mapped.buf) as view:
             body = view[body_start : body_start + body_len]
@@ -393,7 +394,7 @@ class _Replay:
         self.outcome.end = JournalPosition(self.seqs[index], end)
         return end
 
-    def _drop_torn_tail(self, mapped: "_MappedFile", path: Path, index: int, pos: int) -> None:
+    def _drop_torn_tail(self, mapped: _MappedFile, path: Path, index: int, pos: int) -> None:
         log.warning(
             "journal torn tail dropped file=%s offset=%d dropped_bytes=%d "
             "(a crash interrupted an unacknowledged write)",

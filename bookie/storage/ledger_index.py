@@ -12,7 +12,7 @@ index allocate more than one page's worth of holes.
 from __future__ import annotations
 
 from array import array
-from typing import Iterator
+from collections.abc import Iterator
 
 from bookie.storage.config import INDEX_PAGE_BITS, LAC_NONE, LOCATION_OFFSET_BITS
 from bookie.storage.errors import ensure

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import struct
 from array import array
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from crc32c import crc32c
 
@@ -188,8 +189,8 @@ def decode_add_batch(body: memoryview | bytes) -> DecodedBatch:
     for _ in range(count):
         if pos + ENTRY_HEADER_BYTES > size:
             raise RecordFormatError("add batch entry header past end of record")
-        s, l, entry_id, lac, n, _crc = unpack_from(body, pos)
-        if s != scope or l != ledger:
+        s, lg, entry_id, lac, n, _crc = unpack_from(body, pos)
+        if s != scope or lg != ledger:
             raise RecordFormatError("add batch entry belongs to another ledger")
         ids.append(entry_id)
         lens.append(n)

@@ -12,12 +12,13 @@ import logging
 import os
 import sys
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from metadata import DigestType, MetadataError
 from metadata.embedded_store import embedded_path_from_env_default
-from pyspark_ledger.cli import autorecovery_commands, bookie_admin, commands
+from pyspark_ledger.cli import autorecovery_commands, bookie_admin, commands, reshape_commands
 from pyspark_ledger.cli.passwords import add_password_args, check_new_ledger_password, resolve_password
 from pyspark_ledger.errors import LedgerError
 
@@ -95,13 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     # `--json` is accepted after the command too (`ledger listledgers --json`).
-    sub.add_parser = _json_adder(sub.add_parser)  # type: ignore[method-assign]
+    sub.add_parser = _json_adder(sub.add_parser)  # type: ignore[method-assign]  # every subcommand gets --json
 
     _add_ledger_commands(sub)
     _add_bookie_commands(sub)
     _add_log_commands(sub)
     _add_bp44_commands(sub)
     autorecovery_commands.add_parsers(sub)
+    reshape_commands.add_parsers(sub, _ledger_args)
     return ap
 
 
@@ -187,7 +189,7 @@ def _add_log_commands(sub: Any) -> None:
     p = sub.add_parser("logs", help="list, show or trim named logs")
     lsub = p.add_subparsers(dest="logs_command", metavar="ACTION")
     lsub.required = True
-    lsub.add_parser = _json_adder(lsub.add_parser)  # type: ignore[method-assign]
+    lsub.add_parser = _json_adder(lsub.add_parser)
     lsub.add_parser("list", help="list logs")
     q = lsub.add_parser("show", help="show a log's state (from its head) and, on request, its newest ledgers")
     q.add_argument("name", help="the log's name")
@@ -237,6 +239,8 @@ HANDLERS: dict[str, Callable[..., int]] = {
     "autorecovery": autorecovery_commands.autorecovery,
     "listunderreplicated": autorecovery_commands.listunderreplicated,
     "decommissionbookie": autorecovery_commands.decommissionbookie,
+    "expandledger": reshape_commands.expandledger,
+    "contractledger": reshape_commands.contractledger,
 }
 NO_METADATA = {"quorums"}
 

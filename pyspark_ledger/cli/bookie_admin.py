@@ -5,7 +5,7 @@ garbage collector, live and dead bytes, last GC and compaction; GC and compactio
 from __future__ import annotations
 
 import argparse
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from bookie.proto import bookie_pb2 as pb
@@ -21,13 +21,13 @@ ADMIN_RPC_TIMEOUT_S = 30.0
 TRIGGER_GC_TIMEOUT_S = 3700.0
 
 
-def _registered(client: "LedgerClient", bookie_id: str) -> str:
+def _registered(client: LedgerClient, bookie_id: str) -> str:
     if not any(b.bookie_id == bookie_id for b in client.bookies()):
         raise LedgerError(f"bookie {bookie_id} is not registered")
     return bookie_id
 
 
-def _stats(client: "LedgerClient", bookie_id: str) -> pb.StorageStatsResponse:
+def _stats(client: LedgerClient, bookie_id: str) -> pb.StorageStatsResponse:
     # Through the client's pool: its TLS settings and operator secret (docs/security.md) apply.
     return client.pool.get(_registered(client, bookie_id)).storage_stats(timeout_s=ADMIN_RPC_TIMEOUT_S)
 
@@ -52,14 +52,14 @@ def stats_json(r: pb.StorageStatsResponse) -> dict[str, Any]:
 def _when(unix_s: float | None) -> str:
     if unix_s is None:
         return "n/a"
-    return datetime.fromtimestamp(unix_s, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return datetime.fromtimestamp(unix_s, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _mib(n: int | None) -> str:
     return "n/a" if n is None else f"{n / 2**20:.1f} MiB"
 
 
-def bookieinfo(client: "LedgerClient", args: argparse.Namespace) -> int:
+def bookieinfo(client: LedgerClient, args: argparse.Namespace) -> int:
     ids = [args.bookie] if args.bookie else [b.bookie_id for b in client.bookies()]
     reports = [_stats(client, b) for b in ids]
     if args.json:
@@ -80,7 +80,7 @@ def bookieinfo(client: "LedgerClient", args: argparse.Namespace) -> int:
     return 0
 
 
-def triggergc(client: "LedgerClient", args: argparse.Namespace) -> int:
+def triggergc(client: LedgerClient, args: argparse.Namespace) -> int:
     bookie = client.pool.get(_registered(client, args.bookie))
     bar: Progress | None = None
     last: pb.GcProgress | None = None

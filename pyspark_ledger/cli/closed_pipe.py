@@ -6,10 +6,16 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Callable
+from typing import Protocol
 
 
-def exit_quietly_on_closed_pipe(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
+class Main(Protocol):
+    """A command's entry point: `argv` None means the process's own arguments."""
+
+    def __call__(self, argv: list[str] | None = None) -> int: ...
+
+
+def exit_quietly_on_closed_pipe(main: Main) -> Main:
     def run(argv: list[str] | None = None) -> int:
         try:
             code = main(argv)

@@ -5,7 +5,7 @@ that takes), bounded by LEDGERS_SHOWN_MAX."""
 from __future__ import annotations
 
 import argparse
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from metadata import log_segments as segs
@@ -26,7 +26,7 @@ def ledger_count(head: LogHead) -> int:
     return len(head.record.ledgers) + max(head.boundary - max(head.trim_seq, segs.SEGMENT_LEDGERS * head.seg_first), 0)
 
 
-def newest_ledgers(client: "LedgerClient", head: LogHead, count: int) -> list[LogLedger]:
+def newest_ledgers(client: LedgerClient, head: LogHead, count: int) -> list[LogLedger]:
     """The newest `count` ledgers, oldest first: the tail, then segments backwards as needed."""
     out: list[LogLedger] = list(reversed(head.record.ledgers))[:count]
     for index in range(head.seg_next - 1, head.seg_first - 1, -1):
@@ -37,7 +37,7 @@ def newest_ledgers(client: "LedgerClient", head: LogHead, count: int) -> list[Lo
     return list(reversed(out))
 
 
-def show(client: "LedgerClient", args: argparse.Namespace) -> int:
+def show(client: LedgerClient, args: argparse.Namespace) -> int:
     head, _ = client.logs.read_head(args.name)
     rec = head.record
     wanted = min(max(int(getattr(args, "ledgers", 0) or 0), 0), LEDGERS_SHOWN_MAX)
@@ -67,4 +67,4 @@ def show(client: "LedgerClient", args: argparse.Namespace) -> int:
 
 
 def _ms(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")

@@ -22,8 +22,8 @@ from __future__ import annotations
 import functools
 import hmac
 import io
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Sequence
 
 import crc32c
 import numpy as np
@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from bookie.crc_batch import PIECES_MIN, all_match, byte_tables, shift
 from metadata import DigestType
 from pyspark_ledger.protocol.digest import Digest
-from pyspark_ledger.protocol.entry_format import (  # noqa: PLC2701 - the one header layout
+from pyspark_ledger.protocol.entry_format import (  # the one header layout
     _HEADER,
     FORMAT_VERSION,
     HEADER_BYTES,
@@ -88,7 +88,7 @@ class DecodedRun:
     """The verified prefix of a run of entries first..first+count-1, and why it stopped early."""
 
     first_entry_id: int
-    payloads: "pa.BinaryArray | list[pa.Buffer]"  # one per verified entry (a list: decode_each)
+    payloads: pa.BinaryArray | list[pa.Buffer]  # one per verified entry (a list: decode_each)
     error: str | None = None  # set when an entry failed verification (the run ends before it)
 
     def buffers(self) -> Iterator[pa.Buffer]:
@@ -110,7 +110,7 @@ def _header_dtype(digest: Digest) -> np.dtype:
     return np.dtype(fields)
 
 
-def check_run(data: bytes, lengths: np.ndarray) -> str | None:
+def check_run(data: bytes | memoryview, lengths: np.ndarray) -> str | None:
     """Why a run as received (entries end to end in `data`, `lengths` each) is malformed, or
     None: it must hold at least one entry, non-negative lengths that add up to the data, and
     fit one Arrow binary array (int32 offsets)."""
@@ -126,7 +126,7 @@ def check_run(data: bytes, lengths: np.ndarray) -> str | None:
     return None
 
 
-def run_views(data: bytes, lengths: np.ndarray) -> list[memoryview]:
+def run_views(data: bytes | memoryview, lengths: np.ndarray) -> list[memoryview]:
     """The entries of a well-formed run (check_run) as zero-copy views."""
     ends = np.cumsum(lengths)
     mv = memoryview(data)
@@ -145,7 +145,7 @@ def decode_run(digest: Digest, scope_id: int, ledger_id: int, first_entry_id: in
 
 
 def decode_blob(digest: Digest, scope_id: int, ledger_id: int, first_entry_id: int,
-                data: bytes, lengths: np.ndarray) -> DecodedRun:
+                data: bytes | memoryview, lengths: np.ndarray) -> DecodedRun:
     """decode_run for entries already laid end to end in `data`, entry i being lengths[i]
     bytes: a bookie's EntryRun as it arrives, verified without splitting it into objects.
     A malformed run (check_run) verifies nothing and says why."""
@@ -156,7 +156,8 @@ def decode_blob(digest: Digest, scope_id: int, ledger_id: int, first_entry_id: i
     hdr_size = HEADER_BYTES + digest.size
     ok = lengths >= hdr_size
     valid = int(n if ok.all() else np.argmin(ok))
-    error = None if valid == n else f"entry {first_entry_id + valid}: {int(lengths[valid])} bytes is shorter than a header and digest"
+    error = None if valid == n else \
+        f"entry {first_entry_id + valid}: {int(lengths[valid])} bytes is shorter than a header and digest"
     if valid == 0:
         return DecodedRun(first_entry_id, pa.array([], pa.binary()), error)
     headers, payloads, payload_data = _split(data, lengths[:valid], hdr_size)
@@ -182,7 +183,7 @@ def decode_blob(digest: Digest, scope_id: int, ledger_id: int, first_entry_id: i
     return DecodedRun(first_entry_id, payloads, error)
 
 
-def _split(data: bytes, lengths: np.ndarray, hdr_size: int) -> tuple[np.ndarray, pa.BinaryArray, bytes]:
+def _split(data: bytes | memoryview, lengths: np.ndarray, hdr_size: int) -> tuple[np.ndarray, pa.BinaryArray, bytes]:
     """Entries (each at least hdr_size bytes) end to end in `data` -> their headers and
     digests as an n x hdr_size byte array, their payloads as one binary array, and the
     payloads end to end (that array's data, as bytes)."""
@@ -326,7 +327,8 @@ def decode_arrow_entry(payload: pa.Buffer, ledger_id: int, entry_id: int, target
     lid = signed64(ledger_id)
     for batch in reader:
         if batch.schema.names != names:
-            raise ValueError(f"entry {entry_id} of ledger {ledger_id} holds columns {batch.schema.names}, the log's schema has {names}")
+            raise ValueError(f"entry {entry_id} of ledger {ledger_id} holds columns {batch.schema.names}, "
+                             f"the log's schema has {names}")
         cols = list(batch.columns)
         for i, f in enumerate(data_fields):
             if cols[i].type != f.type:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from metadata import (
     DigestType,
@@ -79,7 +79,7 @@ class Bound:
     position: Position | None = None
 
     @classmethod
-    def parse(cls, option: str, text: str) -> "Bound":
+    def parse(cls, option: str, text: str) -> Bound:
         word = text.strip().lower()
         if word in ("earliest", "latest"):
             return cls(word)

@@ -12,8 +12,9 @@ No pyspark here; source.py wraps ranges into Spark input partitions.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 from metadata import LedgerId, LedgerMetadata, MetadataError, NoSuchLedgerError
 from metadata.log_record import LogLedger, LogRecord
@@ -65,7 +66,7 @@ class SourceShape:
     schema_json: str | None
 
 
-def read_log_head(client: "LedgerClient", opts: LedgerSourceOptions) -> LogHead:
+def read_log_head(client: LedgerClient, opts: LedgerSourceOptions) -> LogHead:
     """The log's head: one read however long the log (its sealed ledgers stay in segments,
     fetched by log_ledgers only for the positions a plan covers)."""
     name = opts.require_log("reading")
@@ -75,21 +76,21 @@ def read_log_head(client: "LedgerClient", opts: LedgerSourceOptions) -> LogHead:
         raise LedgerSourceError(f"no log named {name!r} in {opts.metadata_uri} (option log)") from None
 
 
-def read_log(client: "LedgerClient", opts: LedgerSourceOptions) -> LogRecord:
+def read_log(client: LedgerClient, opts: LedgerSourceOptions) -> LogRecord:
     """The head view: the log's fields (format, schema, next_seq, trim point) and its tail."""
     return read_log_head(client, opts).record
 
 
-def log_ledgers(client: "LedgerClient", head: LogHead, from_seq: int = 0) -> Iterator[LogLedger]:
+def log_ledgers(client: LedgerClient, head: LogHead, from_seq: int = 0) -> Iterator[LogLedger]:
     """The log's ledgers from `from_seq` on, in order, each segment fetched only when reached."""
     return client.logs.iter_ledgers(head.record.name, head, from_seq)
 
 
-def first_ledger(client: "LedgerClient", head: LogHead, from_seq: int = 0) -> LogLedger | None:
+def first_ledger(client: LedgerClient, head: LogHead, from_seq: int = 0) -> LogLedger | None:
     return next(log_ledgers(client, head, from_seq), None)
 
 
-def shape_of(client: "LedgerClient", opts: LedgerSourceOptions) -> SourceShape:
+def shape_of(client: LedgerClient, opts: LedgerSourceOptions) -> SourceShape:
     """The payload format (an explicit payloadFormat wins; else what the log recorded) and schema."""
     if opts.log is None:
         return SourceShape(opts.payload_format or "raw", None)
@@ -102,9 +103,9 @@ def shape_of(client: "LedgerClient", opts: LedgerSourceOptions) -> SourceShape:
     return SourceShape(fmt, rec.schema if fmt == "arrow" else None)
 
 
-def last_readable(client: "LedgerClient", meta: LedgerMetadata, version: int, opts: LedgerSourceOptions) -> int:
+def last_readable(client: LedgerClient, meta: LedgerMetadata, version: int, opts: LedgerSourceOptions) -> int:
     if meta.is_closed:
-        return meta.last_entry_id  # type: ignore[return-value]
+        return meta.last_entry_id  # type: ignore[return-value]  # closed: it has an end
     handle = ReadHandle(client.context, meta, version, opts.password)
     try:
         return handle.last_add_confirmed()
@@ -112,7 +113,7 @@ def last_readable(client: "LedgerClient", meta: LedgerMetadata, version: int, op
         handle.close()
 
 
-def _check_position(client: "LedgerClient", head: LogHead | None, option: str, bound: Bound) -> None:
+def _check_position(client: LedgerClient, head: LogHead | None, option: str, bound: Bound) -> None:
     p = bound.position
     if p is None or head is None:
         return
@@ -122,7 +123,7 @@ def _check_position(client: "LedgerClient", head: LogHead | None, option: str, b
         raise OptionError(option, f"position {p} names ledger {p.ledger_id}, but seq {p.seq} of this log is ledger {at}")
 
 
-def plan_ranges(client: "LedgerClient", opts: LedgerSourceOptions) -> list[LedgerRange]:
+def plan_ranges(client: LedgerClient, opts: LedgerSourceOptions) -> list[LedgerRange]:
     """The ranges a batch read covers, in log order. Of a log, only the segments covering the
     range asked for are fetched."""
     start, end = opts.starting.position, opts.ending.position
@@ -183,7 +184,7 @@ def add_fragment_ranges(ranges: list[LedgerRange], seq: int, lid: LedgerId, meta
             lo = top + 1
 
 
-def open_client(opts: LedgerSourceOptions, *, add_timeout_s: float = 10.0) -> "LedgerClient":
+def open_client(opts: LedgerSourceOptions, *, add_timeout_s: float = 10.0) -> LedgerClient:
     """A client for this job's metadata service; an unreachable store fails within its connect
     timeout with a message naming the option. Every piece of the data source that runs in a Spark
     Python worker (planning, reads, writes, commits) starts here, so this is also where a reused
@@ -195,4 +196,5 @@ def open_client(opts: LedgerSourceOptions, *, add_timeout_s: float = 10.0) -> "L
     try:
         return LedgerClient(opts.metadata_uri, add_timeout_s=add_timeout_s)
     except MetadataError as exc:
-        raise LedgerSourceError(f"cannot open the metadata service {opts.metadata_uri} (option metadataServiceUri): {exc}") from exc
+        raise LedgerSourceError(
+            f"cannot open the metadata service {opts.metadata_uri} (option metadataServiceUri): {exc}") from exc

@@ -20,9 +20,10 @@ import functools
 import logging
 import threading
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -31,9 +32,9 @@ from bookie.malloc_tuning import tune_malloc
 from bookie.status import Status
 from pyspark_ledger.datasource import codec
 from pyspark_ledger.datasource.planning import LedgerRange, open_client
-from pyspark_ledger.protocol.digest import Digest, master_key
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.ledger.read_handle import ReadHandle
+from pyspark_ledger.protocol.digest import Digest, master_key
 from pyspark_ledger.transport.run_response import Run, RunResponse
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ class RangeReader:
     handle (created under a lock) and the preferred replica (an int: a stale read of it just
     sends one window to a replica that had failed, which fails over again)."""
 
-    def __init__(self, client: "LedgerClient", rng: LedgerRange, spec: ReadSpec):
+    def __init__(self, client: LedgerClient, rng: LedgerRange, spec: ReadSpec):
         self.client = client
         self.rng = rng
         self.spec = spec
@@ -182,7 +183,8 @@ class RangeReader:
         """Verify one EntryRun (at most `room` entries: what was asked for)."""
         lengths = np.array(run.lengths, dtype=np.int64)
         if len(lengths) > room:
-            return codec.DecodedRun(run.first_entry_id, [], f"malformed answer: a run of {len(lengths)} entries, {room} asked for")
+            return codec.DecodedRun(run.first_entry_id, [],
+                                    f"malformed answer: a run of {len(lengths)} entries, {room} asked for")
         data = run.data  # a view of the received message (no copy)
         if self.spec.payload_format == "raw":
             return codec.decode_blob(self.digest, self.key[0], self.key[1], run.first_entry_id, data, lengths)
@@ -232,12 +234,12 @@ class RangeReader:
                 self._handle.close()
 
 
-def read_range(client: "LedgerClient", rng: LedgerRange, spec: ReadSpec) -> Iterator[pa.RecordBatch]:
+def read_range(client: LedgerClient, rng: LedgerRange, spec: ReadSpec) -> Iterator[pa.RecordBatch]:
     _tune_malloc_once()
     yield from RangeReader(client, rng, spec).batches()
 
 
-def read_partition(opts: "LedgerSourceOptions", rng: LedgerRange, spec: ReadSpec) -> Iterator[pa.RecordBatch]:
+def read_partition(opts: LedgerSourceOptions, rng: LedgerRange, spec: ReadSpec) -> Iterator[pa.RecordBatch]:
     """An executor task's read of one range (batch or streaming), with a client of its own that
     is closed when the iterator ends."""
     client = open_client(opts)

@@ -43,7 +43,7 @@ def epoch_path(log_name: str, query_id: str) -> str:
     return join(SINK_EPOCHS, log_name, query_id)
 
 
-def read_query_epoch(client: "LedgerClient", log_name: str, query_id: str) -> QueryEpoch | None:
+def read_query_epoch(client: LedgerClient, log_name: str, query_id: str) -> QueryEpoch | None:
     got = client.store.get(epoch_path(log_name, query_id))
     if got is None:
         return None
@@ -54,7 +54,7 @@ def read_query_epoch(client: "LedgerClient", log_name: str, query_id: str) -> Qu
         return None  # unreadable: the run takes the log over again
 
 
-def hold_query_epoch(client: "LedgerClient", log_name: str, query_id: str, run_id: str,
+def hold_query_epoch(client: LedgerClient, log_name: str, query_id: str, run_id: str,
                      password: bytes) -> QueryEpoch:
     """The epoch this run of the query holds: taken over on the run's first commit, read back on
     the later ones. Whether it is still the log's epoch is checked inside the commit's CAS."""

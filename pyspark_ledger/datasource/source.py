@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import pyarrow as pa
 from pyspark import TaskContext
@@ -107,10 +108,10 @@ class LedgerDataSource(DataSource):
                 data = from_arrow_schema(_single_ledger_arrow_schema(client, opts))
         return StructType(list(data.fields) + META_FIELDS)
 
-    def reader(self, schema: StructType) -> "LedgerReader":
+    def reader(self, schema: StructType) -> LedgerReader:
         return LedgerReader(self._options(), schema)
 
-    def writer(self, schema: StructType, overwrite: bool) -> "LedgerWriter":
+    def writer(self, schema: StructType, overwrite: bool) -> LedgerWriter:
         return LedgerWriter(self._options(), schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:  # noqa: N802 - Spark's API

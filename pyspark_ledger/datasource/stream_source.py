@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any
 
 import pyarrow as pa
 from pyspark import TaskContext
@@ -65,7 +66,8 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, opts: LedgerSourceOptions, settings: StreamSettings, schema: StructType, overwrite: bool,
                  schema_json: str | None):
         if overwrite:
-            raise LedgerSourceError("a streaming sink only appends: use outputMode append (complete/update would rewrite the log)")
+            raise LedgerSourceError(
+                "a streaming sink only appends: use outputMode append (complete/update would rewrite the log)")
         name = opts.require_log("writing")
         names = schema.fieldNames()
         types = {f.name: f.dataType.typeName() for f in schema.fields}
@@ -98,12 +100,13 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
                                    ctx.taskAttemptId(), query_id, int(batch_id))
         return StreamCommitMessage(result)
 
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 - Spark's API
         commit_stream_batch(self.job, self.run_id, [m.result if isinstance(m, StreamCommitMessage) else None for m in messages],
                             batchId, self.fail_commit)
 
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        abort_stream_batch(self.job, self.run_id, [m.result if isinstance(m, StreamCommitMessage) else None for m in messages], batchId)
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 - Spark's API
+        results = [m.result if isinstance(m, StreamCommitMessage) else None for m in messages]
+        abort_stream_batch(self.job, self.run_id, results, batchId)
 
 
 # ---- source ------------------------------------------------------------------------------------------
@@ -124,18 +127,18 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.payload_format = shape_of(client, opts).payload_format
         self._target: Offset | None = None  # Trigger.AvailableNow's end
 
-    def initialOffset(self) -> dict:  # noqa: N802
+    def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's API
         with open_client(self.opts) as client:
             return initial_offset(client, self.opts).to_dict()
 
-    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - Spark's API
         if self.settings.max_entries_per_trigger is not None:
             return ReadMaxRows(self.settings.max_entries_per_trigger)
         if self.settings.max_bytes_per_trigger is not None:
             return ReadMaxBytes(self.settings.max_bytes_per_trigger)
         return ReadAllAvailable()
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # noqa: N802
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802 - Spark's API
         begin = Offset.from_dict(start)
         max_entries = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
@@ -145,12 +148,12 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = max(begin, self._target)
         return end.to_dict()
 
-    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's API
         with open_client(self.opts) as client:
             self._target = latest_offset(client, self.opts, Offset(-1, 0), None, None)
         log.info("Trigger.AvailableNow target offset=%s", self._target)
 
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         with open_client(self.opts) as client:
             ranges = plan_stream_ranges(client, self.opts, self.settings, Offset.from_dict(start), Offset.from_dict(end))
         return [StreamPartition(r) for r in ranges]
@@ -160,7 +163,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         yield from read_partition(self.opts, partition.range,
                                   ReadSpec(self.payload_format, self.arrow_schema, self.opts.password))
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         # Offsets live in Spark's checkpoint; the log keeps its data until retention trims it.
         return None
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -39,6 +40,8 @@ from pyspark_ledger.datasource.planning import (
     open_client,
     read_log_head,
 )
+from pyspark_ledger.datasource.sink_epoch import hold_query_epoch
+from pyspark_ledger.datasource.write_task import write_task
 from pyspark_ledger.datasource.writer import (
     JOB_COMMITTED,
     JOB_OPEN,
@@ -49,8 +52,6 @@ from pyspark_ledger.datasource.writer import (
     _job_value,
     check_columns,
 )
-from pyspark_ledger.datasource.write_task import write_task
-from pyspark_ledger.datasource.sink_epoch import hold_query_epoch
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.log.errors import StaleEpochError
 from pyspark_ledger.log.takeover import check_epoch
@@ -126,16 +127,16 @@ class Offset:
         return {"seq": self.seq, "entry": self.entry, "ledger": self.ledger}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | str) -> "Offset":
+    def from_dict(cls, d: Mapping[str, Any] | str) -> Offset:
         if isinstance(d, str):
             d = json.loads(d)
         try:
-            return cls(int(d["seq"]), int(d["entry"]), str(d.get("ledger", "")))  # type: ignore[union-attr, index]
+            return cls(int(d["seq"]), int(d["entry"]), str(d.get("ledger", "")))  # type: ignore[union-attr, index]  # bad JSON: TypeError below
         except (KeyError, TypeError, ValueError) as exc:
             raise LedgerSourceError(f"not a ledger stream offset: {d!r}") from exc
 
 
-def _readable_ends(client: "LedgerClient", head: LogHead, opts: LedgerSourceOptions,
+def _readable_ends(client: LedgerClient, head: LogHead, opts: LedgerSourceOptions,
                    from_seq: int) -> Iterator[tuple[int, LedgerId, int, int | None, bool]]:
     """For each ledger from `from_seq`: (seq, id, last readable entry, average entry bytes or None,
     closed?). Stops after the first ledger that is not closed yet: what follows it must wait
@@ -158,7 +159,7 @@ def _readable_ends(client: "LedgerClient", head: LogHead, opts: LedgerSourceOpti
             return
 
 
-def initial_offset(client: "LedgerClient", opts: LedgerSourceOptions) -> Offset:
+def initial_offset(client: LedgerClient, opts: LedgerSourceOptions) -> Offset:
     head = read_log_head(client, opts)
     rec = head.record
     if opts.starting.kind == "position":
@@ -176,7 +177,7 @@ def initial_offset(client: "LedgerClient", opts: LedgerSourceOptions) -> Offset:
     return Offset(rec.next_seq, 0)  # an empty log: the first ledger appended gets this seq or later
 
 
-def latest_offset(client: "LedgerClient", opts: LedgerSourceOptions, start: Offset,
+def latest_offset(client: LedgerClient, opts: LedgerSourceOptions, start: Offset,
                   max_entries: int | None, max_bytes: int | None) -> Offset:
     """The end of the next micro-batch: the readable end of the log, limited (if asked) to
     max_entries / about max_bytes after `start`. Never before `start`."""
@@ -220,7 +221,7 @@ def check_data_loss(rec: LogRecord, first: LogLedger | None, start: Offset, sett
     return Offset(first.seq, 0, first.ledger_id.qualified_name)
 
 
-def plan_stream_ranges(client: "LedgerClient", opts: LedgerSourceOptions, settings: StreamSettings,
+def plan_stream_ranges(client: LedgerClient, opts: LedgerSourceOptions, settings: StreamSettings,
                        start: Offset, end: Offset) -> list[LedgerRange]:
     """Ranges covering [start, end) in log order, per fragment, split to maxEntriesPerPartition."""
     if end <= start:
@@ -293,7 +294,7 @@ def stream_write_task(base: WriteJob, run_id: str, batches: Iterator[pa.RecordBa
     return StreamTaskResult(result, query_id, batch_id, run_id)
 
 
-def _sweep_query_staging(client: "LedgerClient", base: WriteJob, query_id: str, keep_dir: str) -> None:
+def _sweep_query_staging(client: LedgerClient, base: WriteJob, query_id: str, keep_dir: str) -> None:
     """Delete what crashed runs of this query left in staging (never a ledger that is in the log)."""
     root = join(STAGING, base.log_name)
     published = client.logs.lookup(base.log_name)  # bounded walk from the newest; unknown counts as in
@@ -307,7 +308,7 @@ def _sweep_query_staging(client: "LedgerClient", base: WriteJob, query_id: str, 
             log.warning("could not sweep old staging dir=%s error=%s", name, exc)
 
 
-def _maybe_fail(client: "LedgerClient", base: WriteJob, when: str, fail_commit: str | None) -> None:
+def _maybe_fail(client: LedgerClient, base: WriteJob, when: str, fail_commit: str | None) -> None:
     """Testing hook: fail one commit per log, at `when`, remembered in metadata across restarts."""
     if fail_commit != when:
         return
@@ -337,10 +338,10 @@ def commit_stream_batch(base: WriteJob, run_id: str, messages: list[StreamTaskRe
     with open_client(base.opts) as client:
         sizes: list[tuple[int, int]] = []
         for r in committed:
-            meta, _ = client.ledgers.read(r.ledger_id)  # type: ignore[arg-type]
+            meta, _ = client.ledgers.read(r.ledger_id)  # type: ignore[arg-type]  # committed: has a ledger
             if not meta.is_closed:
                 # Closed by its task; if not (a lost close), fence and seal it now.
-                meta = client.open_ledger(r.ledger_id, recovery=True, password=base.opts.password).metadata  # type: ignore[arg-type]
+                meta = client.open_ledger(r.ledger_id, recovery=True, password=base.opts.password).metadata  # type: ignore[arg-type]  # as above
             if meta.last_entry_id != r.entry_count - 1:
                 raise LedgerSourceError(f"ledger {r.ledger_id} of partition {r.partition_id} is not sealed as reported")
             sizes.append((r.entry_count, int(meta.length_bytes or 0)))
@@ -355,7 +356,8 @@ def commit_stream_batch(base: WriteJob, run_id: str, messages: list[StreamTaskRe
                 return None
             replayed[0] = False
             if rec.ledgers and rec.payload_format != base.payload_format:
-                raise LedgerSourceError(f"log {rec.name!r} holds {rec.payload_format} entries; the stream writes {base.payload_format}")
+                raise LedgerSourceError(
+                    f"log {rec.name!r} holds {rec.payload_format} entries; the stream writes {base.payload_format}")
             return (rec.with_ledgers_appended(ids, sizes).with_schema(base.schema_json, base.payload_format)
                     .with_committed_batch(query_id, batch_id))
 
@@ -387,7 +389,7 @@ def commit_stream_batch(base: WriteJob, run_id: str, messages: list[StreamTaskRe
         _clean_batch_staging(client, base, job, query_id, batch_id)
 
 
-def _clean_batch_staging(client: "LedgerClient", base: WriteJob, job: WriteJob, query_id: str, batch_id: int) -> None:
+def _clean_batch_staging(client: LedgerClient, base: WriteJob, job: WriteJob, query_id: str, batch_id: int) -> None:
     """Delete the batch's staged ledgers that are not in the log, and what crashed runs left."""
     published = client.logs.lookup(base.log_name)  # bounded walk from the newest; unknown counts as in
     try:

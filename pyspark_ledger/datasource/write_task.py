@@ -15,8 +15,9 @@ import json
 import logging
 import os
 from collections import deque
+from collections.abc import Iterator
 from datetime import timedelta
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -59,7 +60,7 @@ TASK_LEDGER_MAX_OPEN = timedelta(hours=24)
 class _TaskLedger:
     """The ledger of one task attempt, registered in staging before anything is written."""
 
-    def __init__(self, client: "LedgerClient", job: WriteJob, partition_id: int, attempt_number: int,
+    def __init__(self, client: LedgerClient, job: WriteJob, partition_id: int, attempt_number: int,
                  task_attempt_id: int):
         o = job.opts
         ctx = CreateContext.builder().created_by("", "spark", f"job {job.job_id}", this_host())
@@ -69,7 +70,7 @@ class _TaskLedger:
         ctx = ctx.part_of_data_set(o.data_set or f"log:{job.log_name}").expected_max_open_duration(TASK_LEDGER_MAX_OPEN)
         self.client = client
         self.password = o.password
-        self.handle: "WriteHandle" = client.create_ledger(
+        self.handle: WriteHandle = client.create_ledger(
             o.ensemble_size, o.write_quorum_size, o.ack_quorum_size, o.digest_type, o.password,
             create_context=ctx.build(),
         )
@@ -93,7 +94,7 @@ class _TaskLedger:
             _remove_implicit_parents(client, job)
             raise
         self.entries = 0
-        self._inflight: deque[tuple["AddFuture", int]] = deque()
+        self._inflight: deque[tuple[AddFuture, int]] = deque()
         self._inflight_bytes = 0
 
     def add(self, payload: bytes) -> None:
@@ -148,7 +149,7 @@ class _TaskLedger:
                 log.warning("could not unregister a deleted ledger from staging node=%s error=%s", self.node, exc)
 
 
-def _remove_implicit_parents(client: "LedgerClient", job: WriteJob) -> None:
+def _remove_implicit_parents(client: LedgerClient, job: WriteJob) -> None:
     """After a late attempt unregistered itself: the job is finished, and the driver may have
     failed to delete the job node because this attempt's node was there, or this attempt's
     registration re-created it (create makes missing parents, with empty values). Remove the
@@ -168,7 +169,7 @@ def _raw_payloads(batch: pa.RecordBatch) -> list[bytes]:
     col = batch.column(batch.schema.get_field_index("payload"))
     if col.null_count:
         raise LedgerSourceError("raw writes need a payload in every row; the payload column has nulls")
-    return col.to_pylist()  # type: ignore[no-any-return]
+    return col.to_pylist()
 
 
 def _inject_failure(job: WriteJob, partition_id: int, attempt_number: int, ledger: _TaskLedger) -> None:

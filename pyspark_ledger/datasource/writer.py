@@ -29,8 +29,9 @@ import json
 import logging
 import os
 import time
+from collections.abc import Container
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Container
+from typing import TYPE_CHECKING, Any
 
 from metadata import (
     BadVersionError,
@@ -195,7 +196,7 @@ def abnormal_close_context(reason: str) -> CloseContext:
 # ---- driver: commit and abort ---------------------------------------------------------------------------
 
 
-def delete_or_mark(client: "LedgerClient", lid: LedgerId, reason: str, password: bytes = b"") -> bool:
+def delete_or_mark(client: LedgerClient, lid: LedgerId, reason: str, password: bytes = b"") -> bool:
     """Delete a ledger that must not survive. If that is impossible, make sure it carries a close
     context marking it for deletion now, for the orphan auditor. True if it is gone."""
     problem: Exception | None = None
@@ -223,7 +224,7 @@ def delete_or_mark(client: "LedgerClient", lid: LedgerId, reason: str, password:
     return False
 
 
-def _set_job_state(client: "LedgerClient", job: WriteJob, expected: tuple[str, ...], state: str) -> None:
+def _set_job_state(client: LedgerClient, job: WriteJob, expected: tuple[str, ...], state: str) -> None:
     got = client.store.get(job.staging_path)
     if got is None:
         raise LedgerSourceError(f"write job {job.job_id} on log {job.log_name!r}: its staging node {job.staging_path} is gone")
@@ -233,7 +234,7 @@ def _set_job_state(client: "LedgerClient", job: WriteJob, expected: tuple[str, .
     client.store.compare_and_set(job.staging_path, _job_value(state, job), got.version)
 
 
-def _clean_staging(client: "LedgerClient", job: WriteJob, keep: Container[LedgerId], reason: str) -> list[LedgerId]:
+def _clean_staging(client: LedgerClient, job: WriteJob, keep: Container[LedgerId], reason: str) -> list[LedgerId]:
     """Delete every staged ledger not in `keep`, then the staging nodes. Returns what was deleted."""
     deleted: list[LedgerId] = []
     leftovers = 0
@@ -291,7 +292,7 @@ def commit_job(job: WriteJob, results: list[TaskResult | None]) -> None:
         _set_job_state(client, job, (JOB_OPEN,), JOB_COMMITTING)
         sizes: list[tuple[int, int]] = []
         for r in committed:
-            meta, _ = client.ledgers.read(r.ledger_id)  # type: ignore[arg-type]
+            meta, _ = client.ledgers.read(r.ledger_id)  # type: ignore[arg-type]  # committed: has a ledger
             if not meta.is_closed or meta.last_entry_id != r.entry_count - 1:
                 raise LedgerSourceError(f"ledger {r.ledger_id} of partition {r.partition_id} is not sealed as reported")
             sizes.append((r.entry_count, int(meta.length_bytes or 0)))
@@ -319,7 +320,8 @@ def commit_job(job: WriteJob, results: list[TaskResult | None]) -> None:
         try:
             dropped = _clean_staging(client, job, set(ids), f"not committed by spark job {job.job_id}")
             if dropped:
-                log.info("deleted ledgers of failed or duplicate attempts job=%s ledgers=%s", job.job_id, [str(x) for x in dropped])
+                log.info("deleted ledgers of failed or duplicate attempts job=%s ledgers=%s", job.job_id,
+                         [str(x) for x in dropped])
         except (MetadataError, LedgerError) as exc:
             log.warning("staging cleanup incomplete (the commit stands) job=%s error=%s", job.job_id, exc)
         if job.overwrite:
@@ -331,7 +333,7 @@ def commit_job(job: WriteJob, results: list[TaskResult | None]) -> None:
                 log.warning("replaced ledgers not deleted yet; the next trim finishes log=%s error=%s", job.log_name, exc)
 
 
-def _staged(client: "LedgerClient", job: WriteJob) -> set[LedgerId]:
+def _staged(client: LedgerClient, job: WriteJob) -> set[LedgerId]:
     out = set()
     for qname in client.store.children(job.staging_path):
         try:
@@ -341,7 +343,7 @@ def _staged(client: "LedgerClient", job: WriteJob) -> set[LedgerId]:
     return out
 
 
-def _published(client: "LedgerClient", log_name: str, ids: set[LedgerId]) -> set[LedgerId]:
+def _published(client: LedgerClient, log_name: str, ids: set[LedgerId]) -> set[LedgerId]:
     return client.logs.lookup(log_name).found(ids) if ids else set()
 
 
@@ -351,7 +353,7 @@ def abort_job(job: WriteJob) -> None:
         _abort_staged(client, job)
 
 
-def _abort_staged(client: "LedgerClient", job: WriteJob) -> None:
+def _abort_staged(client: LedgerClient, job: WriteJob) -> None:
     """The job's staged ledgers that are not in the log are deleted (or marked); the log is untouched."""
     try:
         _set_job_state(client, job, (JOB_OPEN, JOB_COMMITTING, JOB_ABORTING), JOB_ABORTING)

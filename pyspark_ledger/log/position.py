@@ -21,11 +21,11 @@ class Position:
         return {"seq": self.seq, "ledger": self.ledger_id.qualified_name, "entry": self.entry_id}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any] | str) -> "Position":
+    def from_json(cls, d: dict[str, Any] | str) -> Position:
         if isinstance(d, str):
             d = json.loads(d)
         try:
-            return cls(int(d["seq"]), int(d["entry"]), LedgerId.from_qualified_name(d["ledger"]))  # type: ignore[index]
+            return cls(int(d["seq"]), int(d["entry"]), LedgerId.from_qualified_name(d["ledger"]))  # type: ignore[index]  # bad JSON: TypeError below
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a log position: {d!r} (expected {{\"seq\": n, \"ledger\": hex, \"entry\": n}})") from exc
 

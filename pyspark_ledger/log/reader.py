@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from metadata import LedgerId
 from metadata.log_record import LogLedger, LogRecord
@@ -30,7 +31,7 @@ class LogReader:
         self.head, self.version = client.logs.read_head(name)
         self._changed = threading.Event()
         self._watch = client.logs.watch_head(name, self._on_change)
-        self._handles: dict[LedgerId, "ReadHandle"] = {}
+        self._handles: dict[LedgerId, ReadHandle] = {}
 
     @property
     def record(self) -> LogRecord:
@@ -53,7 +54,7 @@ class LogReader:
     def _ledger_at_or_after(self, seq: int) -> LogLedger | None:
         return self.client.logs.ledger_at_or_after(self.name, self.head, seq)
 
-    def _handle(self, lid: LedgerId) -> "ReadHandle":
+    def _handle(self, lid: LedgerId) -> ReadHandle:
         h = self._handles.get(lid)
         if h is None:
             h = self.client.open_ledger(lid, password=self.password)
@@ -66,7 +67,7 @@ class LogReader:
         if lg.sealed:
             if not h.is_closed():
                 h.refresh()  # the handle was opened while the ledger was still open
-            return lg.entry_count - 1  # type: ignore[operator]
+            return lg.entry_count - 1  # type: ignore[operator]  # sealed: it has a count
         if not h.is_closed():
             h.refresh()
         return h.last_add_confirmed()
@@ -139,7 +140,7 @@ class LogReader:
                 progressed = True
             if progressed:
                 idle_since = time.monotonic()
-            if h.is_closed() and nxt > h.metadata.last_entry_id:  # type: ignore[operator]
+            if h.is_closed() and nxt > h.metadata.last_entry_id:  # type: ignore[operator]  # closed: it has an end
                 nxt_lg = self._ledger_at_or_after(lg.seq + 1)
                 if nxt_lg is not None:
                     seq, nxt = nxt_lg.seq, 0
@@ -156,7 +157,7 @@ class LogReader:
             h.close()
         self._handles.clear()
 
-    def __enter__(self) -> "LogReader":
+    def __enter__(self) -> LogReader:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from metadata import LedgerId, NoSuchLedgerError, log_trim
 from metadata.context import now_ms

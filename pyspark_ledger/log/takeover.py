@@ -19,8 +19,9 @@ OPEN except the one the live writer is appending to (its last).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from metadata import LedgerId, LedgerMetadata, NoSuchLedgerError
 from metadata.log_record import LogLedger, LogRecord
@@ -51,7 +52,7 @@ class Takeover:
     record: LogRecord
 
 
-def update_log_head(client: "LedgerService", name: str,
+def update_log_head(client: LedgerService, name: str,
                     change: Callable[[LogRecord], LogRecord | None]) -> tuple[LogRecord, int]:
     """One compare-and-set loop on the log's head (LogManager.update_head: the change sees only
     the head's tail, which holds every unsealed ledger; nothing here needs more)."""
@@ -69,7 +70,7 @@ def unsealed_ledgers(ledgers: tuple[LogLedger, ...]) -> list[LogLedger]:
     return [lg for lg in ledgers if not lg.sealed][:TAKEOVER_LEDGERS_MAX]
 
 
-def take_over(client: "LedgerService", name: str, password: bytes = b"", *, create: bool = False,
+def take_over(client: LedgerService, name: str, password: bytes = b"", *, create: bool = False,
               writer: str = "this writer") -> Takeover:
     """Become the log's writer: bump the epoch, fence and close every unsealed ledger, record
     their seals. Raises StaleEpochError if yet another writer took over meanwhile."""
@@ -95,7 +96,9 @@ def take_over(client: "LedgerService", name: str, password: bytes = b"", *, crea
         out = r
         for lid, meta in seals.items():
             i = out.index_of(lid)
-            if i is not None and not out.ledgers[i].sealed and meta.last_entry_id is not None:
+            # A closed ledger's metadata has both its end and its length (LedgerMetadata checks it).
+            if i is not None and not out.ledgers[i].sealed and meta.last_entry_id is not None \
+                    and meta.length_bytes is not None:
                 out = out.with_sealed(lid, meta.last_entry_id + 1, meta.length_bytes)
         return None if out is r else out
 
@@ -107,7 +110,7 @@ def take_over(client: "LedgerService", name: str, password: bytes = b"", *, crea
     return Takeover(name, epoch, from_seq, rec)
 
 
-def fence_and_close(ledger_ids: list[LedgerId], client: "LedgerService",
+def fence_and_close(ledger_ids: list[LedgerId], client: LedgerService,
                     password: bytes) -> dict[LedgerId, LedgerMetadata]:
     """Recovery-open each ledger (fence it on its bookies, then close it at its last recoverable
     entry). A ledger that no longer exists (trimmed, deleted) is skipped."""
@@ -124,7 +127,7 @@ def fence_and_close(ledger_ids: list[LedgerId], client: "LedgerService",
     return out
 
 
-def open_ledgers_of(client: "LedgerService", name: str, password: bytes = b"") -> list[LedgerId]:
+def open_ledgers_of(client: LedgerService, name: str, password: bytes = b"") -> list[LedgerId]:
     """The ledgers of a log's head whose ledger metadata is not closed, in log order: after a
     takeover only the live writer's last ledger may be here (the invariant tests check)."""
     head, _ = client.logs.read_head(name)

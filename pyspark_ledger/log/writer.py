@@ -16,9 +16,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from metadata import CloseContext, CreateContext, LedgerId, LedgerMetadata, MetadataError
 from metadata.log_record import LogRecord
@@ -75,7 +76,7 @@ class LogWriter:
         self._lock = threading.RLock()
         self._stopped: LedgerError | None = None
         self._closed = False
-        self._ledger: "WriteHandle | None" = None
+        self._ledger: WriteHandle | None = None
         self._seq = -1
         self._entries = 0
         self._bytes = 0
@@ -105,7 +106,7 @@ class LogWriter:
     def _check_epoch(self, r: LogRecord) -> None:
         check_epoch(r, self.epoch, "this log writer")
 
-    def _new_ledger(self, previous: LedgerId | None) -> "WriteHandle":
+    def _new_ledger(self, previous: LedgerId | None) -> WriteHandle:
         o = self.options
         ctx = CreateContext.builder().part_of_data_set(f"log:{self.name}")
         if previous is not None:
@@ -130,7 +131,7 @@ class LogWriter:
             if i is None or rec.ledgers[i].sealed:
                 del self._unrecorded_seals[lid]
 
-    def _add_to_record(self, handle: "WriteHandle") -> LogRecord:
+    def _add_to_record(self, handle: WriteHandle) -> LogRecord:
         """Append `handle`'s ledger to the log record (with any seals not recorded yet), checking
         the epoch. On failure the record is re-read: the ledger is deleted only if the record is
         known not to reference it; if the change was applied after all, it stands."""
@@ -147,14 +148,14 @@ class LogWriter:
         self._forget_recorded_seals(rec)
         return rec
 
-    def _decide_failed_add(self, handle: "WriteHandle", exc: Exception) -> LogRecord:
+    def _decide_failed_add(self, handle: WriteHandle, exc: Exception) -> LogRecord:
         """The compare-and-set adding `handle` raised `exc`. A timeout or connection loss leaves
         its outcome unknown: only the record says whether it was applied."""
         lid = handle.ledger_id
         try:
             rec, _ = self.client.logs.read_tail(self.name)
         except Exception as read_exc:  # noqa: BLE001 - unknown is not absent: keep the ledger
-            handle._close_quietly()  # noqa: SLF001 - unsealed; whoever finds it in the log recovers it
+            handle._close_quietly()  # unsealed; whoever finds it in the log recovers it
             log.warning("could not tell whether a ledger was added to the log; keeping it log=%s ledger=%s "
                         "error=%s reread_error=%s", self.name, lid, exc, read_exc)
             raise self._stop(LogWriterStoppedError(
@@ -168,19 +169,19 @@ class LogWriter:
         log.warning("adding a ledger to the log reported %s but was applied log=%s ledger=%s", type(exc).__name__,
                     self.name, lid)
         if rec.writer_epoch != self.epoch:
-            handle._close_quietly()  # noqa: SLF001 - in the log: the writer that took over recovers it
+            handle._close_quietly()  # in the log: the writer that took over recovers it
             raise self._stop(StaleEpochError(self.name, rec.writer_epoch, self.epoch, "this log writer")) from exc
         return rec
 
-    def _discard(self, handle: "WriteHandle") -> None:
+    def _discard(self, handle: WriteHandle) -> None:
         """A ledger the log record is known not to reference: remove it rather than leak it."""
         try:
-            handle._close_quietly()  # noqa: SLF001
+            handle._close_quietly()
             self.client.delete_ledger(handle.ledger_id)
         except Exception as exc:  # noqa: BLE001 - best effort; the orphan auditor finds leftovers
             log.warning("could not delete an unused ledger ledger=%s error=%s", handle.ledger_id, exc)
 
-    def _switch_to(self, handle: "WriteHandle", rec: LogRecord) -> None:
+    def _switch_to(self, handle: WriteHandle, rec: LogRecord) -> None:
         i = rec.index_of(handle.ledger_id)
         if i is None:
             raise LedgerError(f"log {self.name!r}: ledger {handle.ledger_id} is not in the log it was added to")
@@ -192,7 +193,7 @@ class LogWriter:
     def append(self, payload: bytes, timeout_s: float | None = None) -> Position:
         return self.append_async(payload).result(timeout=timeout_s if timeout_s is not None else APPEND_TIMEOUT_S)
 
-    def append_async(self, payload: bytes) -> "Future[Position]":
+    def append_async(self, payload: bytes) -> Future[Position]:
         with self._lock:
             if self._stopped is not None:
                 raise self._stopped
@@ -211,7 +212,7 @@ class LogWriter:
         out: Future[Position] = Future()
         lid = handle.ledger_id
 
-        def done(f: "AddFuture") -> None:
+        def done(f: AddFuture) -> None:
             exc = f.exception()
             if exc is None:
                 out.set_result(Position(seq, f.result(), lid))
@@ -262,7 +263,7 @@ class LogWriter:
 
     # -- sealing --
 
-    def _seal_rolled_over(self, handle: "WriteHandle") -> None:
+    def _seal_rolled_over(self, handle: WriteHandle) -> None:
         """Close the ledger a rollover left behind. If its close fails, recover it (fence + close,
         bounded); if that fails too, stop: it is then still among the log's unsealed ledgers,
         which the next writer's takeover recovers."""
@@ -308,7 +309,7 @@ class LogWriter:
             "behind a newer ledger: open a new writer, whose takeover recovers it"))
 
     def _note_sealed(self, meta: LedgerMetadata) -> None:
-        if meta.last_entry_id is None:
+        if meta.last_entry_id is None or meta.length_bytes is None:
             raise LedgerError(f"ledger {meta.ledger_id} has no end after closing")
         self._unrecorded_seals[meta.ledger_id] = (meta.last_entry_id + 1, meta.length_bytes)
 
@@ -325,7 +326,7 @@ class LogWriter:
                 return
             handle = self._ledger
             if self._stopped is not None:
-                handle._close_quietly()  # noqa: SLF001 - stop its sender; unsealed, the next writer recovers it
+                handle._close_quietly()  # stop its sender; unsealed, the next writer recovers it
                 return
             try:
                 handle.close(CloseContext.builder().because_client_shutdown().build())
@@ -342,7 +343,7 @@ class LogWriter:
     def current_ledger(self) -> LedgerId | None:
         return None if self._ledger is None else self._ledger.ledger_id
 
-    def __enter__(self) -> "LogWriter":
+    def __enter__(self) -> LogWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:

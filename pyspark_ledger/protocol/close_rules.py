@@ -13,7 +13,7 @@ first, its end is adopted, so concurrent recoveries agree on where the ledger en
 from __future__ import annotations
 
 import enum
-from typing import Sequence
+from collections.abc import Sequence
 
 
 class CloseVerdict(enum.Enum):

@@ -12,7 +12,8 @@ answered here once.
 
 from __future__ import annotations
 
-from typing import Callable, Collection, Iterable, Iterator, Sequence, TypeVar
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from typing import TypeVar
 
 from metadata.quorum import write_set as write_set_indexes
 

@@ -12,8 +12,8 @@ always re-applied to the ensemble the metadata holds NOW, not the one read befor
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Collection, Mapping, Sequence
 
 from pyspark_ledger.protocol.distribution import ack_quorum_reachable
 

@@ -18,7 +18,7 @@ has a handful of bookies), no allocation per ack beyond the completed run.
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from pyspark_ledger.protocol.invariants import ensure
 

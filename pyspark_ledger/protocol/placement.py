@@ -6,7 +6,8 @@ Pure functions of the candidate list; the client supplies writable, live, not-qu
 from __future__ import annotations
 
 import random
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 from pyspark_ledger.errors import NotEnoughBookiesError
 

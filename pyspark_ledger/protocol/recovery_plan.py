@@ -17,8 +17,9 @@ window forward, so a writer killed with any number of MiB entries in flight stay
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Generic, Mapping, MutableMapping, Sequence, TypeVar
+from typing import Generic, TypeVar
 
 from pyspark_ledger.protocol.distribution import entry_absent
 from pyspark_ledger.protocol.invariants import ensure

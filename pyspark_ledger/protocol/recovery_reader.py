@@ -18,8 +18,9 @@ decide nothing count against STALLED_ROUNDS_MAX.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Generic, Mapping, Sequence, TypeVar, Union
+from typing import Any, Generic, TypeVar
 
 from pyspark_ledger.protocol.invariants import ensure
 from pyspark_ledger.protocol.recovery_plan import (
@@ -71,7 +72,7 @@ class Fail:
     message: str
 
 
-ReaderCommand = Union[Read, RetryAfter, Done, Fail]
+ReaderCommand = Read | RetryAfter | Done[Any] | Fail
 
 
 class RecoveryReader(Generic[T]):

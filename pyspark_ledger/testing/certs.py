@@ -38,7 +38,7 @@ class CertificateAuthority:
         self.directory.mkdir(parents=True, exist_ok=True)
         self._key = ec.generate_private_key(ec.SECP256R1())
         self._name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         self._cert = (
             x509.CertificateBuilder()
             .subject_name(self._name).issuer_name(self._name)
@@ -59,7 +59,7 @@ class CertificateAuthority:
         """A leaf certificate with subject CN `name` and SANs `hosts` (plus DNS `name` for a
         client identity); `expired`: valid only in the past (refused at the handshake)."""
         key = ec.generate_private_key(ec.SECP256R1())
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         start, end = (now - 30 * _DAY, now - _DAY) if expired else (now - _DAY, now + 825 * _DAY)
         usages = ([ExtendedKeyUsageOID.SERVER_AUTH] if server else []) + ([ExtendedKeyUsageOID.CLIENT_AUTH] if client else [])
         sans: list[x509.GeneralName] = []

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 from crc32c import crc32c
 
@@ -78,7 +78,7 @@ class FaultCounters:
 
     SAFETY = ("lost", "duplicated", "reordered", "corrupt", "past_lac", "stalled")
 
-    def add(self, other: "FaultCounters") -> None:
+    def add(self, other: FaultCounters) -> None:
         for f in dataclasses.fields(self):
             setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 

@@ -21,8 +21,8 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from pyspark_ledger.testing.faults_proxy import ProxyMode, TcpProxy
 
@@ -158,9 +158,9 @@ class SmallFilesystem:
         self.size_bytes = size_bytes
         self.mounted = False
 
-    def mount(self) -> "SmallFilesystem":
+    def mount(self) -> SmallFilesystem:
         if os.geteuid() != 0:
-            raise FaultUnavailable("mounting a small file system needs root (this process is uid %d)" % os.geteuid())
+            raise FaultUnavailable(f"mounting a small file system needs root (this process is uid {os.geteuid()})")
         self.mount_point.mkdir(parents=True, exist_ok=True)
         res = subprocess.run(
             ["mount", "-t", "tmpfs", "-o", f"size={self.size_bytes},mode=0755", "tmpfs", str(self.mount_point)],
@@ -211,7 +211,7 @@ class SmallFilesystem:
             subprocess.run(["umount", "-l", str(self.mount_point)], capture_output=True, timeout=30)
         self.mounted = False
 
-    def __enter__(self) -> "SmallFilesystem":
+    def __enter__(self) -> SmallFilesystem:
         return self.mount()
 
     def __exit__(self, *exc: object) -> None:

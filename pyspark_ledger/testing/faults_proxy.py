@@ -48,7 +48,7 @@ def _reset(sock: socket.socket) -> None:
 class _Link:
     """One proxied connection: a pump thread per direction."""
 
-    def __init__(self, proxy: "TcpProxy", downstream: socket.socket, upstream: socket.socket):
+    def __init__(self, proxy: TcpProxy, downstream: socket.socket, upstream: socket.socket):
         self.proxy, self.down, self.up = proxy, downstream, upstream
         self.closed = threading.Event()
         self.threads = [
@@ -100,7 +100,7 @@ class _Link:
                 _reset(s)
             else:
                 s.close()
-        self.proxy._forget(self)  # noqa: SLF001
+        self.proxy._forget(self)
 
 
 class TcpProxy:
@@ -126,7 +126,7 @@ class TcpProxy:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self) -> "TcpProxy":
+    def start(self) -> TcpProxy:
         self._accepter.start()
         return self
 
@@ -155,7 +155,7 @@ class TcpProxy:
         while not self._stop.is_set():
             try:
                 down, _ = self._listener.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 return
@@ -186,7 +186,7 @@ class TcpProxy:
             for t in link.threads:
                 t.join(JOIN_S)
 
-    def __enter__(self) -> "TcpProxy":
+    def __enter__(self) -> TcpProxy:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -27,6 +27,8 @@ from pyspark_ledger.testing.zookeeper_server import free_port
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from pyspark_ledger.testing.certs import CertificateSet
+
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 30.0
@@ -71,7 +73,7 @@ class LocalBookie:
             *self.extra_args,
         ]
 
-    def start(self, wait: bool = True) -> "LocalBookie":
+    def start(self, wait: bool = True) -> LocalBookie:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         logf = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.command(), stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -81,8 +83,8 @@ class LocalBookie:
         return self
 
     def wait_serving(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        from pyspark_ledger.transport.bookie_client import BookieClient
         from pyspark_ledger.errors import BookieUnavailableError
+        from pyspark_ledger.transport.bookie_client import BookieClient
         from pyspark_ledger.transport.tls import TlsSettings
 
         deadline = time.monotonic() + timeout_s
@@ -98,7 +100,8 @@ class LocalBookie:
                     return
                 except BookieUnavailableError:
                     if time.monotonic() > deadline:
-                        raise BookieStartError(f"bookie {self.bookie_id} not serving after {timeout_s:g} s:\n{self.tail_log()}") from None
+                        raise BookieStartError(
+                            f"bookie {self.bookie_id} not serving after {timeout_s:g} s:\n{self.tail_log()}") from None
                     time.sleep(0.05)
         finally:
             client.close()
@@ -150,7 +153,7 @@ class LocalBookie:
             self.proc.wait(timeout=STOP_TIMEOUT_S)
         self.proc = None
 
-    def restart(self) -> "LocalBookie":
+    def restart(self) -> LocalBookie:
         self.stop()
         return self.start()
 
@@ -178,7 +181,7 @@ class LocalCluster:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.metadata_uri = metadata_uri or f"sqlite://{self.work_dir / 'metadata.db'}"
         self.bookie_args = bookie_args or []
-        self.certs = None
+        self.certs: CertificateSet | None = None
         self.client_tls: dict[str, str] = {}
         if tls or tls_client_auth:
             self._enable_tls(tls_client_auth)
@@ -189,7 +192,7 @@ class LocalCluster:
 
     @classmethod
     def embedded(cls, num_bookies: int = 3, *, home: str | Path | None = None,
-                 bookie_args: list[str] | None = None) -> "LocalCluster":
+                 bookie_args: list[str] | None = None) -> LocalCluster:
         """Bookies on the embedded default store: metadata at <home>/metadata.db (home: the
         PYSPARK_LEDGER_HOME environment variable, else ~/.pyspark-ledger), bookie data under
         <home>/bookies. Processes stop at exit (call start(), or use `with`); the data stays, so
@@ -222,7 +225,7 @@ class LocalCluster:
             b.start()
         return b
 
-    def start(self) -> "LocalCluster":
+    def start(self) -> LocalCluster:
         if not self._atexit_registered:
             atexit.register(self.close)
             self._atexit_registered = True
@@ -242,12 +245,12 @@ class LocalCluster:
         for b in self.bookies:
             try:
                 b.stop()
-            except Exception:  # noqa: BLE001 - keep stopping the others
+            except Exception:  # keep stopping the others
                 log.exception("stopping bookie failed")
         if self._own_dir and os.environ.get("LEDGER_KEEP_CLUSTER") != "1":
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
-    def __enter__(self) -> "LocalCluster":
+    def __enter__(self) -> LocalCluster:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -264,7 +267,7 @@ READER_EXECUTOR_ENV = {"spark.executorEnv.MALLOC_ARENA_MAX": "1"}
 
 
 def local_spark_session(app_name: str, *, master: str = "local[2]", log_level: str = "WARN",
-                        conf: dict[str, str] | None = None) -> "SparkSession":
+                        conf: dict[str, str] | None = None) -> SparkSession:
     """A local SparkSession on loopback only (by default Spark binds to the host's first
     non-loopback address), without the web UI, with small shuffles, with the executor settings
     recommended for reading ledgers (READER_EXECUTOR_ENV, unless the environment already sets

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 
 class ProcessLines:

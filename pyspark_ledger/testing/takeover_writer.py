@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 import threading
 from concurrent.futures import Future
+from functools import partial
 
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.testing.fault_check import encode
@@ -40,12 +41,12 @@ def main() -> None:
     if sys.stdin.readline().strip() != "GO":
         return
 
-    def report(seq: int, fut: "Future[object]") -> None:
+    def report(seq: int, fut: Future[object]) -> None:
         exc = fut.exception()
         say(f"ACK {seq}" if exc is None else f"ERROR {seq} {type(exc).__name__}")
 
     for seq in range(acked_first, acked_first + count):
-        writer.append_async(encode("old", seq, size)).add_done_callback(lambda f, s=seq: report(s, f))
+        writer.append_async(encode("old", seq, size)).add_done_callback(partial(report, seq))
     say(f"SENT {count}")
     threading.Event().wait(LIFETIME_S)
 

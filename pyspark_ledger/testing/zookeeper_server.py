@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -25,6 +26,9 @@ ZOOKEEPER_JARS = ("/usr/share/java/zookeeper.jar",)
 OPTIONAL_JARS = ("/usr/share/java/slf4j-simple.jar",)
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
+# zoo.cfg line that makes the server accept SASL logins and check `sasl:<user>` ACLs (the JAAS file
+# named by -Djava.security.auth.login.config says who may log in).
+SASL_AUTH_PROVIDER_LINE = "authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider"
 
 
 class ZooKeeperNotInstalled(RuntimeError):
@@ -80,7 +84,7 @@ def four_letter(port: int, cmd: str, timeout_s: float = 2.0) -> str:
         while True:
             try:
                 data = s.recv(4096)
-            except socket.timeout:
+            except TimeoutError:
                 break
             if not data:
                 break
@@ -98,9 +102,13 @@ class LocalZooKeeper:
         port: int | None = None,
         min_session_timeout_ms: int = 1000,
         max_session_timeout_ms: int = 20000,
-        quorum: "list[tuple[int, int, int]] | None" = None,
+        quorum: list[tuple[int, int, int]] | None = None,
         my_id: int = 0,
+        sasl_users: dict[str, str] | None = None,
     ):
+        """sasl_users: {user: secret} of a JAAS `Server` section (DigestLoginModule): the server then
+        accepts SASL DIGEST-MD5 logins of these users and enforces `sasl:<user>` ACLs. None: no SASL
+        (the default, which the rest of the test suite runs on)."""
         for jar in ZOOKEEPER_JARS:
             if not os.path.exists(jar):
                 raise ZooKeeperNotInstalled(
@@ -118,6 +126,7 @@ class LocalZooKeeper:
         self.my_id = my_id
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.work_dir / "zookeeper.log"
+        self.sasl_users = dict(sasl_users) if sasl_users else None
 
     @property
     def hosts(self) -> str:
@@ -145,6 +154,7 @@ class LocalZooKeeper:
                     # Fsync every transaction as production does.
                     "forceSync=yes",
                     *self._quorum_lines(data),
+                    *([SASL_AUTH_PROVIDER_LINE] if self.sasl_users else []),
                     "",
                 ]
             )
@@ -159,6 +169,22 @@ class LocalZooKeeper:
         for i, (_, quorum_port, election_port) in enumerate(self.quorum, start=1):
             lines.append(f"server.{i}=127.0.0.1:{quorum_port}:{election_port}")
         return lines
+
+    def _write_jaas(self) -> Path:
+        """The server's JAAS login configuration: one `Server` section with DigestLoginModule users.
+        Owner-only, as it holds the secrets."""
+        assert self.sasl_users
+        entries = []
+        for user, secret in self.sasl_users.items():
+            # What Java's JAAS file parser takes as an option name and a quoted value.
+            if not re.fullmatch(r"[A-Za-z0-9_.]+", user) or any(c in secret for c in '"\\\n'):
+                raise ValueError("SASL user names are letters, digits, _ and .; secrets have no quotes, backslashes or newlines")
+            entries.append(f'    user_{user}="{secret}"')
+        jaas = self.work_dir / "jaas.conf"
+        jaas.touch(mode=0o600)
+        jaas.write_text("Server {\n    org.apache.zookeeper.server.auth.DigestLoginModule required\n"
+                        + "\n".join(entries) + ";\n};\n")
+        return jaas
 
     def mode(self) -> str:
         """'standalone', 'leader', 'follower', or '' when it does not serve (yet)."""
@@ -177,12 +203,13 @@ class LocalZooKeeper:
             self.proc.wait(timeout=STOP_TIMEOUT_S)
         self.proc = None
 
-    def start(self) -> "LocalZooKeeper":
+    def start(self) -> LocalZooKeeper:
         cfg = self._write_config()
         classpath = ":".join(list(ZOOKEEPER_JARS) + [j for j in OPTIONAL_JARS if os.path.exists(j)])
         cmd = [
             "java", "-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
             "-Dzookeeper.admin.enableServer=false",
+            *([f"-Djava.security.auth.login.config={self._write_jaas()}"] if self.sasl_users else []),
             "-cp", classpath,
             "org.apache.zookeeper.server.quorum.QuorumPeerMain" if self.quorum
             else "org.apache.zookeeper.server.ZooKeeperServerMain",
@@ -231,7 +258,7 @@ class LocalZooKeeper:
         if self._own_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
-    def __enter__(self) -> "LocalZooKeeper":
+    def __enter__(self) -> LocalZooKeeper:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -256,14 +283,14 @@ class LocalZooKeeperEnsemble:
     def uri(self, root: str = "/ledgers") -> str:
         return f"zk://{self.hosts}{root}"
 
-    def start(self) -> "LocalZooKeeperEnsemble":
+    def start(self) -> LocalZooKeeperEnsemble:
         for m in self.members:
             m.work_dir.mkdir(parents=True, exist_ok=True)
             m.start()
         self.wait_serving(len(self.members))
         return self
 
-    def wait_serving(self, count: int, timeout_s: float = START_TIMEOUT_S) -> "LocalZooKeeper":
+    def wait_serving(self, count: int, timeout_s: float = START_TIMEOUT_S) -> LocalZooKeeper:
         """Wait until `count` members serve with one leader among them; return the leader."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -275,14 +302,14 @@ class LocalZooKeeperEnsemble:
         tails = "\n".join(m.tail_log(15) for m in self.members)
         raise RuntimeError(f"ZooKeeper ensemble {self.hosts}: no leader with {count} serving in {timeout_s:g} s:\n{tails}")
 
-    def leader(self) -> "LocalZooKeeper":
+    def leader(self) -> LocalZooKeeper:
         return self.wait_serving(1)
 
     def close(self) -> None:
         for m in self.members:
             m.close()
 
-    def __enter__(self) -> "LocalZooKeeperEnsemble":
+    def __enter__(self) -> LocalZooKeeperEnsemble:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -24,8 +24,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import InvalidStateError
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 from pyspark_ledger.transport.add_poller import LEADER_RETRY_S
 
@@ -44,7 +45,7 @@ class Completion(Protocol):
     """One acknowledged add of a run: its future and the entry id it resolves to."""
 
     @property
-    def future(self) -> "AddFuture": ...
+    def future(self) -> AddFuture: ...
 
     @property
     def entry_id(self) -> int: ...
@@ -61,7 +62,7 @@ class AddFutureGroup:
         self.driver = driver
         self.waiting = 0
 
-    def new_future(self) -> "AddFuture":
+    def new_future(self) -> AddFuture:
         return AddFuture(self)
 
 
@@ -175,12 +176,12 @@ def complete_run(group: AddFutureGroup, run: Sequence[Completion]) -> None:
     with group.condition:
         for c in run:
             f = c.future
-            if not f._done:  # noqa: SLF001 - this module's own fields
-                f._result = c.entry_id  # noqa: SLF001
-                f._done = True  # noqa: SLF001
-                callbacks = f._callbacks  # noqa: SLF001
+            if not f._done:  # this module's own fields
+                f._result = c.entry_id
+                f._done = True
+                callbacks = f._callbacks
                 if callbacks is not None:
-                    f._callbacks = None  # noqa: SLF001
+                    f._callbacks = None
                     if with_callbacks is None:
                         with_callbacks = []
                     with_callbacks.append((f, callbacks))
@@ -195,5 +196,5 @@ def complete_run(group: AddFutureGroup, run: Sequence[Completion]) -> None:
 def _call(future: AddFuture, fn: DoneCallback) -> None:
     try:
         fn(future)
-    except Exception:  # noqa: BLE001 - as concurrent.futures: one bad callback must not stop the rest
+    except Exception:  # as concurrent.futures: one bad callback must not stop the rest
         log.exception("exception calling callback for %r", future)

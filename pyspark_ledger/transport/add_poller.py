@@ -27,7 +27,8 @@ import os
 import select
 import threading
 import time
-from typing import Callable, Protocol, Sized
+from collections.abc import Callable, Sized
+from typing import Protocol
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +184,7 @@ class AddPoller:
                 # Until a caller wants to read itself (it then waits for us at most one answer).
                 while not self._closed and not self._caller_waiting:
                     self._read(POLL_SLICE_S)
-            except Exception:  # noqa: BLE001 - the reader must survive; streams fail themselves
+            except Exception:  # the reader must survive; streams fail themselves
                 log.exception("add poller failed")
             finally:
                 # A caller takes over: stay out of its way for a grace period (it needs a moment

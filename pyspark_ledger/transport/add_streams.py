@@ -30,8 +30,9 @@ import ssl
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterator, Protocol, Sequence
+from typing import Protocol
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -83,9 +84,9 @@ class StreamPoller(Protocol):
     """Who reads a SocketAddStream's answers (transport.add_poller.AddPoller): declared here, so
     a stream needs neither the poller's module nor the BookieClient that owns it."""
 
-    def register(self, stream: "SocketAddStream") -> None: ...
+    def register(self, stream: SocketAddStream) -> None: ...
 
-    def unregister(self, stream: "SocketAddStream") -> None: ...
+    def unregister(self, stream: SocketAddStream) -> None: ...
 
 # Request ids are unique per process, not per stream, so one encoded batch can go to every bookie
 # of a write set: the same id is unique on each of their streams.
@@ -220,7 +221,7 @@ class AddStream:
         for p in pending.values():
             try:
                 p.callback(Status.INTERNAL_ERROR, f"transport: {reason}")
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("add callback failed")
 
 
@@ -271,7 +272,7 @@ class GrpcAddStream(AddStream):
             self.fail("add stream closed by the bookie")
         except grpc.RpcError as exc:
             self.fail(f"add stream failed: {exc.code().name} {exc.details() or ''}".strip())
-        except Exception as exc:  # noqa: BLE001 - never leave adds hanging
+        except Exception as exc:  # never leave adds hanging
             log.exception("add stream receiver crashed bookie=%s", self.bookie_id)
             self.fail(f"add stream receiver crashed: {exc!r}")
 
@@ -442,7 +443,7 @@ class SocketAddStream(AddStream):
                 self._complete(results)
         except (FramingError, DecodeError) as exc:
             self.finish(f"add connection to {self.address} failed: {exc}")
-        except Exception as exc:  # noqa: BLE001 - never leave adds hanging
+        except Exception as exc:  # never leave adds hanging
             log.exception("add answer handling crashed bookie=%s", self.bookie_id)
             self.finish(f"add answer handling crashed: {exc!r}")
 

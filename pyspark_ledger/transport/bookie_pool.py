@@ -13,13 +13,13 @@ import logging
 import re
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from metadata import BookieInfo, BookieRegistry, MetadataError
+from pyspark_ledger.errors import BookieUnavailableError
 from pyspark_ledger.transport.add_poller import AddPoller
 from pyspark_ledger.transport.bookie_client import BookieClient
 from pyspark_ledger.transport.tls import TlsSettings
-from pyspark_ledger.errors import BookieUnavailableError
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 import collections
 import logging
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import grpc
 

@@ -11,8 +11,8 @@ repeated fields, defaults and unknown fields behave exactly as with ReadResponse
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from bookie.proto import bookie_pb2 as pb
 
@@ -57,7 +57,7 @@ def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
             raise MalformedResponse("a varint longer than 10 bytes")
 
 
-def _fields(buf: memoryview) -> list[tuple[int, int, int, int]]:
+def _fields(buf: memoryview) -> list[tuple[int, int, int, int, int]]:
     """(field number, wire type, start of the field's tag, start of its value, end) of each field."""
     out = []
     pos, end = 0, len(buf)

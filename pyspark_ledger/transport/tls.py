@@ -37,7 +37,7 @@ class TlsSettings:
 
     @classmethod
     def from_values(cls, tls_ca: str | Path | None, tls_cert: str | Path | None = None,
-                    tls_key: str | Path | None = None) -> "TlsSettings | None":
+                    tls_key: str | Path | None = None) -> TlsSettings | None:
         """None when no TLS is asked for; TlsConfigError for a half-given setting."""
         if not (tls_ca or tls_cert or tls_key):
             return None

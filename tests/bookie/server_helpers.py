@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from bookie.proto import bookie_pb2 as pb
 from bookie.status import Status
@@ -22,7 +22,7 @@ class Acks:
         self.failed: list[tuple[Status, str]] = []
         self.count = 0
 
-    def callback(self, entries: Sequence[tuple[int, int, bytes]]):  # type: ignore[no-untyped-def]
+    def callback(self, entries: Sequence[tuple[int, int, bytes]]):
         def cb(status: Status, message: str) -> None:
             with self.lock:
                 if status == Status.OK:

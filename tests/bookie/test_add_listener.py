@@ -21,8 +21,8 @@ from bookie.proto import bookie_pb2 as pb
 from bookie.proto.add_framing import FRAME_BYTES_MAX, HELLO, HELLO_BYTES, MAGIC, frame, recv_exactly
 from bookie.status import Status
 from metadata import BookieRegistry, open_store
-from pyspark_ledger.transport.bookie_client import BookieClient
 from pyspark_ledger.testing.local_cluster import LocalBookie
+from pyspark_ledger.transport.bookie_client import BookieClient
 from tests.bookie.server_helpers import KEY, check_mixed_answers, mixed_add_requests
 
 WAIT_S = 20.0
@@ -219,7 +219,7 @@ def _one_add(sock: socket.socket, request_id: int) -> list[tuple[int, Status]]:
 
 def test_connections_past_the_limit_are_refused_at_accept(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="bookie.add_listener")
-    listener = AddListener(_AcceptEverything(), "127.0.0.1", 0, connections_max=1).start()  # type: ignore[arg-type]
+    listener = AddListener(_AcceptEverything(), "127.0.0.1", 0, connections_max=1).start()
     address = f"127.0.0.1:{listener.port}"
     with contextlib.ExitStack() as cleanup:
         cleanup.callback(listener.close, timeout_s=WAIT_S)

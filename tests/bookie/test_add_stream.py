@@ -18,9 +18,9 @@ from bookie.grpc_runtime import apply_grpc_tuning
 from bookie.proto import bookie_pb2 as pb
 from bookie.proto import bookie_pb2_grpc as pb_grpc
 from bookie.status import Status
+from pyspark_ledger.testing.local_cluster import LocalBookie
 from pyspark_ledger.transport.add_streams import EncodedAddBatch
 from pyspark_ledger.transport.bookie_client import BookieClient, channel_options
-from pyspark_ledger.testing.local_cluster import LocalBookie
 from tests.bookie.server_helpers import KEY, Acks, check_mixed_answers, mixed_add_requests
 
 WAIT_S = 20.0
@@ -34,7 +34,7 @@ class _HoldingServicer(pb_grpc.BookieServicer):
         self.first_arrived = threading.Event()
         self.release = threading.Event()
 
-    def Add(self, request_iterator: Iterator[pb.AddRequest], context: grpc.ServicerContext) -> Iterator[pb.AddResponse]:  # noqa: N802
+    def Add(self, request_iterator: Iterator[pb.AddRequest], context: grpc.ServicerContext) -> Iterator[pb.AddResponse]:  # noqa: N802 - gRPC servicer method name
         for request in request_iterator:
             self.requests.append(request)
             if len(self.requests) == 1:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import errno
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -168,12 +168,12 @@ def run_full_disk_round(c: Cluster) -> None:
         conn.close()
 
 
-def test_full_disk_read_only_then_writable_again_without_restart(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+def test_full_disk_read_only_then_writable_again_without_restart(cluster_factory) -> None:
     run_full_disk_round(cluster_factory())
 
 
 def test_the_round_catches_a_bookie_republished_writable_without_reopening_its_journal(
-        cluster_factory, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+        cluster_factory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Planted bug: the writable-again step says yes without reopening the journal (the bookie
     advertises itself writable and then refuses every add, the bug of issue 18)."""
     monkeypatch.setattr(BookieStorage, "reopen_journal", lambda self: True)
@@ -181,7 +181,7 @@ def test_the_round_catches_a_bookie_republished_writable_without_reopening_its_j
         run_full_disk_round(cluster_factory())
 
 
-def test_journal_out_of_space_mid_write_restart_replays_cleanly(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+def test_journal_out_of_space_mid_write_restart_replays_cleanly(cluster_factory) -> None:
     c = cluster_factory(high=1.0, low=0.5, healthy=0)
     conn = c.conn()
     try:
@@ -212,7 +212,7 @@ def test_journal_out_of_space_mid_write_restart_replays_cleanly(cluster_factory)
 
 
 def test_a_failed_fdatasync_tail_is_not_replayed_after_the_journal_is_reopened(
-        cluster_factory, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+        cluster_factory, monkeypatch: pytest.MonkeyPatch) -> None:
     """fdatasync says ENOSPC after the write reached the page cache: the record sits in the failed
     file but was never acknowledged. Once reopened (and after a restart) it must not appear."""
     c = cluster_factory(healthy=0)
@@ -245,7 +245,7 @@ def test_a_failed_fdatasync_tail_is_not_replayed_after_the_journal_is_reopened(
         conn.close()
 
 
-def wait_until(predicate, what: str, timeout_s: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+def wait_until(predicate, what: str, timeout_s: float = 30.0) -> None:
     """Bounded wait for the monitor thread (a correctness bound, not a timing assertion)."""
     deadline = time.monotonic() + timeout_s
     while not predicate():

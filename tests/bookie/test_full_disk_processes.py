@@ -9,8 +9,8 @@ the writers had acknowledged reads back exactly."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import grpc
 import pytest

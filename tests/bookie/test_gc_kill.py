@@ -9,7 +9,8 @@ Bookie 0 runs GC every second and compacts slowly (--compaction-rate-mb-s 1, min
 2. "during GC": as soon as GC's scan has deleted the metadata-only ledger on bookie 0 (its
    ledger count drops), kill -9 it (the round's checkpoint, removal and compaction run then);
 3. restarts it, then restarts it cleanly (which rolls its entry log, so this round's log
-   becomes a compaction candidate even if the open replayed the journal into a new log) and, "during compaction": as soon as a compaction's side log appears (a log file newer than
+   becomes a compaction candidate even if the open replayed the journal into a new log) and,
+   "during compaction": as soon as a compaction's side log appears (a log file newer than
    the ones present at start), kill -9 it;
 4. restarts it with GC off and checks: every acknowledged live entry of every round reads back
    from bookie 0 (a bookie RPC, by entry id) with exact bytes; then stops it (SIGTERM) and, from
@@ -23,8 +24,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 

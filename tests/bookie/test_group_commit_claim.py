@@ -4,8 +4,8 @@ queue is empty and nobody is writing, and the journal thread waits while a claim
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 import time
+from pathlib import Path
 
 from bookie.storage.group_commit import KIND_CONTROL, JournalItem, JournalQueue
 
@@ -68,7 +68,7 @@ def test_fence_during_an_inline_add_returns_only_after_the_add_is_readable(tmp_p
         done: list[Status] = []
         engine.add_batch(lg, KEY, [(0, -1, payload(lg, 0))], False, done.append)
         assert done == [Status.OK]  # low load: written inline, answered in this thread
-        writer = engine._committer._writer  # type: ignore[union-attr]
+        writer = engine._committer._writer
         real_sync = writer.sync
         in_sync = threading.Event()
 
@@ -77,12 +77,12 @@ def test_fence_during_an_inline_add_returns_only_after_the_add_is_readable(tmp_p
             time.sleep(0.3)
             return real_sync()
 
-        writer.sync = slow_sync  # type: ignore[method-assign]
+        writer.sync = slow_sync
         adder = threading.Thread(target=engine.add_batch, args=(lg, KEY, [(1, 0, payload(lg, 1))], False, done.append))
         adder.start()
         assert in_sync.wait(10)
         status, lac = engine.fence(lg, KEY)
-        writer.sync = real_sync  # type: ignore[method-assign]
+        writer.sync = real_sync
         assert status == Status.OK and lac == 0  # entry 1 carried lac 0; it is applied before the fence answers
         assert done == [Status.OK, Status.OK]
         assert engine.read_entry(lg, 1).status == Status.OK

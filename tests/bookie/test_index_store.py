@@ -8,9 +8,9 @@ import shutil
 from pathlib import Path
 
 from bookie.status import Status
+from bookie.storage import BookieStorage
 from bookie.storage.checkpoint import ledger_file_path
 from bookie.storage.index_store import STORE_NAME, IndexStore
-from bookie.storage import BookieStorage
 from tests.bookie.test_storage_support import KEY, add_ids, open_engine, read_all_ok
 
 LEDGERS = [(0, n) for n in range(1, 41)]

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -87,8 +87,8 @@ def test_a_failed_journal_makes_the_bookie_read_only_for_new_ensembles_and_adds_
             assert {e: got[e] for e in range(5)} == {e: (Status.OK, b"entry %d" % e) for e in range(5)}
 
             # The disk monitor seeing a full disk, then room again, does not make it writable.
-            sick._set_read_only(True)  # noqa: SLF001 - the disk monitor's callback
-            sick._set_read_only(False)  # noqa: SLF001
+            sick._set_read_only(True)  # the disk monitor's callback
+            sick._set_read_only(False)
             assert {b.bookie_id: b.read_only for b in client.bookies()}[sick.bookie_id] is True
             assert add_sync(conn, LEDGER, entries(range(5, 6)))[0] == Status.READ_ONLY
         finally:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from bookie.proto import bookie_pb2 as pb
 from bookie.status import Status
-from pyspark_ledger.transport.bookie_client import BookieClient
 from pyspark_ledger.testing.local_cluster import LocalBookie
+from pyspark_ledger.transport.bookie_client import BookieClient
 from tests.bookie.server_helpers import add_sync, flip_stored_copies
 
 LEDGER = (0, 9)

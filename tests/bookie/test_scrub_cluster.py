@@ -12,7 +12,6 @@ and repaired, and a direct read of every entry from bookie 0 alone returns the e
 
 from __future__ import annotations
 
-import os
 import random
 import time
 import urllib.request

@@ -17,7 +17,7 @@ from bookie.storage import BookieStorage
 from bookie.storage.engine_scrub import ScrubWindow
 from bookie.storage.ledger_index import unpack_location
 from bookie.storage.records import ENTRY_HEADER_BYTES
-from tests.bookie.test_storage_support import KEY, add, add_ids, entry_log_files, open_engine, payload, read_all_ok
+from tests.bookie.test_storage_support import add, add_ids, entry_log_files, open_engine, payload, read_all_ok
 
 LEDGERS = [(0, 1), (0, 2), (7, 3)]
 ENTRIES = 300
@@ -26,7 +26,7 @@ SIZE = 2048
 
 def flip_byte_of(engine: BookieStorage, data_dir: Path, ledger: tuple[int, int], entry_id: int) -> None:
     """Flip one byte of the entry's data in its entry log file (as a failing disk would)."""
-    loc, length = engine._ledgers[ledger].index.get(entry_id)  # type: ignore[misc]
+    loc, length = engine._ledgers[ledger].index.get(entry_id)
     log_id, offset = unpack_location(loc)
     path = data_dir / "entries" / f"{log_id:016x}.log"
     with open(path, "r+b") as f:
@@ -106,7 +106,7 @@ def test_the_scrub_rate_is_bounded(tmp_path: Path) -> None:
         engine.close()
 
 
-def test_a_planted_scrubber_that_does_not_verify_is_caught(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_planted_scrubber_that_does_not_verify_is_caught(tmp_path: Path, monkeypatch) -> None:
     """The same check as the first test, with storage.scrub_window planted to drop what it found:
     the check fails (the damaged copy is never reported)."""
     data = tmp_path / "data"

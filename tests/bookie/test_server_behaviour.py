@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import shutil
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import grpc
 import pytest
@@ -15,9 +15,9 @@ from bookie.proto import bookie_pb2 as pb
 from bookie.status import Status
 from metadata import BookieRegistry, open_store
 from pyspark_ledger.errors import BookieRefusedError
-from pyspark_ledger.transport.bookie_client import BookieClient
 from pyspark_ledger.testing.local_cluster import LocalBookie
 from pyspark_ledger.testing.zookeeper_server import free_port
+from pyspark_ledger.transport.bookie_client import BookieClient
 from tests.bookie.server_helpers import KEY, add_sync, flip_stored_copies, read_all
 
 LEDGER = (0, 5)

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from bookie.status import Status
-from pyspark_ledger.transport.bookie_client import BookieClient
 from pyspark_ledger.testing.local_cluster import LocalBookie
+from pyspark_ledger.transport.bookie_client import BookieClient
 from tests.bookie.server_helpers import KEY, Acks, add_sync, read_all
 
 RUNS = 20
@@ -48,7 +48,7 @@ def test_kill9_during_add_stream_loses_nothing_acknowledged(seed: int, tmp_path:
             entries = [(e, e - 1, payload(seed, lg[1], e)) for e in range(next_id[lg], next_id[lg] + n)]
             next_id[lg] += n
             try:
-                client.add_batch(lg, KEY, entries, acks.callback([(lg, e[0], e[2]) for e in entries]))  # type: ignore[misc]
+                client.add_batch(lg, KEY, entries, acks.callback([(lg, e[0], e[2]) for e in entries]))
                 sent[0] += 1
             except Exception:  # noqa: BLE001 - the bookie is being killed
                 return
@@ -69,7 +69,7 @@ def test_kill9_during_add_stream_loses_nothing_acknowledged(seed: int, tmp_path:
     client = BookieClient(bookie.bookie_id, bookie.address)
     try:
         for lg in ledgers:
-            mine = {eid: data for (l2, eid, data) in acked if l2 == lg}  # type: ignore[misc]
+            mine = {eid: data for (l2, eid, data) in acked if l2 == lg}
             if not mine:
                 continue
             got = read_all(client, lg, 0, max(mine))

@@ -38,7 +38,7 @@ def test_pending_bytes_are_bounded_and_excess_adds_get_busy_after_the_timeout(tm
         peak = 0
         busy_after: list[float] = []
 
-        def on_done_for(i: int):  # type: ignore[no-untyped-def]
+        def on_done_for(i: int):
             def on_done(status: Status) -> None:
                 with lock:
                     outcomes[i] = status

@@ -29,7 +29,7 @@ U64_MAX = 2**64 - 1
 
 
 @pytest.fixture
-def engine(tmp_path: Path):  # type: ignore[no-untyped-def]
+def engine(tmp_path: Path):
     e = open_engine(tmp_path / "data")
     try:
         yield e
@@ -189,7 +189,7 @@ def test_fencing_an_unseen_ledger_creates_it_fenced(engine: BookieStorage) -> No
     ],
 )
 def test_bad_adds_are_refused_and_the_engine_keeps_working(
-    tmp_path: Path, case: str, ledger, key, entries, expected  # type: ignore[no-untyped-def]
+    tmp_path: Path, case: str, ledger, key, entries, expected
 ) -> None:
     engine = open_engine(tmp_path / "data", max_entry_size_bytes=4096)
     try:

@@ -27,9 +27,9 @@ REPO = Path(__file__).resolve().parents[2]
 if __name__ == "__main__":
     sys.path.insert(0, str(REPO))
 
-from bookie.status import Status  # noqa: E402
-from bookie.storage import BookieStorage, StorageConfig  # noqa: E402
-from tests.bookie.test_storage_support import KEY, payload, seeded_rng  # noqa: E402
+from bookie.status import Status  # noqa: E402 - run as a script, the repository goes on sys.path first
+from bookie.storage import BookieStorage, StorageConfig  # noqa: E402 - after the sys.path set-up
+from tests.bookie.test_storage_support import KEY, payload, seeded_rng  # noqa: E402 - after the sys.path set-up
 
 RUNS_ENV = "STORAGE_CRASH_RUNS"
 RUNS_DEFAULT = 20
@@ -172,19 +172,19 @@ def verify(data_dir: Path, acked: Acked) -> None:
         engine.close()
 
 
-def kill_child(proc: subprocess.Popen) -> None:  # type: ignore[type-arg]
+def kill_child(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         os.kill(proc.pid, signal.SIGKILL)  # only ever the child this test started
     proc.wait(timeout=30)
 
 
-def wait_ready(ack_path: Path, proc: subprocess.Popen) -> None:  # type: ignore[type-arg]
+def wait_ready(ack_path: Path, proc: subprocess.Popen) -> None:
     deadline = time.monotonic() + CHILD_READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if ack_path.exists() and ack_path.read_bytes().startswith(b"R\n"):
             return
         if proc.poll() is not None:
-            raise AssertionError(f"child exited early rc={proc.returncode}: {proc.stderr.read()!r}")  # type: ignore[union-attr]
+            raise AssertionError(f"child exited early rc={proc.returncode}: {proc.stderr.read()!r}")
         time.sleep(0.005)
     raise AssertionError("child engine did not open in time")
 
@@ -212,9 +212,9 @@ def test_kill_9_at_random_moments_loses_no_acknowledged_write(tmp_path: Path) ->
         finally:
             kill_child(proc)
         assert proc.returncode == -signal.SIGKILL, (
-            f"run {run}: child died by itself rc={proc.returncode}: {proc.stderr.read()!r}"  # type: ignore[union-attr]
+            f"run {run}: child died by itself rc={proc.returncode}: {proc.stderr.read()!r}"
         )
-        proc.stderr.close()  # type: ignore[union-attr]
+        proc.stderr.close()
         acked.absorb(ack_path)
         # Sometimes crash again before anyone recovers the directory in between.
         if rng.random() < 0.5 or run == runs - 1:

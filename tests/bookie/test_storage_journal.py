@@ -48,7 +48,7 @@ def flip_byte(path: Path, offset: int) -> None:
         f.write(bytes([b[0] ^ 0x5A]))
 
 
-def crashed_with_batches(tmp_path: Path, batches: int, **opts) -> Path:  # type: ignore[no-untyped-def]
+def crashed_with_batches(tmp_path: Path, batches: int, **opts) -> Path:
     """A crash image after `batches` acknowledged batches of 10 entries (ids 10*i ..)."""
     engine = open_engine(tmp_path / "live", **opts)
     try:
@@ -184,7 +184,7 @@ def find_in_entry_logs(data_dir: Path, needle: bytes) -> tuple[Path, int]:
 
 
 @pytest.fixture
-def engine_with_entries(tmp_path: Path):  # type: ignore[no-untyped-def]
+def engine_with_entries(tmp_path: Path):
     engine = open_engine(tmp_path / "d")
     assert add_ids(engine, LG, range(20), size=200) == Status.OK
     try:
@@ -193,7 +193,7 @@ def engine_with_entries(tmp_path: Path):  # type: ignore[no-untyped-def]
         engine.close()
 
 
-def test_flipped_byte_in_stored_entry_data_is_unknown_not_missing(engine_with_entries) -> None:  # type: ignore[no-untyped-def]
+def test_flipped_byte_in_stored_entry_data_is_unknown_not_missing(engine_with_entries) -> None:
     engine, data_dir = engine_with_entries
     path, at = find_in_entry_logs(data_dir, payload(LG, 5, 200))
     flip_byte(path, at + 100)
@@ -206,7 +206,7 @@ def test_flipped_byte_in_stored_entry_data_is_unknown_not_missing(engine_with_en
     assert engine.stats()["corrupt_reads"] == 2
 
 
-def test_flipped_byte_in_a_stored_entry_header_is_unknown(engine_with_entries) -> None:  # type: ignore[no-untyped-def]
+def test_flipped_byte_in_a_stored_entry_header_is_unknown(engine_with_entries) -> None:
     engine, data_dir = engine_with_entries
     path, at = find_in_entry_logs(data_dir, payload(LG, 7, 200))
     flip_byte(path, at - 40 + 16)  # the entry id field of entry 7's header
@@ -216,7 +216,7 @@ def test_flipped_byte_in_a_stored_entry_header_is_unknown(engine_with_entries) -
     read_all_ok(engine, LG, [*range(7), *range(8, 20)], size=200)
 
 
-def test_entry_log_cut_short_is_unknown(engine_with_entries) -> None:  # type: ignore[no-untyped-def]
+def test_entry_log_cut_short_is_unknown(engine_with_entries) -> None:
     engine, data_dir = engine_with_entries
     path, at = find_in_entry_logs(data_dir, payload(LG, 19, 200))
     with open(path, "r+b") as f:
@@ -330,7 +330,7 @@ def test_replay_cuts_the_zero_tail_so_a_later_file_does_not_make_it_damage(tmp_p
 def test_zeros_ending_a_file_that_is_not_the_last_are_damage(tmp_path: Path) -> None:
     """Files are cut to length before the next one is created, so zeros after the records of an
     earlier file mean lost data there (a lost page reads as zeros), never unused space."""
-    from bookie.storage.journal import journal_path, replay_journal, JournalPosition
+    from bookie.storage.journal import JournalPosition, journal_path, replay_journal
 
     data_dir = crashed_with_batches(tmp_path, 6, journal_file_max_bytes=256)
     files = journal_files(data_dir)

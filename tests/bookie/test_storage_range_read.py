@@ -3,8 +3,8 @@ verified entries, gaps and damaged copies between them, bounds, pread planning."
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

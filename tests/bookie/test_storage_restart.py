@@ -145,7 +145,7 @@ def test_crash_in_the_middle_of_a_checkpoint(tmp_path: Path) -> None:
             assert state is not None and state.fenced and state.entry_count == 200
             assert engine.ledger_state((0, 2)) is None
             read_all_ok(engine, (0, 3), range(5, 25))
-            assert engine.ledger_state((0, 3)).entry_count == 20  # type: ignore[union-attr]
+            assert engine.ledger_state((0, 3)).entry_count == 20
         finally:
             engine.close()
 

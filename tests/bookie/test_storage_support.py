@@ -8,8 +8,9 @@ import os
 import random
 import shutil
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from bookie.status import Status
 from bookie.storage import BookieStorage, StorageConfig

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from bookie.config import BookieConfig
 from bookie.server import BookieServer
@@ -134,5 +136,7 @@ def test_triggergc_runs_the_storage_gc_and_bookieinfo_and_metrics_show_its_figur
                  "bookie_journal_failed 0.0", "bookie_journal_reopens_total 0.0", "bookie_read_only 0.0"):
         assert line in page.splitlines(), line
     capacity = float(shutil.disk_usage(b1.cfg.data_dir).total)
-    assert f'bookie_directory_capacity_bytes{{dir="{b1.cfg.data_dir}",role="ledgers"}} {capacity}' in page
-    assert f'role="journal"' in page and "bookie_directory_used_bytes{" in page
+    capacities = {(s.labels["dir"], s.labels["role"]): s.value for family in text_string_to_metric_families(page)
+                  if family.name == "bookie_directory_capacity_bytes" for s in family.samples}
+    assert capacities[(str(b1.cfg.data_dir), "ledgers")] == capacity
+    assert 'role="journal"' in page and "bookie_directory_used_bytes{" in page

@@ -7,8 +7,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -40,7 +40,7 @@ def run(capsys: pytest.CaptureFixture[str], uri: str, *args: str) -> tuple[int, 
     return code, out, err
 
 
-def make_ledger(client: LedgerClient, n: int = 5, **kw) -> LedgerId:  # type: ignore[no-untyped-def]
+def make_ledger(client: LedgerClient, n: int = 5, **kw) -> LedgerId:
     w = client.create_ledger(3, 3, 2, **kw)
     for i in range(n):
         w.add_entry(f"entry {i}".encode())
@@ -74,7 +74,8 @@ def test_listledgers_metadata_and_read(capsys: pytest.CaptureFixture[str], clust
     assert json.loads(out)[0]["payload"] == b"\x00\xffbinary".hex()
 
 
-def test_readledger_force_recovery_closes_an_open_ledger(capsys: pytest.CaptureFixture[str], cluster: LocalCluster, client: LedgerClient) -> None:
+def test_readledger_force_recovery_closes_an_open_ledger(
+        capsys: pytest.CaptureFixture[str], cluster: LocalCluster, client: LedgerClient) -> None:
     w = client.create_ledger(3, 3, 2)
     for i in range(3):
         w.add_entry(b"open %d" % i)
@@ -83,7 +84,8 @@ def test_readledger_force_recovery_closes_an_open_ledger(capsys: pytest.CaptureF
     assert client.ledger_metadata(w.ledger_id).state is LedgerState.CLOSED
 
 
-def test_recover_dry_run_then_recover_a_killed_bookies_ledgers(capsys: pytest.CaptureFixture[str], cluster: LocalCluster, client: LedgerClient) -> None:
+def test_recover_dry_run_then_recover_a_killed_bookies_ledgers(
+        capsys: pytest.CaptureFixture[str], cluster: LocalCluster, client: LedgerClient) -> None:
     uri = cluster.metadata_uri
     victim = cluster.bookies[0]
     writers, acked = [], {}
@@ -93,7 +95,7 @@ def test_recover_dry_run_then_recover_a_killed_bookies_ledgers(capsys: pytest.Ca
         writers.append(w)
     closed = make_ledger(client, ensemble=[victim.bookie_id, cluster.bookies[1].bookie_id, cluster.bookies[3].bookie_id])
     for w in writers:
-        w._close_quietly()  # noqa: SLF001 - the writers die without closing
+        w._close_quietly()  # the writers die without closing
     victim.kill()
     before = {lid: client.ledgers.read(lid) for lid in list(acked) + [closed]}
     code, out, _ = run(capsys, uri, "recover", "--bookie", victim.bookie_id, "--dry-run")
@@ -112,7 +114,8 @@ def test_recover_dry_run_then_recover_a_killed_bookies_ledgers(capsys: pytest.Ca
     assert [e.payload for e in client.open_ledger(closed).read_entries(0, 4)] == [b"entry %d" % i for i in range(5)]
 
 
-def test_recover_keeps_going_and_reports_failures(capsys: pytest.CaptureFixture[str], cluster: LocalCluster, client: LedgerClient) -> None:
+def test_recover_keeps_going_and_reports_failures(
+        capsys: pytest.CaptureFixture[str], cluster: LocalCluster, client: LedgerClient) -> None:
     w1 = client.create_ledger(3, 3, 2, password=b"pw1")
     w1.add_entry(b"x")
     w2 = client.create_ledger(3, 3, 2)
@@ -123,7 +126,8 @@ def test_recover_keeps_going_and_reports_failures(capsys: pytest.CaptureFixture[
     assert code == 0 and client.ledger_metadata(w2.ledger_id).is_closed
 
 
-def test_deleteledger_listbookies_simpletest_bookiesanity(capsys: pytest.CaptureFixture[str], cluster: LocalCluster, client: LedgerClient) -> None:
+def test_deleteledger_listbookies_simpletest_bookiesanity(
+        capsys: pytest.CaptureFixture[str], cluster: LocalCluster, client: LedgerClient) -> None:
     uri = cluster.metadata_uri
     lid = make_ledger(client)
     code, out, _ = run(capsys, uri, "deleteledger", str(lid.id), "--force")
@@ -199,7 +203,7 @@ def test_orphans_owner_and_lifespan(capsys: pytest.CaptureFixture[str], cluster:
     meta = client.ledger_metadata(overdue.ledger_id)
     assert life == {
         "createTime": meta.ctime_ms // 1000, "expectedSealTime": (meta.ctime_ms + 3_600_000) // 1000,
-        "actualSealTime": meta.seal_time_ms // 1000, "expectedReadUntilTime": (now_ms - 7_200_000) // 1000,  # type: ignore[operator]
+        "actualSealTime": meta.seal_time_ms // 1000, "expectedReadUntilTime": (now_ms - 7_200_000) // 1000,
         "expectedDeleteTime": (now_ms - 3_600_000) // 1000,
     }
     # Deleting an orphan clears it on the next (periodic) pass.
@@ -232,7 +236,8 @@ def test_errors_are_one_line_with_exit_codes(capsys: pytest.CaptureFixture[str],
     assert proc.returncode == 2 and "no metadata service given" in proc.stderr
 
 
-def test_metadata_uri_from_environment(capsys: pytest.CaptureFixture[str], cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_metadata_uri_from_environment(
+        capsys: pytest.CaptureFixture[str], cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LEDGER_METADATA_URI", cluster.metadata_uri)
     assert main(["listbookies"]) == 0
     assert cluster.bookies[0].bookie_id in capsys.readouterr().out

@@ -5,8 +5,8 @@ ZooKeeper, the real command's main function."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 
@@ -17,7 +17,7 @@ def make_cluster(store_uri: str, tmp_path: Path) -> Iterator[Callable[..., Local
     clusters: list[LocalCluster] = []
 
     def make(num_bookies: int = 3, **kw: object) -> LocalCluster:
-        c = LocalCluster(num_bookies, metadata_uri=store_uri, work_dir=tmp_path / f"cluster{len(clusters)}", **kw)  # type: ignore[arg-type]
+        c = LocalCluster(num_bookies, metadata_uri=store_uri, work_dir=tmp_path / f"cluster{len(clusters)}", **kw)
         clusters.append(c)
         return c.start()
 

@@ -8,20 +8,19 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import SimpleNamespace
-from typing import Callable
 
 import pytest
 
 from bookie.proto import bookie_pb2 as pb
 from bookie.proto.add_framing import HELLO, HELLO_BYTES, FrameReader, FramingError, frame, recv_exactly
 from bookie.status import Status
+from pyspark_ledger.errors import BookieUnavailableError
 from pyspark_ledger.ledger import write_handle
+from pyspark_ledger.testing.zookeeper_server import free_port
 from pyspark_ledger.transport.add_streams import EncodedAddBatch, SocketAddStream
 from pyspark_ledger.transport.bookie_client import BookieClient
-from pyspark_ledger.errors import BookieUnavailableError
-from pyspark_ledger.testing.zookeeper_server import free_port
 from tests.bookie.server_helpers import KEY, Acks
 
 WAIT_S = 20.0
@@ -246,7 +245,7 @@ class _NobodyReads:
 
 def test_answers_waiting_on_the_socket_are_read_before_their_adds_time_out(fake_listener: MakeFake) -> None:
     fake = fake_listener(lambda conn, number: "answer")
-    stream = SocketAddStream("paused", fake.address, _NobodyReads())  # type: ignore[arg-type]
+    stream = SocketAddStream("paused", fake.address, _NobodyReads())
     try:
         acks = Acks()
         send = stream.submit(EncodedAddBatch((0, 1), KEY, entry(0)), acks.callback(entry(0)), 0.5)
@@ -388,7 +387,7 @@ def test_a_bookies_entries_are_split_into_batches_within_both_bounds(monkeypatch
     monkeypatch.setattr(write_handle, "BATCH_BYTES_MAX", 1000)
     sizes = [400, 400, 400, 100, 100, 100, 100, 100, 1500, 10]
     entries = [SimpleNamespace(entry_id=i, data=b"x" * n) for i, n in enumerate(sizes)]
-    batches = [[p.entry_id for p in chunk] for chunk in write_handle._batches(entries)]  # type: ignore[arg-type]
+    batches = [[p.entry_id for p in chunk] for chunk in write_handle._batches(entries)]
     assert batches == [
         [0, 1],  # 800 bytes: a third 400 would pass 1000
         [2, 3, 4, 5],  # 700 bytes, but four entries
@@ -405,7 +404,7 @@ def test_batches_of_entries_at_the_bounds(monkeypatch: pytest.MonkeyPatch) -> No
 
     def split(sizes: list[int]) -> list[list[int]]:
         entries = [SimpleNamespace(entry_id=i, data=b"x" * n) for i, n in enumerate(sizes)]
-        return [[p.entry_id for p in chunk] for chunk in write_handle._batches(entries)]  # type: ignore[arg-type]
+        return [[p.entry_id for p in chunk] for chunk in write_handle._batches(entries)]
 
     assert split([100, 100, 100]) == [[0, 1, 2]]  # exactly both bounds
     assert split([100, 100]) == [[0, 1]]

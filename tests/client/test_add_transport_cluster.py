@@ -10,9 +10,9 @@ from pathlib import Path
 
 from bookie.status import Status
 from metadata import BookieInfo
-from pyspark_ledger.transport.add_streams import GrpcAddStream, SocketAddStream
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.testing.local_cluster import LocalBookie, LocalCluster
+from pyspark_ledger.transport.add_streams import GrpcAddStream, SocketAddStream
 
 WAIT_S = 20.0
 

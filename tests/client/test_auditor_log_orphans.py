@@ -31,7 +31,7 @@ def test_the_pure_decision_for_a_ledger_of_a_log() -> None:
         "unreadable": None,
     }
 
-    def decide(meta: LedgerMetadata, refs=records.__getitem__) -> tuple[str, str] | None:  # type: ignore[no-untyped-def]
+    def decide(meta: LedgerMetadata, refs=records.__getitem__) -> tuple[str, str] | None:
         return orphan_reason(meta, exists, NOW_MS, HOUR_MS, refs)
 
     assert decide(_meta(1, "log:events", 2 * HOUR_MS)) is None  # referenced by its log
@@ -73,7 +73,7 @@ def test_the_auditor_finds_a_ledger_its_log_never_took(client: LedgerClient) -> 
         reads.append(name)
         return real_read_head(name)
 
-    auditor.logs.read_head = counted_read_head  # type: ignore[method-assign]
+    auditor.logs.read_head = counted_read_head
     found = auditor.audit_once()
     assert [(o.ledger_id, o.reason, o.detail) for o in found] == sorted([
         (stray.ledger_id, NOT_IN_ITS_LOG, "log:events"),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 
@@ -105,7 +105,8 @@ def test_corrupt_replica_is_read_from_another(client: LedgerClient) -> None:
     import threading
 
     ev = threading.Event()
-    client.pool.get(first).add_batch(key, master_key(b""), [(0, -1, bytes(forged))], lambda s, m: (done.append(s), ev.set()), recovery=True)
+    client.pool.get(first).add_batch(key, master_key(b""), [(0, -1, bytes(forged))],
+                                     lambda s, m: (done.append(s), ev.set()), recovery=True)
     assert ev.wait(10) and done == [Status.OK]
     assert client.open_ledger(w.ledger_id).read_entry(0).payload == b"good"
 
@@ -153,7 +154,7 @@ def test_concurrent_recovery_agrees(client: LedgerClient, cluster3: LocalCluster
         w.add_entry_async(b"r%d" % i)
     w.add_entry(b"last")
     acked = w.last_add_confirmed()
-    w._close_quietly()  # noqa: SLF001 - the writer "dies" without closing
+    w._close_quietly()  # the writer "dies" without closing
     clients = [LedgerClient(cluster3.metadata_uri) for _ in range(2)]
     try:
         with concurrent.futures.ThreadPoolExecutor(2) as ex:

@@ -8,8 +8,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -21,7 +21,7 @@ from pyspark_ledger.testing.local_cluster import LocalCluster
 REPO = Path(__file__).resolve().parents[2]
 
 
-def pipelined_adds_with_kill(client: LedgerClient, cluster: LocalCluster, e: int, w: int, a: int, total: int, kill_after: int):  # type: ignore[no-untyped-def]
+def pipelined_adds_with_kill(client: LedgerClient, cluster: LocalCluster, e: int, w: int, a: int, total: int, kill_after: int):
     handle = client.create_ledger(e, w, a)
     ensemble = client.ledger_metadata(handle.ledger_id).segments[0].bookies
     victim = next(b for b in cluster.bookies if b.bookie_id == ensemble[1])
@@ -44,7 +44,7 @@ def pipelined_adds_with_kill(client: LedgerClient, cluster: LocalCluster, e: int
     return handle, acked, victim
 
 
-def check_all_readable(client: LedgerClient, handle, acked: list[int]) -> None:  # type: ignore[no-untyped-def]
+def check_all_readable(client: LedgerClient, handle, acked: list[int]) -> None:
     meta = client.ledger_metadata(handle.ledger_id)
     assert meta.state is LedgerState.CLOSED
     assert meta.last_entry_id == max(acked)
@@ -121,7 +121,8 @@ def test_kill9_writer_then_recover(cluster3: LocalCluster, seed: int) -> None:
     clients = [LedgerClient(cluster3.metadata_uri) for _ in range(2)]
     try:
         results: list[int] = []
-        ths = [threading.Thread(target=lambda c=c: results.append(c.open_ledger(ledger_id, recovery=True).metadata.last_entry_id)) for c in clients]
+        ths = [threading.Thread(target=lambda c=c: results.append(
+            c.open_ledger(ledger_id, recovery=True).metadata.last_entry_id)) for c in clients]
         for th in ths:
             th.start()
         for th in ths:

@@ -97,7 +97,8 @@ def test_random_adds_reads_and_failures(seed: int, tmp_path: Path) -> None:
                         continue
                     assert all(e.entry_id <= lac for e in entries)
                     for e in entries:
-                        written_payload = next((p for f, p in futures if f.done() and not f.exception() and f.result() == e.entry_id), None)
+                        written_payload = next(
+                            (p for f, p in futures if f.done() and not f.exception() and f.result() == e.entry_id), None)
                         if written_payload is not None:
                             assert e.payload == written_payload
             elif op < 0.9:

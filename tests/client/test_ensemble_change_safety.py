@@ -13,8 +13,8 @@ the fragment [a, b, d] where only a held it: one more failure lost an acknowledg
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from bookie.status import Status
 from metadata import LedgerId, LedgerManager, LedgerMetadata, QuorumConfig, open_store
@@ -35,7 +35,7 @@ class ScriptedBookie:
         self.arrived = threading.Condition()
 
     def submit_encoded(self, batch: object, callback: Callable[[Status, str], None], *, timeout_s: float):
-        ids = list(batch._entry_ids)  # type: ignore[attr-defined]  # set by the test's batch spy below
+        ids = list(batch._entry_ids)  # set by the test's batch spy below
         with self.arrived:
             self.sent.append((ids, callback))
             self.arrived.notify_all()
@@ -88,7 +88,7 @@ class GatedLedgers(LedgerManager):
     """Holds the first ensemble change's compare-and-set until the test opens the gate."""
 
     def __init__(self, store: object):
-        super().__init__(store)  # type: ignore[arg-type]
+        super().__init__(store)
         self.cas_started = threading.Event()
         self.gate = threading.Event()
 
@@ -104,7 +104,7 @@ def test_no_completion_on_a_replaced_bookies_ack(tmp_path: Path, monkeypatch) ->
 
     real_batch = wh.EncodedAddBatch
 
-    def spy_batch(key, mk, entries, **kw):  # type: ignore[no-untyped-def]
+    def spy_batch(key, mk, entries, **kw):
         b = real_batch(key, mk, entries, **kw)
         b_ids = [e[0] for e in entries]
         return _Spied(b, b_ids)
@@ -115,7 +115,7 @@ def test_no_completion_on_a_replaced_bookies_ack(tmp_path: Path, monkeypatch) ->
     pool = ScriptedPool(["a", "b", "c", "d"])
     meta = LedgerMetadata.new(LedgerId(0, 1), QuorumConfig(3, 3, 2), ["a", "b", "c"])
     version = ledgers.create(meta)
-    ctx = LedgerContext(ledgers, pool, FirstPlacement(), add_timeout_s=5.0, explicit_lac_interval_ms=0)  # type: ignore[arg-type]
+    ctx = LedgerContext(ledgers, pool, FirstPlacement(), add_timeout_s=5.0, explicit_lac_interval_ms=0)
     w = WriteHandle(ctx, meta, version, b"")
     try:
         f0 = w.add_entry_async(b"entry 0")

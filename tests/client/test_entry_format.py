@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from pyspark_ledger.errors import DigestMismatchError, EntryFormatError
 from pyspark_ledger.protocol.digest import Digest, mac_key, master_key
 from pyspark_ledger.protocol.entry_format import HEADER_BYTES, decode_entry, encode_entry, entry_encoder
-from pyspark_ledger.errors import DigestMismatchError, EntryFormatError
 
 VECTORS = json.loads((Path(__file__).resolve().parents[1] / "vectors" / "entry_format_v2.json").read_text())["cases"]
 
 
 @pytest.mark.parametrize("case", VECTORS, ids=lambda c: f"{c['digest_type']}-{c['entry_id']}")
-def test_vectors(case: dict) -> None:  # type: ignore[type-arg]
+def test_vectors(case: dict) -> None:
     d = Digest.for_ledger(case["digest_type"], bytes.fromhex(case["password_hex"]))
     payload = bytes.fromhex(case["payload_hex"])
     encoded = encode_entry(d, case["scope_id"], case["ledger_id"], case["entry_id"], case["lac"], case["length"], payload)

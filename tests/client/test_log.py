@@ -16,8 +16,8 @@ from metadata import LedgerId, LedgerState, MetadataUnavailableError, NoSuchLedg
 from metadata.log_record import LogRecord
 from pyspark_ledger.autorecovery.auditor import NOT_IN_ITS_LOG, Auditor
 from pyspark_ledger.client import LedgerClient
-from pyspark_ledger.testing.local_cluster import LocalCluster
 from pyspark_ledger.log import LogFencedError, LogWriter, Position, choose_trim
+from pyspark_ledger.testing.local_cluster import LocalCluster
 from tests.client import log_workers
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,7 +27,8 @@ RACE_ROUNDS = 50
 def test_position_order_and_json() -> None:
     a, b, c = Position(1, 9, LedgerId(0, 5)), Position(2, 0, LedgerId(0, 3)), Position(2, 1, LedgerId(0, 3))
     assert a < b < c and sorted([c, a, b]) == [a, b, c]
-    assert Position.from_json(b.to_json()) == b and Position.from_json('{"seq": 2, "ledger": "%s", "entry": 1}' % LedgerId(0, 3).qualified_name) == c
+    assert Position.from_json(b.to_json()) == b
+    assert Position.from_json(f'{{"seq": 2, "ledger": "{LedgerId(0, 3).qualified_name}", "entry": 1}}') == c
     with pytest.raises(ValueError, match="not a log position"):
         Position.from_json({"seq": 1})
 
@@ -43,7 +44,8 @@ def test_choose_trim_takes_a_sealed_prefix_only() -> None:
     assert choose_trim(rec, before=None, max_age_ms=1500, max_size_bytes=None, now=3000) == {LedgerId(0, 1), LedgerId(0, 2)}
     assert choose_trim(rec, before=None, max_age_ms=None, max_size_bytes=250) == {LedgerId(0, 1), LedgerId(0, 2)}
     # Never the last (current) ledger, even if everything is old.
-    assert LedgerId(0, 5) not in choose_trim(rec, before=Position(9, 0, LedgerId(0, 9)), max_age_ms=0, max_size_bytes=0, now=10**9)
+    assert LedgerId(0, 5) not in choose_trim(rec, before=Position(9, 0, LedgerId(0, 9)), max_age_ms=0, max_size_bytes=0,
+                                             now=10**9)
 
 
 def test_two_writer_processes_race_fifty_rounds(cluster3: LocalCluster) -> None:
@@ -207,7 +209,7 @@ def test_trim_crash_between_steps_leaks_nothing(cluster3: LocalCluster, step: st
     class Crash(Exception):
         pass
 
-    def crash_at(name: str):  # type: ignore[no-untyped-def]
+    def crash_at(name: str):
         def hook(s: str) -> None:
             if s == name:
                 raise Crash(s)

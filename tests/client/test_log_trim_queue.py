@@ -9,8 +9,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from metadata import LedgerId, NoSuchLedgerError
-from metadata import log_record
+from metadata import LedgerId, NoSuchLedgerError, log_record
 from metadata import log_segments as segs
 from metadata.log_record import LogRecord
 from metadata.logs import LogManager
@@ -47,13 +46,13 @@ def test_trim_deletes_a_bounded_batch_per_call_and_queues_the_rest(store: Metada
     logs = _long_log(store, "long", 6 * SEG + 10)
     svc = RecordingDeletes(logs)
     cut = 5 * SEG + 3
-    first = trim_log(svc, "long", before=Position(cut, 0, LedgerId(0, 1 + cut)), delete_max=SEG)  # type: ignore[arg-type]
+    first = trim_log(svc, "long", before=Position(cut, 0, LedgerId(0, 1 + cut)), delete_max=SEG)
     assert len(first) == SEG  # the rest is queued, not forgotten
     head, _ = logs.read_head("long")
     assert head.trim_seq == cut and head.deleted_seq < cut
     assert len(segs.encode_head(head)) < 64 * 1024  # the queue is not in the head
     for _ in range(10):  # bounded: later calls (any criteria) drain the queue
-        if not trim_log(svc, "long", before=Position(cut, 0, LedgerId(0, 1 + cut)), delete_max=SEG):  # type: ignore[arg-type]
+        if not trim_log(svc, "long", before=Position(cut, 0, LedgerId(0, 1 + cut)), delete_max=SEG):
             break
     assert sorted(lid.id for lid in svc.deleted) == list(range(1, cut + 1))
     assert [lg.seq for lg in LogManager(store).read("long")[0].ledgers] == list(range(cut, 6 * SEG + 10))
@@ -72,7 +71,7 @@ def test_a_crash_mid_deletion_is_finished_by_the_next_trim(store: MetadataStore)
                 raise RuntimeError("injected crash")
 
     with pytest.raises(RuntimeError):
-        trim_log(svc, "crashy", before=Position(2 * SEG + 1, 0, LedgerId(0, 2 * SEG + 2)), crash_hook=crash_at)  # type: ignore[arg-type]
+        trim_log(svc, "crashy", before=Position(2 * SEG + 1, 0, LedgerId(0, 2 * SEG + 2)), crash_hook=crash_at)
     assert len(svc.deleted) == 40
     trim_log(svc, "crashy")  # no criteria: finishes the queue
     assert sorted(lid.id for lid in svc.deleted) == list(range(1, 2 * SEG + 2))

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -34,7 +34,7 @@ def _append_until_error(writer: object, acked: list[bytes], failure: list[BaseEx
     for i in range(100_000):  # bounded: the kill stops it long before
         payload = b"entry-%d" % i
         try:
-            writer.append(payload)  # type: ignore[attr-defined]
+            writer.append(payload)
         except Exception as exc:  # noqa: BLE001 - the test inspects it
             failure.append(exc)
             return
@@ -45,15 +45,15 @@ def _check_calls_fail_while_gone(client: LedgerClient, ledger: object) -> None:
     """Creating and opening (a ledger, a log writer) fail with an error, not a hang."""
     calls = {
         "create_ledger": client.create_ledger,
-        "open_ledger": lambda: client.open_ledger(ledger),  # type: ignore[arg-type]
+        "open_ledger": lambda: client.open_ledger(ledger),
         "open_log_writer": lambda: client.open_log_writer("outage", create=False),
     }
     for name, call in calls.items():
         errors: list[BaseException] = []
 
-        def run(call: "object" = call) -> None:
+        def run(call: object = call) -> None:
             try:
-                call()  # type: ignore[operator]
+                call()
             except Exception as exc:  # noqa: BLE001 - inspected below
                 errors.append(exc)
 

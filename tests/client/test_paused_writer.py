@@ -29,7 +29,7 @@ class _Output(ProcessLines):
     def acks(self) -> int:
         return self.count("ACK ")
 
-    def until(self, what: str, predicate) -> None:  # type: ignore[no-untyped-def]
+    def until(self, what: str, predicate) -> None:
         ok = self.wait_for(lambda: predicate() or self.count("STOPPED") > 0, WAIT_S)
         with self.cond:
             stopped = [x for x in self.lines if x.startswith("STOPPED")]
@@ -37,7 +37,7 @@ class _Output(ProcessLines):
         assert ok, f"{what} not within {WAIT_S:g} s"
 
 
-def test_a_writer_paused_past_its_add_timeout_resumes_and_keeps_appending(make_cluster) -> None:  # type: ignore[no-untyped-def]
+def test_a_writer_paused_past_its_add_timeout_resumes_and_keeps_appending(make_cluster) -> None:
     cluster: LocalCluster = make_cluster(4)  # the fault run that found the race had four bookies
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.client.paused_writer_proc", cluster.metadata_uri, "paused", str(ADD_TIMEOUT_S)],

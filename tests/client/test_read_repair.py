@@ -32,7 +32,7 @@ def payload(i: int) -> bytes:
     return b"repair-%03d:" % i + bytes((i * 11 + k) % 251 for k in range(4000))
 
 
-def damaged_copies_left(cluster: LocalCluster, lid, ids: list[int]) -> list[int]:  # type: ignore[no-untyped-def]
+def damaged_copies_left(cluster: LocalCluster, lid, ids: list[int]) -> list[int]:
     digest = Digest.for_ledger("crc32c")
     bad = []
     victim = cluster.bookies[0]

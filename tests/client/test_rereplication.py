@@ -4,7 +4,7 @@ of the new ensemble is held at a gate while the second runs to the end. Real boo
 from __future__ import annotations
 
 import threading
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -77,7 +77,7 @@ def race(first: Callable[[], list[tuple[int, str]]], second: Callable[[], list[t
     first_done = out["first"]
     if isinstance(first_done, Exception):
         raise AssertionError(f"the first re-replication failed: {first_done!r}") from first_done
-    return first_done, second_done  # type: ignore[return-value]
+    return first_done, second_done
 
 
 def assert_readable_from(client: LedgerClient, lid: LedgerId, payloads: list[bytes]) -> None:

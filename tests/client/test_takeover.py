@@ -51,7 +51,7 @@ def test_takeover_closes_every_unsealed_ledger_and_records_their_ends(client: Le
     for h in handles:  # each old writer is fenced on the bookies
         with pytest.raises(LedgerFencedError):
             h.add_entry(b"too late", timeout_s=10)
-        h._close_quietly()  # noqa: SLF001
+        h._close_quietly()
 
 
 def test_a_planted_fence_only_the_last_two_is_caught(client: LedgerClient, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,7 +65,7 @@ def test_a_planted_fence_only_the_last_two_is_caught(client: LedgerClient, monke
     takeover.take_over(client, "planted")  # the real takeover repairs the log
     check_one_writer_open(client, "planted", None)
     for h in handles:
-        h._close_quietly()  # noqa: SLF001
+        h._close_quietly()
 
 
 def test_log_writer_takes_over_every_stranded_ledger_and_a_stale_writer_learns_both_epochs(
@@ -84,8 +84,8 @@ def test_log_writer_takes_over_every_stranded_ledger_and_a_stale_writer_learns_b
     check_one_writer_open(client, "writers", None)
     # A change by the stale writer's epoch is refused with both epochs named.
     with pytest.raises(StaleEpochError, match=rf"log 'writers'.*epoch {new.epoch}.*has {old.epoch}") as err:
-        takeover.update_log_head(client, "writers", lambda r: takeover.check_epoch(r, old.epoch))  # type: ignore[func-returns-value]
+        takeover.update_log_head(client, "writers", lambda r: takeover.check_epoch(r, old.epoch))
     assert (err.value.current_epoch, err.value.writer_epoch) == (new.epoch, old.epoch)
     old.close()
     for h in handles:
-        h._close_quietly()  # noqa: SLF001
+        h._close_quietly()

@@ -11,9 +11,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.errors import LedgerError
@@ -199,7 +199,7 @@ class FaultCluster:
         lid = self.client.describe_log(log_name).ledgers[-1].ledger_id
         return list(self.client.ledger_metadata(lid).segments[-1].bookies)
 
-    def wait_moved_off(self, log_name: str, bookie_id: str, writer: "WriterProcess", bound_s: float = WAIT_S) -> None:
+    def wait_moved_off(self, log_name: str, bookie_id: str, writer: WriterProcess, bound_s: float = WAIT_S) -> None:
         """Wait until the writer's current fragment no longer names the bookie (an ensemble
         change); fails if the writer ended first or the bound passed."""
         deadline = time.monotonic() + bound_s

@@ -5,8 +5,8 @@ acknowledgement is checked against the whole log read back (pyspark_ledger.testi
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from pyspark_ledger.testing.fault_check import FaultCounters, RunRecord, check
 from tests.faults.harness import FaultCluster, LogTailer, WriterProcess, read_log

@@ -7,7 +7,8 @@ sees an entry the final log does not hold. `pytest -s` prints the counters."""
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pyspark_ledger.testing.fault_check import MARKER, FaultCounters
 from pyspark_ledger.testing.faults import ProxyMode, corrupt_entry_logs, kill9, paused
@@ -30,7 +31,7 @@ def _assert_moved_off(rnd: Round, victim: ProxiedBookie) -> None:
 def _rounds(fc: FaultCluster, kind: str, fault: Callable[[Round, int], None], **kw: Any) -> FaultCounters:
     total = FaultCounters()
     for i in range(ROUNDS):
-        counters, outcomes = run_round(fc, kind, lambda rnd, i=i: fault(rnd, i), **kw)  # type: ignore[misc]
+        counters, outcomes = run_round(fc, kind, lambda rnd, i=i: fault(rnd, i), **kw)
         total.add(counters)
         assert all(o.startswith("DONE") for o in outcomes), f"{kind} round {i}: the writer did not finish: {outcomes}"
         assert not counters.violations(), f"{kind} round {i}: {counters}"

@@ -47,6 +47,6 @@ def test_unreachable_zookeeper_is_bounded_and_names_the_address() -> None:
     assert time.monotonic() - start < 10
 
 
-def test_embedded_store_in_missing_directory(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_embedded_store_in_missing_directory(tmp_path) -> None:
     with pytest.raises(MetadataUnavailableError, match="does not exist"):
         open_store(f"sqlite://{tmp_path}/missing/dir/meta.db")

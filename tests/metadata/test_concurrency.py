@@ -44,7 +44,7 @@ def test_id_allocation_eight_processes_no_reuse(store: MetadataStore, store_uri:
     assert min(later) > max(used) > max(ids)
 
 
-def test_many_processes_open_a_brand_new_embedded_store_at_once(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_many_processes_open_a_brand_new_embedded_store_at_once(tmp_path) -> None:
     uri = f"sqlite://{tmp_path / 'fresh.db'}"
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(8, mp_context=ctx) as pool:

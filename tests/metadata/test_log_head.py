@@ -31,7 +31,7 @@ class CountingGets:
             self.segment_gets += path.startswith(prefix)
             return inner(path)
 
-        store.get = counted  # type: ignore[method-assign]
+        store.get = counted
 
     def reset(self) -> None:
         self.gets = self.segment_gets = 0
@@ -48,7 +48,8 @@ def prefill(store: MetadataStore, name: str, segments: int, tail: int) -> None:
                    0, segments, 0)
     store.create(log_path(name), segs.encode_head(head))
     for index in range(segments):
-        store.create(log_segment_path(name, index), segs.encode_segment(tuple(lg(s) for s in range(index * SEG, (index + 1) * SEG))))
+        store.create(log_segment_path(name, index),
+                     segs.encode_segment(tuple(lg(s) for s in range(index * SEG, (index + 1) * SEG))))
 
 
 def test_a_commit_on_a_10_segment_log_reads_only_the_head(store: MetadataStore) -> None:
@@ -108,14 +109,14 @@ def test_reading_from_a_middle_position_fetches_only_its_segments(store: Metadat
 
     prefill(store, "mid", 10, 3)
     counter = CountingGets(store, "mid")
-    reader = LogReader(SimpleNamespace(logs=LogManager(store)), "mid")  # type: ignore[arg-type]
+    reader = LogReader(SimpleNamespace(logs=LogManager(store)), "mid")
     try:
         assert counter.segment_gets == 0  # opening reads the head only
-        got = list(islice(reader._ledgers(5 * SEG + 3), SEG))  # noqa: SLF001 - the read's ledger walk
+        got = list(islice(reader._ledgers(5 * SEG + 3), SEG))  # the read's ledger walk
         assert [lg.seq for lg in got] == list(range(5 * SEG + 3, 6 * SEG + 3))
         assert counter.segment_gets == 2  # segments 5 and 6, nothing before, nothing after
         counter.reset()
-        assert reader.earliest() is not None and reader.earliest().seq == 0  # type: ignore[union-attr]
+        assert reader.earliest() is not None and reader.earliest().seq == 0
         assert counter.segment_gets == 1  # the first segment, once (then cached)
     finally:
         reader.close()
@@ -165,10 +166,10 @@ def test_a_crash_between_trim_steps_leaks_nothing(store: MetadataStore) -> None:
     def crash(path: str, value: bytes, expected_version: int) -> int:
         raise MetadataUnavailableError("injected: the process died before the head CAS")
 
-    store.compare_and_set = crash  # type: ignore[method-assign]
+    store.compare_and_set = crash
     with pytest.raises(MetadataUnavailableError):
         log_trim.finish_batch(logs, "c", first)
-    store.compare_and_set = real_cas  # type: ignore[method-assign]
+    store.compare_and_set = real_cas
     assert logs.read_head("c")[0].deleted_seq == 0  # the queue did not move
     fresh = LogManager(store)  # the next pass, in a new process
     for _ in range(16):

@@ -21,16 +21,19 @@ from metadata import (
     LedgerState,
     QuorumConfig,
     UnsupportedFormatVersionError,
+    serde,
     write_set,
 )
-from metadata import serde
 from metadata.context import Party
 
 U64 = 2**64 - 1
 ENSEMBLE = ["b1:3181", "b2:3181", "b3:3181"]
 
 
-def make(lid: LedgerId = LedgerId(0, 1), **kw) -> LedgerMetadata:  # type: ignore[no-untyped-def]
+FIRST_LEDGER = LedgerId(0, 1)
+
+
+def make(lid: LedgerId = FIRST_LEDGER, **kw) -> LedgerMetadata:
     return LedgerMetadata.new(lid, QuorumConfig(3, 3, 2), ENSEMBLE, **kw)
 
 
@@ -53,7 +56,7 @@ def test_ledger_id_parse_forms_and_order() -> None:
     assert sorted(ids)[0] == LedgerId(0, 2)
     for bad in (-1, 2**64, "xyz", "0x12", (1, -1), True, 1.5, "1" * 33):
         with pytest.raises(InvalidMetadataError):
-            LedgerId.parse(bad)  # type: ignore[arg-type]
+            LedgerId.parse(bad)
 
 
 def test_random_scoped_ids_are_outside_scope_zero() -> None:
@@ -118,7 +121,7 @@ def test_illegal_transitions_raise_named_error() -> None:
     with pytest.raises(InvalidMetadataError):
         make().with_ensemble_change(5, ENSEMBLE).with_ensemble_change(3, ENSEMBLE)  # goes backwards
     with pytest.raises(TypeError):
-        make().custom["k"] = b"v"  # type: ignore[index]
+        make().custom["k"] = b"v"
 
 
 # ---- serialization ------------------------------------------------------------------------------
@@ -156,7 +159,7 @@ def test_serialization_round_trips_every_field() -> None:
     back = serde.decode(serde.encode(m), m.ledger_id)
     assert back == m
     assert back.create_context == m.create_context and back.close_context == m.close_context
-    assert back.close_context.reason is CloseReason.ABNORMAL  # type: ignore[union-attr]
+    assert back.close_context.reason is CloseReason.ABNORMAL
     assert back.digest_type is DigestType.MAC and back.check_password(b"secret") and not back.check_password(b"x")
     assert b"secret" not in serde.encode(m)  # only a digest of the password is stored
     minimal = make(ctime_ms=1)

@@ -31,7 +31,7 @@ class Membership:
             self.views.append(list(ids))
             self.cond.notify_all()
 
-    def wait_for(self, predicate, timeout_s: float = 20.0) -> list[str]:  # type: ignore[no-untyped-def]
+    def wait_for(self, predicate, timeout_s: float = 20.0) -> list[str]:
         with self.cond:
             ok = self.cond.wait_for(lambda: self.views and predicate(self.views[-1]), timeout=timeout_s)
             assert ok, f"membership never satisfied the condition; views={self.views}"

@@ -48,7 +48,7 @@ def test_data_watch_sees_every_change(store: MetadataStore) -> None:
     seen: list[tuple[bytes, int] | None] = []
     changed = threading.Condition()
 
-    def on_change(v):  # type: ignore[no-untyped-def]
+    def on_change(v):
         with changed:
             seen.append(None if v is None else (v.value, v.version))
             changed.notify_all()

@@ -9,8 +9,8 @@ import os
 import statistics
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -58,13 +58,13 @@ class _Appender(threading.Thread):
             self.acked.append((now, payload))
             self.ledgers_at.append((now, self.writer.current_ledger))
 
-    def wait_for(self, predicate: "object", what: str) -> None:
+    def wait_for(self, predicate: object, what: str) -> None:
         deadline = time.monotonic() + STEP_BOUND_S
-        while not predicate() and self.is_alive() and time.monotonic() < deadline:  # type: ignore[operator]
+        while not predicate() and self.is_alive() and time.monotonic() < deadline:
             assert self.failure is None, f"the writer failed: {self.failure!r}"
             time.sleep(0.01)
         assert self.failure is None, f"the writer failed: {self.failure!r}"
-        assert predicate(), f"{what} did not happen within {STEP_BOUND_S:g} s"  # type: ignore[operator]
+        assert predicate(), f"{what} did not happen within {STEP_BOUND_S:g} s"
 
 
 def _leader_round(ensemble: LocalZooKeeperEnsemble, appender: _Appender) -> float:

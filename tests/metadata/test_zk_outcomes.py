@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from kazoo.exceptions import ConnectionLoss
@@ -13,7 +14,7 @@ from metadata.zookeeper_store import ZooKeeperStore
 
 def lose_reply(store: ZooKeeperStore, *, apply: bool, before: Callable[[], None] | None = None) -> None:
     """Fault seam: the next write request is (or is not) applied, then its reply is lost."""
-    real_once = store._once  # noqa: SLF001
+    real_once = store._once
     state = {"armed": True}
 
     def once(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -26,11 +27,11 @@ def lose_reply(store: ZooKeeperStore, *, apply: bool, before: Callable[[], None]
             raise ConnectionLoss()
         return real_once(fn, *args, **kwargs)
 
-    store._once = once  # type: ignore[method-assign]  # noqa: SLF001
+    store._once = once
 
 
 @pytest.fixture
-def zk(zk_uri: str):  # type: ignore[no-untyped-def]
+def zk(zk_uri: str):
     s = open_store(zk_uri)
     assert isinstance(s, ZooKeeperStore)
     yield s
@@ -83,7 +84,7 @@ def test_applied_create_with_lost_reply_is_a_success(zk: ZooKeeperStore, zk_uri:
     assert zk.create("/c", b"x") == 0
     other = open_store(zk_uri)
     try:
-        lose_reply(other, apply=False, before=lambda: None)  # type: ignore[arg-type]
+        lose_reply(other, apply=False, before=lambda: None)
         with pytest.raises(NodeExistsError):
             other.create("/c", b"y")
     finally:

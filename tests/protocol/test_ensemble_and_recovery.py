@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from pyspark_ledger.protocol.close_rules import CloseVerdict, recovery_close_point, writer_close_verdict
 from pyspark_ledger.protocol.distribution import write_set_of

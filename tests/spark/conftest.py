@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Iterator
+from collections.abc import Iterator
 
+import pyspark  # a dependency: the test command installs it, so Spark tests always run
 import pytest
 
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.testing.local_cluster import LocalCluster, local_spark_session
-
-import pyspark  # a dependency: the test command installs it, so Spark tests always run
 
 
 @pytest.fixture(scope="session")
@@ -35,7 +34,7 @@ def uri(ledger_cluster: LocalCluster) -> str:
 
 
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator["pyspark.sql.SparkSession"]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[pyspark.sql.SparkSession]:
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
     session = local_spark_session(
         "pyspark-ledger-tests", master="local[2,4]",  # [cores, max failures per task]: retries happen

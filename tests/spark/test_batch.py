@@ -77,13 +77,15 @@ def eventually(check: Any, timeout_s: float = 30.0) -> None:
 
 
 def test_raw_round_trip_of_a_million_entries(spark: SparkSession, uri: str, log_name: str, client: LedgerClient) -> None:
-    df = spark.range(ROWS_BIG).select(F.expr("cast(concat('entry-', cast(id as string), repeat('.', 80)) as binary)").alias("payload"))
+    df = spark.range(ROWS_BIG).select(
+        F.expr("cast(concat('entry-', cast(id as string), repeat('.', 80)) as binary)").alias("payload"))
     write(df, uri, log_name)
     got = read(spark, uri, log_name, maxEntriesPerPartition=300_000)
     assert got.columns == ["ledger_scope_id", "ledger_id", "entry_id", "payload"]
     assert_same_rows(got.select("payload"), df)
     # Every ledger is read whole and in order: entry ids 0..n-1 per ledger.
-    per_ledger = got.groupBy("ledger_id").agg(F.min("entry_id").alias("lo"), F.max("entry_id").alias("hi"), F.count("*").alias("n")).collect()
+    per_ledger = got.groupBy("ledger_id").agg(
+        F.min("entry_id").alias("lo"), F.max("entry_id").alias("hi"), F.count("*").alias("n")).collect()
     assert all(r.lo == 0 and r.hi == r.n - 1 for r in per_ledger)
     rec = client.describe_log(log_name)
     assert rec.payload_format == "raw" and sum(lg.entry_count or 0 for lg in rec.ledgers) == ROWS_BIG
@@ -110,7 +112,8 @@ def test_arrow_round_trip_of_a_million_rows(spark: SparkSession, uri: str, log_n
     got = read(spark, uri, log_name)
     assert got.columns == df.columns + ["ledger_id", "entry_id"]
     # Same types; the log's schema makes everything nullable (appends may differ in nullability).
-    assert [f.dataType.simpleString() for f in got.schema.fields[: len(df.columns)]] == [f.dataType.simpleString() for f in df.schema.fields]
+    assert [f.dataType.simpleString() for f in got.schema.fields[: len(df.columns)]] == \
+        [f.dataType.simpleString() for f in df.schema.fields]
     assert_same_rows(got.drop("ledger_id", "entry_id"), df)
     rec = client.describe_log(log_name)
     assert rec.payload_format == "arrow" and rec.schema is not None and json.loads(rec.schema)["type"] == "struct"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-
 import random
 
 import crc32c
@@ -90,7 +89,8 @@ def test_packer_bounds_rows_and_round_trips(compression: str) -> None:
     out: list[pa.Buffer] = []
     for start in range(0, 1000, 170):  # batches that do not line up with entries
         n = min(170, 1000 - start)
-        batch = pa.record_batch([pa.array(range(start, start + n), pa.int64()), pa.array([str(i) for i in range(start, start + n)])], schema=schema)
+        batch = pa.record_batch([pa.array(range(start, start + n), pa.int64()),
+                                 pa.array([str(i) for i in range(start, start + n)])], schema=schema)
         out.extend(packer.add(batch))
     out.extend(packer.flush())
     assert len(out) == 4

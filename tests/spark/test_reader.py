@@ -4,8 +4,9 @@ cluster (the session cluster is shared with the Spark tests)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pyarrow as pa
 import pytest

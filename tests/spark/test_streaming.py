@@ -16,8 +16,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from pyspark_ledger.client import LedgerClient
-from pyspark_ledger.datasource.streaming import Offset, StreamSettings, latest_offset, parse_stream_options
 from pyspark_ledger.datasource.options import OptionError
+from pyspark_ledger.datasource.streaming import Offset, StreamSettings, latest_offset, parse_stream_options
 
 REPO = Path(__file__).resolve().parents[2]
 KILLS = 10
@@ -39,7 +39,7 @@ def log_payloads(client: LedgerClient, name: str) -> list[bytes]:
         return [e.payload for e in r.read()]
 
 
-def stream(spark: SparkSession, uri: str, source: str, **opts: str):  # type: ignore[no-untyped-def]
+def stream(spark: SparkSession, uri: str, source: str, **opts: str):
     return spark.readStream.format("ledger").option("metadataServiceUri", uri).option("log", source).options(**opts).load()
 
 
@@ -114,10 +114,11 @@ def test_failure_in_commit_is_replayed_once(spark: SparkSession, client: LedgerC
         assert log_payloads(client, sink) == payloads, when
 
 
-def test_failOnDataLoss_when_the_start_was_trimmed(spark: SparkSession, client: LedgerClient, uri: str, log_name: str) -> None:
+def test_failOnDataLoss_when_the_start_was_trimmed(  # noqa: N802 - named after the Spark option it tests
+        spark: SparkSession, client: LedgerClient, uri: str, log_name: str) -> None:
     produce(client, log_name, 300, rollover=100)
     rec = client.describe_log(log_name)
-    start = '{"seq": %d, "ledger": "%s", "entry": 0}' % (rec.ledgers[0].seq, rec.ledgers[0].ledger_id.qualified_name)
+    start = f'{{"seq": {rec.ledgers[0].seq}, "ledger": "{rec.ledgers[0].ledger_id.qualified_name}", "entry": 0}}'
     from pyspark_ledger.log import Position
 
     client.trim_log(log_name, before=Position(rec.ledgers[1].seq, 0, rec.ledgers[1].ledger_id))
