@@ -210,6 +210,39 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# What a config file's value must be, by the field's annotation: (accepted types, how to say it).
+# bool is an int in Python, so it is refused wherever a number is expected.
+_FILE_VALUE_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "int": ((int,), "an integer"),
+    "int | None": ((int,), "an integer"),
+    "float": ((int, float), "a number"),
+    "bool": ((bool,), "true or false"),
+    "str": ((str,), "a string"),
+    "str | None": ((str,), "a string"),
+    "Path": ((str,), "a string (a path)"),
+}
+_TOML_TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "an array",
+                    dict: "a table"}
+
+
+def checked_file_values(raw: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The config file's keys, each known and of its field's type (floats take integers), or a
+    ConfigError naming the key, the type expected and the file: one line for the operator."""
+    field_types = {f.name: str(f.type) for f in fields(BookieConfig)}
+    unknown = sorted(set(raw) - set(field_types))
+    if unknown:
+        raise ConfigError(f"{path}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
+                          "(keys are the flags' long names with underscores, e.g. data_dir)")
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        accepted, expected = _FILE_VALUE_TYPES.get(field_types[key], ((str,), "a string"))
+        if not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted):
+            got = next((name for t, name in _TOML_TYPE_NAMES.items() if isinstance(value, t)), type(value).__name__)
+            raise ConfigError(f"{path}: {key} must be {expected}, got {got} ({value!r:.60})")
+        values[key] = float(value) if field_types[key] == "float" else value
+    return values
+
+
 def config_from_args(args: argparse.Namespace) -> BookieConfig:
     values: dict[str, Any] = {}
     if args.config is not None:
@@ -218,11 +251,7 @@ def config_from_args(args: argparse.Namespace) -> BookieConfig:
                 raw = tomllib.load(fh)
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"cannot read config file {args.config}: {exc}") from exc
-        known = {f.name for f in fields(BookieConfig)}
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise ConfigError(f"unknown keys in {args.config}: {', '.join(unknown)}")
-        values.update(raw)
+        values.update(checked_file_values(raw, args.config))
     for f in fields(BookieConfig):
         v = getattr(args, f.name, None)
         if v is not None:

@@ -270,7 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = config_from_args(args)
     except ConfigError as exc:
-        parser.error(str(exc))  # exits 2
+        # One line, as argparse says a bad flag, without the usage text (the flags were fine).
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 2
     tune_malloc()  # read responses are MiB-sized buffers (bookie/malloc_tuning.py)
     if args.delete_cookie:
         if not cfg.bookie_id:
