@@ -31,6 +31,7 @@ from pyspark_ledger.protocol.distribution import byte_bounded_chunks
 from pyspark_ledger.protocol.ensemble_change import rebase_replacements
 from pyspark_ledger.protocol.entry_format import encode_entry
 from pyspark_ledger.protocol.recovery_plan import REPLICATE_BATCH_BYTES_MAX, REPLICATE_BATCH_ENTRIES_MAX
+from pyspark_ledger.protocol.replica_swap import COMMITTED, FINISH, ROLL_BACK, decide_swap
 
 if TYPE_CHECKING:
     from pyspark_ledger.transport.bookie_client import BookieClient
@@ -95,11 +96,10 @@ def _rereplicate_fragment(context: LedgerContext, ledger: LedgerId, index: int, 
     for _ in range(REPLACEMENT_ATTEMPTS_MAX):
         meta, version = context.ledgers.read(ledger)
         before = meta.segments[index].bookies
-        if lost not in before:
-            swaps.done(ledger, index, lost)  # committed before (perhaps by a worker that died then)
-            return None
-        slot = before.index(lost)
         new = _prepare(context, swaps, ledger, index, lost, before, run)
+        if new is None:
+            return None  # committed before (perhaps by a worker that died then): the record is gone
+        slot = before.index(lost)
         run.on_step(STEP_PREPARED)
         _copy_fragment(context, meta, version, index, lost, new, run.password,
                        _first_batch_step(run.on_copied, run.on_step))
@@ -130,19 +130,25 @@ def _rereplicate_fragment(context: LedgerContext, ledger: LedgerId, index: int, 
 
 
 def _prepare(context: LedgerContext, swaps: SwapRecords, ledger: LedgerId, index: int, lost: str,
-             before: tuple[str, ...], run: _Run) -> str:
+             before: tuple[str, ...], run: _Run) -> str | None:
     """The replacement: a predecessor's prepared one when it can still be finished, else a new
-    choice recorded before any copy (which rolls the predecessor's change back)."""
+    choice recorded before any copy (which rolls the predecessor's change back); None when the
+    fragment no longer names `lost` (the record, if any, is deleted). The decision is
+    replica_swap.decide_swap, the rule the simulator runs too."""
     writable = context.pool.writable(exclude={lost})
     got = swaps.get(ledger, index, lost)
-    if (run.resume_swaps and got is not None and got[0] is not None and got[0].new in writable
-            and got[0].new not in before):
+    decision = decide_swap(before, lost, got is not None, got[0].new if got is not None and got[0] else None,
+                           writable, resume_swaps=run.resume_swaps)
+    if decision.action == COMMITTED:
+        swaps.done(ledger, index, lost)
+        return None
+    if decision.action == FINISH and decision.new is not None and got is not None and got[0] is not None:
         log.warning("finishing a replica swap a predecessor prepared ledger=%s fragment=%d lost=%s new=%s by=%s",
-                    ledger, index, lost, got[0].new, got[0].holder)
-        return got[0].new
-    if got is not None and run.resume_swaps:
+                    ledger, index, lost, decision.new, got[0].holder)
+        return decision.new
+    if decision.action == ROLL_BACK:
         log.warning("rolling back a replica swap whose replacement is gone or taken ledger=%s fragment=%d lost=%s "
-                    "new=%s", ledger, index, lost, got[0].new if got[0] else "(unreadable)")
+                    "new=%s", ledger, index, lost, got[0].new if got is not None and got[0] else "(unreadable)")
     new = context.placement.replacement(before, writable)
     swaps.prepare(new_record(ledger, index, lost, new, run.holder), None if got is None else got[1])
     return new

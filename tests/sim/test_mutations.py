@@ -9,13 +9,14 @@ from typing import Callable, Sequence
 
 import pytest
 
-from pyspark_ledger.protocol import pending_adds, recovery_reader
+from pyspark_ledger.protocol import pending_adds, replica_swap, recovery_reader
 from pyspark_ledger.protocol.pending_adds import PendingAdd, PendingAdds
 from pyspark_ledger.protocol.recovery_plan import WindowDecision
-from pyspark_ledger.testing.sim import tailer
+from pyspark_ledger.testing.sim import repl_worker, swap, tailer
 from pyspark_ledger.testing.sim.runner import SeedResult, run_seed
 
 SEEDS_MAX = 3000
+AUTORECOVERY_SEEDS_MAX = 500  # the autorecovery defects: half the seeds run autorecovery
 
 
 def first_violation(matches: Callable[[str], bool], seeds_max: int = SEEDS_MAX,
@@ -88,3 +89,60 @@ def test_a_reader_trusting_what_bookies_hold_over_the_lac_is_caught(monkeypatch:
     needed, r = first_violation(lambda v: "past its LAC" in v)
     print(f"\nread past the LAC: caught after {needed} seeds (seed {r.seed}): {r.violation}")
     assert needed <= SEEDS_MAX
+
+
+# ---- autorecovery (issue 20, item 6) --------------------------------------------------------------
+
+def test_a_swap_committed_before_its_copy_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Defect (a): the ensemble change is committed before the entries are copied to the
+    replacement (the copy runs after it): the metadata names a bookie that holds nothing yet."""
+    real_copy, real_commit = swap.FragmentSwap._copy, swap.FragmentSwap._commit
+
+    def commit_then_copy(self, meta, new, attempts_left):  # type: ignore[no-untyped-def]
+        real_commit(self, new, attempts_left)
+        real_copy(self, meta, new, attempts_left)
+
+    monkeypatch.setattr(swap.FragmentSwap, "_copy", commit_then_copy)
+    needed, r = first_violation(lambda v: "committed the swap" in v)
+    print(f"\ncommit before copy: caught after {needed} seeds (seed {r.seed}): {r.violation}")
+    assert needed <= AUTORECOVERY_SEEDS_MAX
+
+
+def test_a_worker_trusting_its_predecessors_copy_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Defect (b): a worker that finds a predecessor's swap record takes the record as "copied"
+    and commits the recorded replacement at once; the predecessor may have died right after
+    prepare or mid-copy. (A worker that ignores the record altogether and chooses anew is no
+    safety defect: commits are re-based on the metadata and the clean-up drops every record of
+    the ledger; the simulator runs it clean, see the report of issue 20 item 6.)"""
+    real_decided = swap.FragmentSwap._decided
+
+    def decided(self, result, attempts_left):  # type: ignore[no-untyped-def]
+        meta, decision, record, writable = result
+        if decision.action == replica_swap.FINISH:
+            self._commit(decision.new, attempts_left)  # no copy: "the record says it was prepared"
+            return
+        real_decided(self, result, attempts_left)
+
+    monkeypatch.setattr(swap.FragmentSwap, "_decided", decided)
+    needed, r = first_violation(lambda v: "committed the swap" in v)
+    print(f"\nresume without copying: caught after {needed} seeds (seed {r.seed}): {r.violation}")
+    assert needed <= AUTORECOVERY_SEEDS_MAX
+
+
+def test_a_mark_cleared_before_the_commit_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Defect (c): the worker deletes the under-replication mark as soon as it starts on the
+    ledger (before any commit); when it then crashes mid-swap, no worker ever comes back to the
+    ledger: a lost bookie stays named, or the swap record stays. (An auditor without a grace
+    period, or one that takes a slow bookie for lost, only re-replicates more than needed: no
+    invariant breaks, so it is not the planted defect here.)"""
+    real_next_bookie = repl_worker.SimReplicationWorker._next_bookie
+
+    def next_bookie(self, ledger, session, lost, i, version):  # type: ignore[no-untyped-def]
+        if i == 0:
+            self.rstore.clear_mark(ledger, version)
+        real_next_bookie(self, ledger, session, lost, i, version)
+
+    monkeypatch.setattr(repl_worker.SimReplicationWorker, "_next_bookie", next_bookie)
+    needed, r = first_violation(lambda v: "swap records left" in v or "still names lost bookies" in v)
+    print(f"\nmark cleared before the commit: caught after {needed} seeds (seed {r.seed}): {r.violation}")
+    assert needed <= AUTORECOVERY_SEEDS_MAX

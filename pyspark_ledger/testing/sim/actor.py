@@ -25,6 +25,8 @@ class Cluster:
         self.read_entries_max = read_entries_max
         self.recovering: dict[int, list[str]] = {}  # ledger -> recoveries running now
         self.writers: list[Any] = []  # every ledger writer started (the checker asks which are live)
+        self.held_down: set[str] = set()  # lost bookies the heal does not bring back (autorecovery.py)
+        self.checker_recovery: Any = None  # autorecovery's invariants (recovery_checker.py), when it runs
 
     def writable_bookies(self) -> list[str]:
         """What the registry would list as writable (up and not read-only)."""

@@ -10,6 +10,7 @@ import time
 from collections import Counter
 from typing import Sequence
 
+from pyspark_ledger.testing.sim.autorecovery import is_autorecovery_counter
 from pyspark_ledger.testing.sim.runner import SeedResult, run_seed
 
 FAILURES_SHOWN_MAX = 5
@@ -63,14 +64,14 @@ def run_many(first: int, count: int, jobs: int) -> tuple[int, Counter[str], list
 def print_report(total: int, faults: Counter[str], failures: Sequence[SeedResult], events: int, elapsed_s: float) -> None:
     print(f"seeds run: {total}")
     print(f"seeds per second: {total / max(elapsed_s, 1e-9):.1f} ({elapsed_s:.1f} s, {events} events)")
-    print("faults injected by kind:")
-    for kind, n in sorted(faults.items(), key=lambda kv: (-kv[1], kv[0])):
-        if not kind.startswith("+"):
-            print(f"  {kind:<24} {n:>10}")
-    print("what the histories exercised:")
-    for kind, n in sorted(faults.items()):
-        if kind.startswith("+"):
-            print(f"  {kind[1:]:<24} {n:>10}")
+    by_count = sorted(faults.items(), key=lambda kv: (-kv[1], kv[0]))
+    _print_counters("faults injected by kind:", [(k, n) for k, n in by_count
+                                                 if not k.startswith("+") and not is_autorecovery_counter(k)])
+    _print_counters("autorecovery faults:", [(k, n) for k, n in by_count
+                                             if not k.startswith("+") and is_autorecovery_counter(k)])
+    activity = sorted((k[1:], n) for k, n in faults.items() if k.startswith("+"))
+    _print_counters("what the histories exercised:", [(k, n) for k, n in activity if not is_autorecovery_counter(k)])
+    _print_counters("what autorecovery did:", [(k, n) for k, n in activity if is_autorecovery_counter(k)])
     print(f"violations: {len(failures)}")
     for r in failures[:FAILURES_SHOWN_MAX]:
         print(f"\nseed {r.seed}: {r.violation}")
@@ -81,8 +82,14 @@ def print_report(total: int, faults: Counter[str], failures: Sequence[SeedResult
         print(f"\n... and {len(failures) - FAILURES_SHOWN_MAX} more failing seeds: {[r.seed for r in failures][:50]}")
 
 
-def replay(seed: int, trace: bool) -> int:
-    r = run_seed(seed, trace=trace)
+def _print_counters(title: str, rows: Sequence[tuple[str, int]]) -> None:
+    print(title)
+    for kind, n in rows:
+        print(f"  {kind:<40} {n:>10}")
+
+
+def replay(seed: int, trace: bool, autorecovery: bool | None = None) -> int:
+    r = run_seed(seed, trace=trace, autorecovery=autorecovery)
     if trace and r.trace_all is not None:
         for line in r.trace_all:
             print(line)
@@ -105,9 +112,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="processes (seed ranges are split among them)")
     parser.add_argument("--replay", type=int, default=None, help="run one seed and print its history")
     parser.add_argument("--trace", action="store_true", help="with --replay: print every event")
+    parser.add_argument("--no-autorecovery", action="store_true",
+                        help="with --replay: the seed's history without auditors and workers (as before they joined)")
     args = parser.parse_args(argv)
     if args.replay is not None:
-        return replay(args.replay, args.trace)
+        return replay(args.replay, args.trace, False if args.no_autorecovery else None)
     if args.seeds < 1 or args.jobs < 1:
         parser.error("--seeds and --jobs must be positive")
     started = time.perf_counter()  # the rate only: no history depends on it

@@ -92,7 +92,7 @@ def heal(cluster: Cluster) -> None:
     cluster.net.heal()
     for b in cluster.bookie_ids:
         bookie = cluster.bookies[b]
-        if not bookie.up:
+        if not bookie.up and b not in cluster.held_down:
             bookie.restart()
         bookie.readonly = False
         bookie.fsync_failing = False

@@ -51,6 +51,19 @@ class LedgerMeta:
         kept = tuple(f for f in self.fragments if f.first_entry_id < first_entry_id)
         return replace(self, fragments=kept + (Fragment(first_entry_id, ensemble),))
 
+    def with_replaced_bookie(self, index: int, lost: str, new: str) -> "LedgerMeta":
+        """Fragment `index` with `lost` replaced by `new` in its slot (a re-replication's commit)."""
+        f = self.fragments[index]
+        ensemble = tuple(new if b == lost else b for b in f.ensemble)
+        return replace(self, fragments=self.fragments[:index] + (Fragment(f.first_entry_id, ensemble),)
+                       + self.fragments[index + 1:])
+
+    def fragment_last_entry(self, index: int) -> int:
+        """The last entry of fragment `index` of a CLOSED ledger (below its first: empty)."""
+        if index + 1 < len(self.fragments):
+            return self.fragments[index + 1].first_entry_id - 1
+        return self.last_entry
+
     def start_recovery(self) -> "LedgerMeta":
         return replace(self, state=IN_RECOVERY)
 
@@ -105,8 +118,9 @@ class MetaStore:
         current, cur_version = self.ledgers[meta.ledger]
         if cur_version != version:
             raise BadVersion(f"ledger {meta.ledger}: version {version} is stale (now {cur_version})")
-        if current.state == CLOSED and meta != current:
-            raise Violation(f"ledger {meta.ledger}: a CLOSED ledger's metadata never changes")
+        if current.state == CLOSED and meta != current and not _only_ensembles_differ(current, meta):
+            raise Violation(f"ledger {meta.ledger}: a CLOSED ledger's metadata never changes (but for "
+                            f"a re-replication's bookie swap)")
         self.ledgers[meta.ledger] = (meta, version + 1)
         self.history[(meta.ledger, version + 1)] = meta
         if meta.state == CLOSED and current.state != CLOSED:
@@ -124,3 +138,11 @@ class MetaStore:
             raise BadVersion(f"log: version {version} is stale (now {self.log[1]})")
         self.log = (record, version + 1)
         return version + 1
+
+
+def _only_ensembles_differ(old: LedgerMeta, new: LedgerMeta) -> bool:
+    """Only bookies in fragments changed (the fragments, their first entries, the state and the
+    end stay): what re-replication may do to a CLOSED ledger."""
+    return (replace(new, fragments=old.fragments) == old and len(new.fragments) == len(old.fragments)
+            and all(a.first_entry_id == b.first_entry_id and len(a.ensemble) == len(b.ensemble)
+                    for a, b in zip(old.fragments, new.fragments)))

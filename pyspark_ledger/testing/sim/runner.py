@@ -8,6 +8,7 @@ from typing import Sequence
 
 from pyspark_ledger.protocol.invariants import InvariantError
 from pyspark_ledger.testing.sim.actor import Cluster
+from pyspark_ledger.testing.sim.autorecovery import Autorecovery, draw_plan, runs_autorecovery
 from pyspark_ledger.testing.sim.bookie import SimBookie
 from pyspark_ledger.testing.sim.checker import Checker
 from pyspark_ledger.testing.sim.faults import FAULT_KINDS, schedule_faults
@@ -24,6 +25,8 @@ SWEEP_AFTER_HEAL_S = 8.0  # leftover ledgers are recovered this long after the h
 END_AFTER_HEAL_S = 25.0  # every operation must have ended by then (liveness bound)
 READ_ENTRIES_MAX = 4
 READ_BYTES_MAX = 4000  # entries are 600..3000 bytes: many answers come back short
+AUTORECOVERY_FAULTS_UNTIL_S = HEAL_S + 10.0  # crashes of auditors and workers, pauses
+AUTORECOVERY_STOP_S = HEAL_S + END_AFTER_HEAL_S - 4.0  # auditors and workers stop (marks must be gone)
 
 
 @dataclass
@@ -40,17 +43,23 @@ class SeedResult:
     entries_acked: int = 0
 
 
-def run_seed(seed: int, *, trace: bool = False) -> SeedResult:
+def run_seed(seed: int, *, trace: bool = False, autorecovery: bool | None = None) -> SeedResult:
+    """autorecovery: None runs it when the seed's own draw says so (autorecovery.py); False
+    replays the seed's history as it was before autorecovery joined the simulator."""
     world = World(seed, trace_all=trace)
+    world.autorecovery = runs_autorecovery(seed) if autorecovery is None else autorecovery
     rng = world.rng
     violation: str | None = None
     checker: Checker | None = None
     try:
         cluster = _build(world)
         checker = cluster.checker
-        live_ledgers = _populate(cluster)
+        recovery_actors = _autorecovery(cluster)
+        live_ledgers = _populate(cluster, recovery_actors)
         drained = world.run_until(HEAL_S + END_AFTER_HEAL_S)
         checker.at_end(drained, live_ledgers())
+        if recovery_actors is not None:
+            recovery_actors.at_end()
     except (Violation, InvariantError) as exc:
         violation = f"{type(exc).__name__}: {exc}"
         world.note(f"VIOLATION {violation}")
@@ -63,7 +72,8 @@ def run_seed(seed: int, *, trace: bool = False) -> SeedResult:
 def _build(world: World) -> Cluster:
     rng = world.rng
     quorum = rng.choice(QUORUMS)
-    bookies_n = quorum[0] + rng.randint(1, 2)
+    # Autorecovery seeds get one bookie more: a lost bookie leaves a replacement for every slot.
+    bookies_n = quorum[0] + rng.randint(1, 2) + (1 if world.autorecovery else 0)
     ids = [f"b{i}" for i in range(bookies_n)]
     bookies = {b: SimBookie(world, b) for b in ids}
     lossy = rng.random() < 0.7
@@ -78,7 +88,16 @@ def _build(world: World) -> Cluster:
     return cluster
 
 
-def _populate(cluster: Cluster):  # type: ignore[no-untyped-def]
+def _autorecovery(cluster: Cluster) -> Autorecovery | None:
+    seed = cluster.world.seed
+    if not cluster.world.autorecovery:
+        return None
+    plan = draw_plan(seed, HEAL_S, AUTORECOVERY_FAULTS_UNTIL_S)
+    cluster.world.note(f"autorecovery: {plan}")
+    return Autorecovery(cluster, plan, stop_s=AUTORECOVERY_STOP_S, faults_until_s=AUTORECOVERY_FAULTS_UNTIL_S)
+
+
+def _populate(cluster: Cluster, autorecovery: Autorecovery | None):  # type: ignore[no-untyped-def]
     """Start the actors and schedule the faults; returns 'ledgers with a live writer now'."""
     world, rng = cluster.world, cluster.world.rng
     quorum = cluster.quorum  # type: ignore[attr-defined]
@@ -103,7 +122,14 @@ def _populate(cluster: Cluster):  # type: ignore[no-untyped-def]
         clients.append(name)
         world.at(rng.uniform(0.1, HEAL_S), lambda n=name: _recover_with_retries(cluster, n, None, 5, 0.5),
                  f"{name} starts")
-    schedule_faults(cluster, rng.randint(0, 8), HEAL_S, primary, clients, FAULT_KINDS)
+    kinds: tuple[str, ...] = FAULT_KINDS
+    if autorecovery is not None:
+        autorecovery.start()
+        if autorecovery.plan.lose_bookie:
+            # A lost bookie's copies are out of reach: a corrupted copy elsewhere could be the
+            # last intact one of an entry (two faults past what A >= 2 copies tolerate).
+            kinds = tuple(k for k in FAULT_KINDS if k != "corrupt")
+    schedule_faults(cluster, rng.randint(0, 8), HEAL_S, primary, clients, kinds)
     world.at(HEAL_S + SWEEP_AFTER_HEAL_S, lambda: _sweep(cluster), "sweep")
 
     def live_ledgers() -> list[int]:

@@ -38,6 +38,7 @@ class World:
         self.trace_hash = 0
         self.faults: Counter[str] = Counter()
         self.stats: Counter[str] = Counter()  # what the history exercised (not faults)
+        self.autorecovery = False  # whether auditors and replication workers run (runner.py)
 
     # ---- scheduling ---------------------------------------------------------------------------
 
