@@ -186,7 +186,7 @@ def _quorum_args(p: argparse.ArgumentParser, defaults: tuple[int, int, int] | No
 
 
 def _add_log_commands(sub: Any) -> None:
-    p = sub.add_parser("logs", help="list, show or trim named logs")
+    p = sub.add_parser("logs", help="list, show, trim or delete named logs")
     lsub = p.add_subparsers(dest="logs_command", metavar="ACTION")
     lsub.required = True
     lsub.add_parser = _json_adder(lsub.add_parser)
@@ -199,6 +199,10 @@ def _add_log_commands(sub: Any) -> None:
     q.add_argument("--before", help='a position JSON: {"seq": n, "ledger": hex, "entry": n}')
     q.add_argument("--max-age-s", type=float, help="trim whole ledgers older than this many seconds")
     q.add_argument("--max-size-bytes", type=int, help="trim the oldest whole ledgers until the log is at most this big")
+    q = lsub.add_parser("delete", help="delete a log and all its ledgers, after fencing its writer (asks first)")
+    q.add_argument("name", help="the log's name")
+    q.add_argument("--yes", action="store_true", help="delete without asking (needed when stdin is not a terminal)")
+    add_password_args(q)  # the fence recovery-opens the log's unsealed ledgers
 
 
 def _add_bp44_commands(sub: Any) -> None:

@@ -269,6 +269,10 @@ def logs(client: "LedgerClient", args: argparse.Namespace) -> int:
         from pyspark_ledger.cli.log_show import show
 
         return show(client, args)
+    if args.logs_command == "delete":
+        from pyspark_ledger.cli.log_delete import delete
+
+        return delete(client, args)
     before = Position.from_json(args.before) if args.before else None
     trimmed = client.trim_log(args.name, before=before, max_age_s=args.max_age_s, max_size_bytes=args.max_size_bytes)
     if args.json:
