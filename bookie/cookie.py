@@ -141,5 +141,5 @@ def delete_cookie(store: MetadataStore, bookie_id: str) -> bool:
     if store.get(path) is None:
         return False
     store.delete(path)
-    log.warning("deleted bookie cookie bookie=%s", bookie_id)
+    log.info("deleted bookie cookie bookie=%s", bookie_id)
     return True

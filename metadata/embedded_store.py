@@ -387,7 +387,7 @@ class EmbeddedStore(MetadataStore):
                 self._purge_expired(conn, path)
                 row = conn.execute("SELECT owner, value FROM nodes WHERE path=?", (path,)).fetchone()
                 if row is not None and row[0] != owner and row[0] is not None and replace_if and replace_if(bytes(row[1])):
-                    log.warning("replacing a stale registration of the same identity path=%s", path)
+                    log.info("replacing a stale registration of the same identity path=%s", path)
                     conn.execute("DELETE FROM nodes WHERE path=?", (path,))
                     row = None
                 if row is not None and row[0] != owner:

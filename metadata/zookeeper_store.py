@@ -398,7 +398,7 @@ class ZooKeeperStore(MetadataStore):
                     self._replace_ephemeral(reg.path, reg.value)
                     return
                 if got is not None and stat is not None and reg.replace_if is not None and reg.replace_if(got.value):
-                    log.warning("replacing a stale registration of the same identity path=%s", reg.path)
+                    log.info("replacing a stale registration of the same identity path=%s", reg.path)
                     try:
                         self.delete(reg.path, int(stat.version))
                     except MetadataError:
@@ -469,7 +469,7 @@ class ZooKeeperStore(MetadataStore):
                 for reg in regs:
                     self._create_ephemeral_waiting(reg)
                     reg._created = True
-                    log.warning("re-registered after session expiry path=%s", reg.path)
+                    log.info("re-registered after session expiry path=%s", reg.path)
                 self._lost.clear()
             except MetadataError as exc:
                 log.warning("re-registration failed, will retry error=%s", exc)

@@ -306,7 +306,7 @@ class BookieStorage(ApplyMixin, ReadPathMixin, ModesMixin, CheckpointMixin, GcMi
         with self._lock:
             self._start_committer()
             self._failed, self._failure = False, None
-        log.warning("journal reopened after a failure: adds accepted again data_dir=%s journal=%s",
+        log.info("journal reopened after a failure: adds accepted again data_dir=%s journal=%s",
                     self._data_dir, tuple(self._writer.position))
         return True
 
@@ -428,7 +428,7 @@ class BookieStorage(ApplyMixin, ReadPathMixin, ModesMixin, CheckpointMixin, GcMi
             if meta is None or status is not None:
                 return status or Status.INTERNAL_ERROR, LAC_NONE
             if not meta.fenced:
-                log.warning("fencing ledger=%s lac=%d", ledger, meta.lac)
+                log.info("fencing ledger=%s lac=%d", ledger, meta.lac)
             # Set now so adds queued after this call are refused; durable below before we return.
             meta.fenced = True
             self._dirty.add(ledger)

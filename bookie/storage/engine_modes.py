@@ -52,7 +52,9 @@ class ModesMixin(EngineFields):
     def set_read_only(self, read_only: bool) -> None:
         """The disk monitor's verdict. It never makes a bookie whose journal failed writable."""
         if read_only != self._read_only:
-            log.warning("storage read_only=%s data_dir=%s", read_only, self._data_dir)
+            # Turning read-only (a full disk) needs the operator; turning writable again does not.
+            log.log(logging.WARNING if read_only else logging.INFO, "storage read_only=%s data_dir=%s", read_only,
+                    self._data_dir)
         self._read_only = read_only
 
     def disk_usage(self) -> tuple[int, int]:
@@ -78,7 +80,7 @@ class ModesMixin(EngineFields):
             was = self._uncertain
             self._uncertain = False
         if was:
-            log.warning("uncertain mode cleared by operator data_dir=%s", self._data_dir)
+            log.info("uncertain mode cleared by operator data_dir=%s", self._data_dir)
 
     def stats(self) -> dict[str, Any]:
         with self._lock:

@@ -375,7 +375,7 @@ def commit_stream_batch(base: WriteJob, run_id: str, messages: list[StreamTaskRe
             raise
         _maybe_fail(client, base, "after", fail_commit)
         if replayed[0]:
-            log.warning("micro-batch already committed (a replay): not appending it again log=%s query=%s batch=%d",
+            log.info("micro-batch already committed (a replay): not appending it again log=%s query=%s batch=%d",
                         base.log_name, query_id, batch_id)
         else:
             log.info("micro-batch committed log=%s query=%s batch=%d ledgers=%d rows=%d", base.log_name, query_id,

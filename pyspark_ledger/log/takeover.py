@@ -87,7 +87,7 @@ def take_over(client: LedgerService, name: str, password: bytes = b"", *, create
 
     rec, _ = update_log_head(client, name, bump)
     epoch, from_seq = rec.writer_epoch, taken[0]
-    log.warning("log taken over log=%s epoch=%d by=%s", name, epoch, writer)
+    log.info("log taken over log=%s epoch=%d by=%s", name, epoch, writer)
     unsealed = [lg for lg in rec.ledgers if not lg.sealed]
     seals = fence_and_close([lg.ledger_id for lg in unsealed_ledgers(rec.ledgers)], client, password)
 

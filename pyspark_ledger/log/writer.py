@@ -96,7 +96,7 @@ class LogWriter:
         # newest ledger, and no ledger may stay OPEN without a writer), record their seals.
         taken = take_over(self.client, self.name, self.options.password, create=create, writer="this log writer")
         self.epoch, self.from_seq = taken.epoch, taken.from_seq
-        log.warning("log writer opening log=%s epoch=%d", self.name, self.epoch)
+        log.info("log writer opening log=%s epoch=%d", self.name, self.epoch)
         rec = taken.record
         previous = rec.ledgers[-1].ledger_id if rec.ledgers else None
         handle = self._new_ledger(previous)

@@ -131,7 +131,7 @@ class TcpProxy:
         return self
 
     def set_mode(self, mode: ProxyMode) -> None:
-        log.warning("proxy %s -> %s:%d mode=%s", self.address, *self.target, mode.value)
+        log.info("proxy %s -> %s:%d mode=%s", self.address, *self.target, mode.value)
         self.mode = mode
         if mode is ProxyMode.DROP:
             for link in self._snapshot():
