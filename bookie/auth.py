@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 
 import grpc
 
+from bookie.errors import BookieError
 from bookie.metrics import Metrics
 from bookie.proto.wire import OPERATOR_SECRET_HEADER
 from bookie.tls import grpc_peer_identity
@@ -37,7 +38,7 @@ OPERATOR_SECRET_BYTES_MAX = 4096
 REFUSALS_METRIC = "bookie_auth_refusals_total"
 
 
-class AuthConfigError(ValueError):
+class AuthConfigError(BookieError, ValueError):
     pass
 
 

@@ -13,11 +13,13 @@ from __future__ import annotations
 import argparse
 import logging
 import tomllib
+from dataclasses import dataclass, fields
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
-from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
+
+from bookie.errors import BookieError
 
 # Every response is bounded; gRPC messages must fit these.
 GRPC_MESSAGE_BYTES_MAX = 64 * 2**20
@@ -30,7 +32,7 @@ WILDCARD_HOSTS = ("0.0.0.0", "::", "[::]", "")
 ENTRY_LOG_SIZE_MB_MAX = 64 * 1024  # far below the location format's 1 TiB per log
 
 
-class ConfigError(ValueError):
+class ConfigError(BookieError, ValueError):
     pass
 
 

@@ -17,6 +17,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from bookie.errors import BookieError
 from metadata import MetadataStore, NodeExistsError
 from metadata.paths import cookie_path
 
@@ -26,7 +27,7 @@ COOKIE_FILE = "COOKIE"
 COOKIE_FORMAT_VERSION = 1
 
 
-class CookieMismatchError(RuntimeError):
+class CookieMismatchError(BookieError, RuntimeError):
     """The bookie's stored identity does not match: refusing to start."""
 
 

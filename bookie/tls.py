@@ -18,8 +18,10 @@ from typing import Any
 
 import grpc
 
+from bookie.errors import BookieError
 
-class TlsSetupError(ValueError):
+
+class TlsSetupError(BookieError, ValueError):
     pass
 
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 from metadata.errors import MetadataError
 
 
-class LedgerError(Exception):
+class PySparkLedgerError(Exception):
+    """Root of every exception the pyspark_ledger package defines (tests/test_exception_roots.py).
+    Not caught as such: it also covers bugs (protocol.invariants.InvariantError) and bad input
+    (options, passwords), which `except LedgerError` must not swallow."""
+
+
+class LedgerError(PySparkLedgerError):
     """Root of every error the ledger client raises (metadata errors keep their own root)."""
 
     retriable: bool = False

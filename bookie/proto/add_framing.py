@@ -13,6 +13,8 @@ from __future__ import annotations
 import socket
 import struct
 
+from bookie.errors import BookieError
+
 MAGIC = b"PLAD"
 VERSION = 1
 HELLO = MAGIC + struct.pack(">I", VERSION)
@@ -25,7 +27,7 @@ FRAME_BYTES_MAX = 64 * 2**20
 RECV_BYTES = 64 * 1024
 
 
-class FramingError(Exception):
+class FramingError(BookieError):
     """The peer broke the framing: the connection cannot be resynchronised and must close."""
 
 

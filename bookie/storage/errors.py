@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bookie.errors import BookieError
 
-class StorageError(Exception):
+
+class StorageError(BookieError):
     """Root of every error the storage engine raises."""
 
 

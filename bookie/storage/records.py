@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
+from bookie.errors import BookieError
 from bookie.storage.errors import RecordFormatError
 
 # Not ASCII, so text payloads rarely contain it; only matters when scanning past damage.
@@ -60,7 +61,7 @@ class EncodedBatch(NamedTuple):
         return RECORD_HEADER_BYTES + len(self.parts[1])
 
 
-class BatchRejected(Exception):
+class BatchRejected(BookieError):
     """Raised by encode_add_batch for a request the engine must refuse; carries the reason."""
 
     def __init__(self, reason: str, too_large: bool = False) -> None:

@@ -20,18 +20,18 @@ from metadata import DigestType, MetadataError
 from metadata.embedded_store import embedded_path_from_env_default
 from pyspark_ledger.cli import autorecovery_commands, bookie_admin, commands, reshape_commands
 from pyspark_ledger.cli.passwords import add_password_args, check_new_ledger_password, resolve_password
-from pyspark_ledger.errors import LedgerError
+from pyspark_ledger.errors import LedgerError, PySparkLedgerError
 
 ENV_URI = "LEDGER_METADATA_URI"
 ENV_CONFIG = "LEDGER_CONFIG"
 DEFAULT_CONFIG = Path.home() / ".config" / "pyspark-ledger" / "config.toml"
 
 
-class UsageError(Exception):
+class UsageError(PySparkLedgerError):
     pass
 
 
-class CommandError(Exception):
+class CommandError(PySparkLedgerError):
     """A failure the command already explained; exit 1."""
 
 

@@ -16,6 +16,8 @@ import os
 import sys
 from pathlib import Path
 
+from pyspark_ledger.errors import PySparkLedgerError
+
 ENV_PASSWORD = "LEDGER_PASSWORD"
 ENV_PASSWORD_FILE = "LEDGER_PASSWORD_FILE"
 PASSWORD_BYTES_MAX = 4096
@@ -25,7 +27,7 @@ EMPTY_WARNING = ("ledger: warning: creating a ledger with an empty password: its
                  "who can reach a bookie may write to or delete it; set a password (LEDGER_PASSWORD)")
 
 
-class PasswordError(ValueError):
+class PasswordError(PySparkLedgerError, ValueError):
     """A password that cannot be used; the message never contains it."""
 
 

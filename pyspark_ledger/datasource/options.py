@@ -26,6 +26,7 @@ from metadata.embedded_store import embedded_path_from_env_default
 from metadata.errors import InvalidUriError
 from metadata.paths import check_name
 from metadata.uri import parse_uri, with_client_params, zk_auth
+from pyspark_ledger.errors import PySparkLedgerError
 from pyspark_ledger.log import Position
 
 # Bounds on numeric options: a typo must fail here, not as a stuck job.
@@ -57,7 +58,7 @@ KNOWN_OPTIONS: dict[str, str] = {
 }
 
 
-class OptionError(ValueError):
+class OptionError(PySparkLedgerError, ValueError):
     """A `format("ledger")` option is missing, unknown or has a bad value; names the option."""
 
     def __init__(self, option: str, problem: str):

@@ -6,8 +6,10 @@ no caller catches, and the simulator reports it as a violation with the seed tha
 
 from __future__ import annotations
 
+from pyspark_ledger.errors import PySparkLedgerError
 
-class InvariantError(AssertionError):
+
+class InvariantError(PySparkLedgerError, AssertionError):
     """A protocol invariant does not hold: a bug, never a user or network error."""
 
 

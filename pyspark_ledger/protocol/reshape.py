@@ -14,17 +14,18 @@ names a bookie for an entry it does not hold.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Callable, Collection, Sequence
 
 from metadata import LedgerMetadata, Segment, write_set
+from pyspark_ledger.errors import PySparkLedgerError
 
 # (ensemble, candidates) -> a bookie outside the ensemble (protocol/placement.py replacement)
 PickBookie = Callable[[Sequence[str], Sequence[str]], str]
 ENSEMBLE_SIZE_MAX = 64  # as at ledger creation: a wider stripe is a mistake, not a plan
 
 
-class ReshapeError(ValueError):
+class ReshapeError(PySparkLedgerError, ValueError):
     """The requested shape is impossible for this ledger (names what and why)."""
 
 

@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from pyspark_ledger.errors import PySparkLedgerError
 from pyspark_ledger.testing.faults_proxy import ProxyMode, TcpProxy
 
 __all__ = [
@@ -39,7 +40,7 @@ ENTRIES_DIR = "entries"
 ENTRY_LOG_NAME_DIGITS = 16
 
 
-class FaultUnavailable(RuntimeError):
+class FaultUnavailable(PySparkLedgerError, RuntimeError):
     """This machine cannot inject the fault (e.g. no permission to mount): tests skip with the reason."""
 
 

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pyspark_ledger.errors import PySparkLedgerError
 from pyspark_ledger.testing.zookeeper_server import free_port
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
 
 
-class BookieStartError(RuntimeError):
+class BookieStartError(PySparkLedgerError, RuntimeError):
     pass
 
 

@@ -20,6 +20,8 @@ import threading
 import time
 from pathlib import Path
 
+from pyspark_ledger.errors import PySparkLedgerError
+
 log = logging.getLogger(__name__)
 
 ZOOKEEPER_JARS = ("/usr/share/java/zookeeper.jar",)
@@ -31,7 +33,7 @@ STOP_TIMEOUT_S = 10.0
 SASL_AUTH_PROVIDER_LINE = "authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider"
 
 
-class ZooKeeperNotInstalled(RuntimeError):
+class ZooKeeperNotInstalled(PySparkLedgerError, RuntimeError):
     pass
 
 

@@ -15,13 +15,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bookie.proto import bookie_pb2 as pb
+from pyspark_ledger.errors import PySparkLedgerError
 
 _RUNS_FIELD = pb.ReadResponse.DESCRIPTOR.fields_by_name["runs"].number
 _DATA_FIELD = pb.EntryRun.DESCRIPTOR.fields_by_name["data"].number
 _VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
 
 
-class MalformedResponse(ValueError):
+class MalformedResponse(PySparkLedgerError, ValueError):
     """The bytes are not a well-formed protobuf message."""
 
 

@@ -15,10 +15,12 @@ from pathlib import Path
 
 import grpc
 
+from pyspark_ledger.errors import PySparkLedgerError
+
 TLS_SETTING_NAMES = ("tls_ca", "tls_cert", "tls_key")
 
 
-class TlsConfigError(ValueError):
+class TlsConfigError(PySparkLedgerError, ValueError):
     """The TLS settings are incomplete or their files unreadable (said before any connection)."""
 
 

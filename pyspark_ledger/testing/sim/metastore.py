@@ -7,16 +7,17 @@ owned by a session: when the session expires the lock is gone, whatever its owne
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
+from pyspark_ledger.errors import PySparkLedgerError
 from pyspark_ledger.protocol.distribution import write_set_of
 from pyspark_ledger.testing.sim.world import Violation
 
 OPEN, IN_RECOVERY, CLOSED = "OPEN", "IN_RECOVERY", "CLOSED"
 
 
-class BadVersion(Exception):
+class BadVersion(PySparkLedgerError):
     pass
 
 
@@ -46,12 +47,12 @@ class LedgerMeta:
     def write_set(self, entry_id: int) -> tuple[str, ...]:
         return write_set_of(entry_id, self.ensemble_for(entry_id), self.write_quorum_size)
 
-    def with_fragment(self, first_entry_id: int, ensemble: tuple[str, ...]) -> "LedgerMeta":
+    def with_fragment(self, first_entry_id: int, ensemble: tuple[str, ...]) -> LedgerMeta:
         """A new fragment from `first_entry_id` (replacing the last one if it starts there)."""
         kept = tuple(f for f in self.fragments if f.first_entry_id < first_entry_id)
         return replace(self, fragments=kept + (Fragment(first_entry_id, ensemble),))
 
-    def with_replaced_bookie(self, index: int, lost: str, new: str) -> "LedgerMeta":
+    def with_replaced_bookie(self, index: int, lost: str, new: str) -> LedgerMeta:
         """Fragment `index` with `lost` replaced by `new` in its slot (a re-replication's commit)."""
         f = self.fragments[index]
         ensemble = tuple(new if b == lost else b for b in f.ensemble)
@@ -64,10 +65,10 @@ class LedgerMeta:
             return self.fragments[index + 1].first_entry_id - 1
         return self.last_entry
 
-    def start_recovery(self) -> "LedgerMeta":
+    def start_recovery(self) -> LedgerMeta:
         return replace(self, state=IN_RECOVERY)
 
-    def close(self, last_entry: int, length: int) -> "LedgerMeta":
+    def close(self, last_entry: int, length: int) -> LedgerMeta:
         return replace(self, state=CLOSED, last_entry=last_entry, length=length)
 
 

@@ -11,13 +11,16 @@ import heapq
 import random
 import zlib
 from collections import Counter, deque
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
+
+from pyspark_ledger.errors import PySparkLedgerError
 
 TRACE_TAIL_EVENTS = 40
 EVENTS_MAX = 200_000  # a history longer than this is a liveness bug (something loops)
 
 
-class Violation(Exception):
+class Violation(PySparkLedgerError):
     """An invariant of the ledger protocol does not hold in this history."""
 
 
