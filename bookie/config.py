@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from bookie.errors import BookieError
 
@@ -241,7 +241,7 @@ def checked_file_values(raw: dict[str, Any], path: Path) -> dict[str, Any]:
         if not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted):
             got = next((name for t, name in _TOML_TYPE_NAMES.items() if isinstance(value, t)), type(value).__name__)
             raise ConfigError(f"{path}: {key} must be {expected}, got {got} ({value!r:.60})")
-        values[key] = float(value) if field_types[key] == "float" else value
+        values[key] = float(cast(float, value)) if field_types[key] == "float" else value  # int or float here
     return values
 
 
