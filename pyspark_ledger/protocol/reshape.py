@@ -17,7 +17,8 @@ import dataclasses
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
-from metadata import LedgerMetadata, Segment, write_set
+from metadata.ledger import LedgerMetadata, Segment  # the modules, not the package that re-exports the stores
+from metadata.quorum import write_set
 from pyspark_ledger.errors import PySparkLedgerError
 
 # (ensemble, candidates) -> a bookie outside the ensemble (protocol/placement.py replacement)
