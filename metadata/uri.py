@@ -8,10 +8,11 @@ op_timeout_ms is the deadline of every ZooKeeper call (default: the session time
 Either may also carry the client's bookie TLS settings, tls_ca=, tls_cert=, tls_key= (file
 paths, docs/security.md): tls_params() returns them, and the store ignores them.
 
-ZooKeeper credentials: zk_auth=digest:user:secret (else the LEDGER_ZK_AUTH environment
-variable); every node the store creates then gets a digest ACL for that user only. A URI that
-carries them is shown through redact_uri() wherever it is printed or logged, and error
-messages about a URI never include them.
+ZooKeeper credentials: zk_auth=digest:user:secret or zk_auth=sasl:user:secret (SASL DIGEST-MD5,
+for a ZooKeeper with a JAAS Server section of DigestLoginModule users), else the LEDGER_ZK_AUTH
+environment variable; every node the store creates then gets a digest or sasl ACL for that user
+only (metadata.zk_acl). A URI that carries them is shown through redact_uri() wherever it is
+printed or logged, and error messages about a URI never include them.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ _SQLITE_PARAMS = {"ttl_ms", "poll_ms"}
 TLS_PARAMS = ("tls_ca", "tls_cert", "tls_key")  # for the bookie connections, not the store
 ZK_AUTH_PARAM = "zk_auth"
 ZK_AUTH_ENV = "LEDGER_ZK_AUTH"
-ZK_AUTH_SCHEMES = ("digest",)
+ZK_AUTH_SCHEMES = ("digest", "sasl")
 _STRING_PARAMS = (*TLS_PARAMS, ZK_AUTH_PARAM)
 _REDACTED = "***"
 
@@ -66,7 +67,7 @@ def zk_auth(uri: str, environ: dict[str, str] | None = None) -> tuple[str, str] 
     scheme, _, credential = raw.partition(":")
     user, _, secret = credential.partition(":")
     if scheme not in ZK_AUTH_SCHEMES or not user or not secret:
-        raise InvalidUriError(f"zk_auth must be digest:user:secret (scheme one of {', '.join(ZK_AUTH_SCHEMES)})")
+        raise InvalidUriError("zk_auth must be digest:user:secret or sasl:user:secret")
     return scheme, credential
 
 

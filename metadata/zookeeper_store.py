@@ -30,13 +30,19 @@ from collections.abc import Callable
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    AuthFailedError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    NoAuthError,
+    NotEmptyError,
+    SessionExpiredError,
+)
 from kazoo.exceptions import BadVersionError as ZkBadVersion
-from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, NoAuthError, NotEmptyError, SessionExpiredError
 from kazoo.exceptions import NodeExistsError as ZkNodeExists
 from kazoo.exceptions import NoNodeError as ZkNoNode
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
-from kazoo.retry import KazooRetry
 
 from metadata.errors import (
     BadVersionError,
@@ -49,7 +55,7 @@ from metadata.errors import (
 )
 from metadata.paths import counter_path
 from metadata.store import ChildrenCallback, DataCallback, MetadataStore, RetryPolicy, Versioned, check_path
-from metadata.zk_acl import kazoo_logger, not_authorized, zk_acl
+from metadata.zk_session import start_client
 
 log = logging.getLogger(__name__)
 
@@ -138,28 +144,17 @@ class ZooKeeperStore(MetadataStore):
         self._lost = threading.Event()  # set when a session expired; cleared after re-registering
         self._stop = threading.Event()
         self._disconnected_since: float | None = None
-        # Reconnection is retried without a count on kazoo's own thread, so that the store comes
-        # back whenever ZooKeeper does; callers never wait on it beyond their deadline, and
-        # close() ends it.
-        self._client = KazooClient(
-            hosts=hosts,
-            timeout=session_timeout_s,
-            connection_retry=KazooRetry(max_tries=-1, max_delay=2.0),
-            auth_data=[auth] if auth else None, default_acl=zk_acl(auth), logger=kazoo_logger(),
+        self._client, self._session_auth = start_client(
+            hosts, session_timeout_s=session_timeout_s, connect_timeout_s=connect_timeout_s, uri=self.uri, auth=auth
         )
-        try:
-            self._client.start(timeout=connect_timeout_s)
-        except KazooTimeoutError:
-            self._client.stop()
-            self._client.close()
-            raise MetadataUnavailableError(
-                f"could not connect to ZooKeeper at {hosts} within {connect_timeout_s:g} s "
-                f"(metadata service {self.uri})"
-            ) from None
         self._client.add_listener(self._on_state)
         self._rereg_thread = threading.Thread(target=self._reregister_loop, name="zk-reregister", daemon=True)
         self._rereg_thread.start()
-        self._call(self._client.ensure_path_async, self.root)
+        try:
+            self._call(self._client.ensure_path_async, self.root)
+        except MetadataError:  # e.g. a rejected SASL login: end the client's threads before raising
+            self.close()
+            raise
 
     # ---- plumbing -----------------------------------------------------------------------------
 
@@ -185,8 +180,8 @@ class ZooKeeperStore(MetadataStore):
             self._wait_connected(deadline, what)
             try:
                 return async_fn(*args, **kwargs).get(timeout=max(0.01, deadline - time.monotonic()))
-            except NoAuthError:
-                raise not_authorized(self.uri, what) from None
+            except (NoAuthError, AuthFailedError) as exc:
+                raise self._session_auth.refused(exc, what) from None
             except _TRANSIENT as exc:
                 if time.monotonic() >= deadline or self._stop.is_set():
                     raise self._unavailable(what, exc) from exc
@@ -196,11 +191,12 @@ class ZooKeeperStore(MetadataStore):
         """Send one request and wait until the deadline. Transient errors propagate to the caller."""
         try:
             return async_fn(*args, **kwargs).get(timeout=max(0.01, deadline - time.monotonic()))
-        except NoAuthError:
-            raise not_authorized(self.uri, getattr(async_fn, "__name__", "call")) from None
+        except (NoAuthError, AuthFailedError) as exc:
+            raise self._session_auth.refused(exc, getattr(async_fn, "__name__", "call")) from None
 
     def _wait_connected(self, deadline: float, what: str) -> None:
         while self._client.state != KazooState.CONNECTED:
+            self._session_auth.check(what)  # a rejected login never reconnects: say so now
             if time.monotonic() > deadline or self._stop.is_set():
                 raise self._unavailable(what)
             time.sleep(0.05)
@@ -449,7 +445,7 @@ class ZooKeeperStore(MetadataStore):
             self._disconnected_since = None
         elif self._disconnected_since is None:
             self._disconnected_since = time.monotonic()
-        if state == KazooState.LOST and not self._stop.is_set():
+        if state == KazooState.LOST and not self._stop.is_set() and not self._session_auth.rejected:
             log.warning("ZooKeeper session expired hosts=%s; registrations will be re-created", self.hosts)
             with self._reg_lock:
                 for reg in self._registrations:

@@ -271,10 +271,11 @@ class LocalZooKeeperEnsemble:
     """Three (or `size`) ZooKeeper servers on 127.0.0.1, each with its own client, quorum and
     election ports and its own data directory; clients connect with all of them in the string."""
 
-    def __init__(self, work_dir: str | Path, size: int = 3, **kwargs: int):
+    def __init__(self, work_dir: str | Path, size: int = 3, *, sasl_users: dict[str, str] | None = None, **kwargs: int):
         ports = [(free_port(), free_port(), free_port()) for _ in range(size)]
         self.members = [
-            LocalZooKeeper(Path(work_dir) / f"zk{i}", port=ports[i - 1][0], quorum=ports, my_id=i, **kwargs)
+            LocalZooKeeper(Path(work_dir) / f"zk{i}", port=ports[i - 1][0], quorum=ports, my_id=i,
+                           sasl_users=sasl_users, **kwargs)
             for i in range(1, size + 1)
         ]
 

@@ -97,7 +97,7 @@ def test_zk_auth_is_parsed_checked_and_redacted() -> None:
     assert printable("zk://127.0.0.1:2181/ledgers") == "zk://127.0.0.1:2181/ledgers"
     shown = redact_uri(uri)
     assert SECRET not in shown and "zk_auth=***" in shown and "session_timeout_ms=5000" in shown
-    for bad in ("sasl:user:pw", "digest:useronly", f"digest::{SECRET}"):
+    for bad in ("ip:user:pw", "digest:useronly", f"digest::{SECRET}", f"sasl::{SECRET}", "sasl:user"):
         with pytest.raises(ValueError) as exc:
             zk_auth("zk://127.0.0.1:2181/ledgers", environ={"LEDGER_ZK_AUTH": bad})
         assert "pw" not in str(exc.value).replace("password", "") and SECRET not in str(exc.value)
