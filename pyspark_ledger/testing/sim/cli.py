@@ -8,12 +8,13 @@ import multiprocessing
 import sys
 import time
 from collections import Counter
-from typing import Sequence
+from typing import Callable, Sequence
 
 from pyspark_ledger.testing.sim.autorecovery import is_autorecovery_counter
 from pyspark_ledger.testing.sim.runner import SeedResult, run_seed
 
 FAILURES_SHOWN_MAX = 5
+PROGRESS_EVERY_S = 30.0
 
 
 def _run_range(bounds: tuple[int, int]) -> tuple[int, Counter[str], list[SeedResult], int]:
@@ -41,24 +42,48 @@ def replay_command(seed: int) -> str:
     return f"python -m pyspark_ledger.testing.sim --replay {seed} --trace"
 
 
-def run_many(first: int, count: int, jobs: int) -> tuple[int, Counter[str], list[SeedResult], int]:
+Progress = Callable[[int, int], None]  # (seeds run so far, violations so far)
+
+
+def run_many(first: int, count: int, jobs: int,
+             progress: Progress | None = None) -> tuple[int, Counter[str], list[SeedResult], int]:
     chunk = max(1, min(500, count // max(1, jobs * 8)))
     ranges = _ranges(first, count, chunk)
     total, faults, failures, events = 0, Counter[str](), [], 0
+
+    def add(part: tuple[int, Counter[str], list[SeedResult], int]) -> None:
+        nonlocal total, events
+        n, f, bad, ev = part
+        total, events = total + n, events + ev
+        faults.update(f)
+        failures.extend(bad)
+        if progress is not None:
+            progress(total, len(failures))
+
     if jobs <= 1:
-        parts = map(_run_range, ranges)
-        for n, f, bad, ev in parts:
-            total, events = total + n, events + ev
-            faults.update(f)
-            failures.extend(bad)
+        for part in map(_run_range, ranges):
+            add(part)
     else:
         with multiprocessing.get_context("fork").Pool(jobs) as pool:
-            for n, f, bad, ev in pool.imap(_run_range, ranges):
-                total, events = total + n, events + ev
-                faults.update(f)
-                failures.extend(bad)
+            for part in pool.imap(_run_range, ranges):
+                add(part)
     failures.sort(key=lambda r: r.seed)
     return total, faults, failures, events
+
+
+def progress_to_stderr(count: int, every_s: float = PROGRESS_EVERY_S) -> Progress:
+    """A long run says how far it got (on stderr, at most every `every_s` of wall time)."""
+    started = time.perf_counter()
+    shown = [started]
+
+    def show(done: int, violations: int) -> None:
+        now = time.perf_counter()
+        if now - shown[0] >= every_s or done == count:
+            shown[0] = now
+            print(f"progress: {done}/{count} seeds, {violations} violations, {done / max(now - started, 1e-9):.1f} "
+                  f"seeds/s", file=sys.stderr, flush=True)
+
+    return show
 
 
 def print_report(total: int, faults: Counter[str], failures: Sequence[SeedResult], events: int, elapsed_s: float) -> None:
@@ -120,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.seeds < 1 or args.jobs < 1:
         parser.error("--seeds and --jobs must be positive")
     started = time.perf_counter()  # the rate only: no history depends on it
-    total, faults, failures, events = run_many(args.first_seed, args.seeds, args.jobs)
+    total, faults, failures, events = run_many(args.first_seed, args.seeds, args.jobs, progress_to_stderr(args.seeds))
     print_report(total, faults, failures, events, time.perf_counter() - started)
     return 1 if failures else 0
 
