@@ -8,11 +8,20 @@ its identity is then available to the service:
 - the add listener: `AddListener.peer_identities()` (per connection, from getpeercert()), and
   every connection's log lines name it.
 Nothing authorizes by identity yet (issue 21, item 2).
+
+Certificates are reloaded without a restart: both listeners look at the --tls-cert, --tls-key and
+--tls-ca files before each new connection's handshake, and when one changed (replaced, rewritten)
+they use the new files for that connection and the following ones. Open connections keep the
+certificate they were made with. Files that do not load (half written, a key not matching the
+certificate) leave the previous certificate in use, with a warning, until they change again.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import ssl
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +29,40 @@ import grpc
 
 from bookie.errors import BookieError
 
+log = logging.getLogger(__name__)
+
 
 class TlsSetupError(BookieError, ValueError):
     pass
+
+
+class _CertFiles:
+    """A listener's certificate, key and CA files, and whether they changed since last looked at
+    (inode, size and modification time: a file replaced by rename or rewritten in place)."""
+
+    def __init__(self, *paths: str | None):
+        self._paths = [p for p in paths if p]
+        self._lock = threading.Lock()
+        self._seen = self._signature()
+
+    def _signature(self) -> tuple[tuple[int, int, int] | None, ...]:
+        def one(path: str) -> tuple[int, int, int] | None:
+            try:
+                st = os.stat(path)
+            except OSError:
+                return None  # missing for a moment while being replaced: the next look sees it
+            return st.st_ino, st.st_size, st.st_mtime_ns
+
+        return tuple(one(p) for p in self._paths)
+
+    def changed(self) -> bool:
+        """True once per change (concurrent handshakes ask at the same time)."""
+        signature = self._signature()
+        with self._lock:
+            if signature == self._seen:
+                return False
+            self._seen = signature
+            return True
 
 
 def _read(path: str, flag: str) -> bytes:
@@ -32,16 +72,64 @@ def _read(path: str, flag: str) -> bytes:
         raise TlsSetupError(f"{flag} {path}: {exc.strerror}") from None
 
 
+def _grpc_configuration(cert: str, key: str, ca: str | None, client_auth: bool) -> Any:
+    """gRPC's certificate configuration from the files, checked as the add listener loads them
+    (gRPC itself would only fail later, at each handshake, on a key that does not match)."""
+    key_pem, cert_pem, ca_pem = _read(key, "--tls-key"), _read(cert, "--tls-cert"), _read(ca, "--tls-ca") if ca else None
+    _configure(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), cert, key, ca, client_auth)
+    return grpc.ssl_server_certificate_configuration([(key_pem, cert_pem)], root_certificates=ca_pem)
+
+
 def grpc_server_credentials(cert: str, key: str, ca: str | None, client_auth: bool) -> grpc.ServerCredentials:
-    return grpc.ssl_server_credentials(
-        [(_read(key, "--tls-key"), _read(cert, "--tls-cert"))],
-        root_certificates=_read(ca, "--tls-ca") if ca else None,
-        require_client_auth=client_auth,
+    """Credentials that gRPC asks, before every new connection's handshake, whether the files changed."""
+    files = _CertFiles(cert, key, ca)
+
+    def fetch_if_changed() -> Any:
+        if not files.changed():
+            return None  # None: keep the current certificate
+        try:
+            configuration = _grpc_configuration(cert, key, ca, client_auth)
+        except TlsSetupError as exc:
+            log.warning("TLS files changed but do not load; keeping the previous certificate listener=grpc error=%s", exc)
+            return None
+        log.info("TLS certificate reloaded listener=grpc cert=%s", cert)
+        return configuration
+
+    return grpc.dynamic_ssl_server_credentials(
+        _grpc_configuration(cert, key, ca, client_auth), fetch_if_changed, require_client_authentication=client_auth
     )
 
 
+class ReloadingSSLContext(ssl.SSLContext):
+    """The add listener's server context: wrap_socket() uses a context loaded from the files as
+    they were at its last change (a fresh one per change, so a failed load never leaves a context
+    half replaced). Configured like that context itself, for whoever inspects it."""
+
+    def __new__(cls, cert: str, key: str, ca: str | None, client_auth: bool) -> ReloadingSSLContext:
+        return super().__new__(cls, ssl.PROTOCOL_TLS_SERVER)
+
+    def __init__(self, cert: str, key: str, ca: str | None, client_auth: bool):
+        self._settings = (cert, key, ca, client_auth)
+        self._files = _CertFiles(cert, key, ca)
+        self._current = _configure(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), *self._settings)
+        _configure(self, *self._settings)
+
+    def wrap_socket(self, *args: Any, **kwargs: Any) -> ssl.SSLSocket:
+        if self._files.changed():
+            try:
+                self._current = _configure(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), *self._settings)
+                log.info("TLS certificate reloaded listener=add cert=%s", self._settings[0])
+            except TlsSetupError as exc:
+                log.warning("TLS files changed but do not load; keeping the previous certificate listener=add error=%s", exc)
+        return self._current.wrap_socket(*args, **kwargs)
+
+
 def server_ssl_context(cert: str, key: str, ca: str | None, client_auth: bool) -> ssl.SSLContext:
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    """The add listener's context, reloading the files when they change (ReloadingSSLContext)."""
+    return ReloadingSSLContext(cert, key, ca, client_auth)
+
+
+def _configure(ctx: ssl.SSLContext, cert: str, key: str, ca: str | None, client_auth: bool) -> ssl.SSLContext:
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
         ctx.load_cert_chain(cert, key)
