@@ -19,12 +19,12 @@ import hmac
 import logging
 import os
 import stat
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
 import grpc
+from prometheus_client import Counter
 
 from bookie.errors import BookieError
 from bookie.metrics import Metrics
@@ -93,20 +93,16 @@ def auth_policy(cfg: Any) -> AuthPolicy:
 
 
 class AuthRefusals:
-    """bookie_auth_refusals_total{op=...}: a labeled counter kept here, rendered by Metrics."""
+    """bookie_auth_refusals_total{op=...}: a labeled counter in the bookie's registry (an op
+    appears on the page with its first refusal)."""
 
     def __init__(self, metrics: Metrics):
-        self._lock = threading.Lock()
-        self._counts: dict[str, int] = {}
-        metrics.family(REFUSALS_METRIC, "counter", "requests refused for missing or wrong credentials", self._samples)
+        # prometheus_client appends the _total suffix on the page.
+        self._counter = Counter(REFUSALS_METRIC.removesuffix("_total"), "requests refused for missing or wrong credentials",
+                                ["op"], registry=metrics.registry)
 
     def count(self, op: str) -> None:
-        with self._lock:
-            self._counts[op] = self._counts.get(op, 0) + 1
-
-    def _samples(self) -> list[tuple[dict[str, str], float]]:
-        with self._lock:
-            return [({"op": op}, float(n)) for op, n in sorted(self._counts.items())]
+        self._counter.labels(op=op).inc()
 
 
 def keys_equal(stored: bytes | None, presented: bytes) -> bool:

@@ -1,139 +1,166 @@
-"""A few Prometheus metrics without a dependency: counters, gauges and histograms rendered in
-the text exposition format by a tiny HTTP server (stdlib), off unless --metrics-port is given."""
+"""The bookie's Prometheus metrics, on prometheus_client: one CollectorRegistry per bookie (tests
+run several bookies in one process, so nothing goes to the library's global registry), served by
+the library's own HTTP exposition, off unless --metrics-port is given.
+
+Two kinds of metric live here:
+- instruments the request paths update (counters, latency histograms), observed once per add
+  batch or read request, never per entry;
+- values the bookie keeps elsewhere (storage stats, GC figures, the scrubber, disk usage), read
+  when scraped by a custom collector (`family`, `gauge`, `storage_histogram`).
+"""
 
 from __future__ import annotations
 
-import bisect
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Sequence
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+log = logging.getLogger(__name__)
 
 # A metric read when scraped: its samples as (labels, value); none = left out of the page.
 Samples = Sequence[tuple[dict[str, str], float]]
 
 LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
+# The storage engine keeps its latencies in log2 buckets of microseconds (bookie/storage/stats.py:
+# bucket i holds [2**(i-1), 2**i) us). Exported with upper bounds 2**4 us (16 us) .. 2**23 us
+# (8.4 s): below and above that nothing a disk does is told apart, and fewer series are cheaper.
+STORAGE_BUCKET_EXPONENTS = range(4, 24)
 
-class Histogram:
-    def __init__(self, name: str, help_text: str, buckets: tuple[float, ...] = LATENCY_BUCKETS_S):
-        self.name, self.help, self.buckets = name, help_text, buckets
-        self.counts = [0] * (len(buckets) + 1)
-        self.sum = 0.0
-        self.count = 0
-        self._lock = threading.Lock()
 
-    def observe(self, value: float) -> None:
-        i = bisect.bisect_left(self.buckets, value)
-        with self._lock:
-            self.counts[i] += 1
-            self.sum += value
-            self.count += 1
+class SampledFamilies(Collector):
+    """Metrics whose values live elsewhere, read at scrape time. A family whose read fails or
+    gives no samples is left out of the page (a failing metric must not break the endpoint)."""
 
-    def render(self) -> list[str]:
-        out = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} histogram"]
-        with self._lock:
-            cumulative = 0
-            for bound, c in zip(self.buckets, self.counts):
-                cumulative += c
-                out.append(f'{self.name}_bucket{{le="{bound}"}} {cumulative}')
-            out.append(f'{self.name}_bucket{{le="+Inf"}} {self.count}')
-            out.append(f"{self.name}_sum {self.sum}")
-            out.append(f"{self.name}_count {self.count}")
-        return out
+    def __init__(self) -> None:
+        self._families: dict[str, tuple[str, str, Callable[[], Samples]]] = {}
+        self._histograms: dict[str, tuple[str, Callable[[], Mapping[str, object] | None]]] = {}
+
+    def add(self, name: str, kind: str, help_text: str, fn: Callable[[], Samples]) -> None:
+        if kind not in ("gauge", "counter") or (kind == "counter" and not name.endswith("_total")):
+            raise ValueError(f"metric {name}: a gauge, or a counter whose name ends in _total")
+        self._families[name] = (help_text, kind, fn)
+
+    def add_storage_histogram(self, name: str, help_text: str, fn: Callable[[], Mapping[str, object] | None]) -> None:
+        """`fn` returns a storage LatencyHistogram's to_dict() (or None: left out)."""
+        self._histograms[name] = (help_text, fn)
+
+    def collect(self) -> Iterator[Metric]:
+        for name, (help_text, kind, fn) in sorted(self._families.items()):
+            try:
+                samples = list(fn())
+            except Exception:  # noqa: BLE001 - one failing metric must not break the endpoint
+                log.debug("metric not sampled name=%s", name, exc_info=True)
+                continue
+            if samples:
+                yield _family(name, kind, help_text, samples)
+        for name, (help_text, hist_fn) in sorted(self._histograms.items()):
+            try:
+                hist = hist_fn()
+            except Exception:  # noqa: BLE001 - as above
+                log.debug("metric not sampled name=%s", name, exc_info=True)
+                continue
+            if hist is not None:
+                yield storage_histogram_family(name, help_text, hist)
+
+
+def _family(name: str, kind: str, help_text: str, samples: Samples) -> Metric:
+    label_names = sorted(samples[0][0])
+    family: CounterMetricFamily | GaugeMetricFamily = (
+        CounterMetricFamily(name, help_text, labels=label_names) if kind == "counter"
+        else GaugeMetricFamily(name, help_text, labels=label_names))
+    for labels, value in samples:
+        family.add_metric([labels.get(k, "") for k in label_names], float(value))
+    return family
+
+
+def storage_histogram_family(name: str, help_text: str, hist: Mapping[str, object]) -> HistogramMetricFamily:
+    """A storage LatencyHistogram (its to_dict(): count, mean_us, buckets_le_us {2**i: n}) as a
+    Prometheus histogram in seconds. The count is the buckets' sum, so _count always equals the
+    +Inf bucket even if the journal thread recorded a sample while the dict was built."""
+    per_bound: Mapping[int, int] = hist.get("buckets_le_us") or {}  # type: ignore[assignment]
+    count = sum(per_bound.values())
+    buckets: list[tuple[str, float]] = []
+    for exp in STORAGE_BUCKET_EXPONENTS:
+        bound_us = 2**exp
+        buckets.append((floatToGoString(bound_us / 1e6), float(sum(n for le, n in per_bound.items() if le <= bound_us))))
+    buckets.append(("+Inf", float(count)))
+    total_s = float(hist.get("mean_us", 0.0)) * float(hist.get("count", 0)) / 1e6  # type: ignore[arg-type]
+    return HistogramMetricFamily(name, help_text, buckets=buckets, sum_value=total_s)
 
 
 class Metrics:
+    """One bookie's metrics and its registry."""
+
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.counters: dict[str, tuple[str, int]] = {}
-        self.gauges: dict[str, tuple[str, Callable[[], float]]] = {}
-        self.families: dict[str, tuple[str, str, Callable[[], Samples]]] = {}
-        self.add_latency = Histogram("bookie_add_latency_seconds", "time from receiving an add batch to its durable ack")
-        self.read_latency = Histogram("bookie_read_latency_seconds", "time to serve a read request")
-
-    def inc(self, name: str, help_text: str, amount: int = 1) -> None:
-        with self._lock:
-            self._bump(name, help_text, amount)
-
-    def _bump(self, name: str, help_text: str, amount: int) -> None:
-        """Under the lock."""
-        _, v = self.counters.get(name, (help_text, 0))
-        self.counters[name] = (help_text, v + amount)
+        self.registry = CollectorRegistry()
+        r = self.registry
+        # prometheus_client adds the _total suffix: these are bookie_adds_total etc. on the page.
+        self.adds = Counter("bookie_adds", "entries durably added", registry=r)
+        self.add_bytes = Counter("bookie_add_bytes", "entry bytes durably added", registry=r)
+        self.add_errors = Counter("bookie_add_errors", "add batches refused or failed", registry=r)
+        self.read_entries = Counter("bookie_read_entries", "entries served by reads", registry=r)
+        self.add_latency = Histogram("bookie_add_latency_seconds",
+                                     "time from receiving an add batch to its durable ack (one sample per batch)",
+                                     buckets=LATENCY_BUCKETS_S, registry=r)
+        self.read_latency = Histogram("bookie_read_latency_seconds", "time to serve a read request",
+                                      buckets=LATENCY_BUCKETS_S, registry=r)
+        self.sampled = SampledFamilies()
+        r.register(self.sampled)
 
     def record_add(self, status_ok: bool, entries: int, nbytes: int, latency_s: float) -> None:
-        """One answered add batch: the add counters under one lock, and the latency if durable."""
-        with self._lock:
-            if status_ok:
-                self._bump("bookie_adds_total", "entries durably added", entries)
-                self._bump("bookie_add_bytes_total", "entry bytes durably added", nbytes)
-            else:
-                self._bump("bookie_add_errors_total", "add batches refused or failed", 1)
+        """One answered add batch: its entries, bytes and latency if durable, else one error."""
         if status_ok:
+            self.adds.inc(entries)
+            self.add_bytes.inc(nbytes)
             self.add_latency.observe(latency_s)
+        else:
+            self.add_errors.inc()
+
+    def record_read(self, entries: int, latency_s: float) -> None:
+        """One answered read request."""
+        self.read_entries.inc(entries)
+        self.read_latency.observe(latency_s)
 
     def gauge(self, name: str, help_text: str, fn: Callable[[], float]) -> None:
-        self.gauges[name] = (help_text, fn)
+        """An unlabeled gauge read when scraped."""
+        self.sampled.add(name, "gauge", help_text, lambda: [({}, float(fn()))])
 
     def family(self, name: str, kind: str, help_text: str, fn: Callable[[], Samples]) -> None:
         """A labeled gauge, or a counter kept elsewhere (kind "counter": the name ends in _total),
         read when scraped."""
-        if kind not in ("gauge", "counter") or (kind == "counter" and not name.endswith("_total")):
-            raise ValueError(f"metric {name}: a gauge, or a counter whose name ends in _total")
-        self.families[name] = (help_text, kind, fn)
+        self.sampled.add(name, kind, help_text, fn)
 
-    def _render_families(self) -> list[str]:
-        lines: list[str] = []
-        for name, (help_text, kind, fn) in sorted(self.families.items()):
-            try:
-                samples = list(fn())
-            except Exception:  # noqa: BLE001 - a failing metric must not break the endpoint
-                continue
-            if not samples:
-                continue
-            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-            for labels, value in samples:
-                label_text = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
-                lines.append(f"{name}{{{label_text}}} {float(value)}" if label_text else f"{name} {float(value)}")
-        return lines
+    def storage_histogram(self, name: str, help_text: str, fn: Callable[[], Mapping[str, object] | None]) -> None:
+        """A latency histogram the storage engine keeps (bookie/storage/stats.py), read when scraped."""
+        self.sampled.add_storage_histogram(name, help_text, fn)
 
     def render(self) -> str:
-        lines: list[str] = []
-        with self._lock:
-            counters = dict(self.counters)
-        for name, (help_text, value) in sorted(counters.items()):
-            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter", f"{name} {value}"]
-        for name, (help_text, fn) in sorted(self.gauges.items()):
-            try:
-                value = float(fn())
-            except Exception:  # noqa: BLE001 - a failing gauge must not break the endpoint
-                continue
-            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {value}"]
-        lines += self._render_families()
-        lines += self.add_latency.render() + self.read_latency.render()
-        return "\n".join(lines) + "\n"
+        """The page a scrape gets (Prometheus text format)."""
+        return generate_latest(self.registry).decode()
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+def serve_metrics(metrics: Metrics, host: str, port: int) -> MetricsEndpoint:
+    """Serve the registry on http://host:port/ (any path; plain HTTP, see docs/security.md)."""
+    server, _thread = start_http_server(port, addr=host, registry=metrics.registry)
+    return MetricsEndpoint(server)
 
 
-def serve_metrics(metrics: Metrics, host: str, port: int) -> ThreadingHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server API
-            if self.path.rstrip("/") not in ("", "/metrics"):
-                self.send_error(404)
-                return
-            body = metrics.render().encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+class MetricsEndpoint:
+    """The running exposition server (prometheus_client's WSGI server on a daemon thread)."""
 
-        def log_message(self, *args: object) -> None:
-            return  # keep stderr for the bookie's own log
+    def __init__(self, server: WSGIServer):
+        self._server = server
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
-    return server
+    @property
+    def port(self) -> int:
+        return int(self._server.server_port)
+
+    def shutdown(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()  # frees the port at once

@@ -159,10 +159,13 @@ class BookieServer:
         self.metrics.gauge("bookie_uncertain", "1 when answering UNKNOWN for missing entries", lambda: float(storage.uncertain))
         self.metrics.gauge("bookie_disk_used_bytes", "used bytes on the data dir's filesystem", lambda: storage.disk_usage()[0])
 
-        def fsync_count() -> float:
-            return float(storage.stats().get("fsyncs", 0))
-
-        self.metrics.gauge("bookie_journal_fsyncs", "journal fsyncs (one per group commit)", fsync_count)
+        self.metrics.family("bookie_journal_fsyncs_total", "counter", "journal fsyncs (one per group commit)",
+                            lambda: [({}, float(storage.stats().get("fsyncs", 0)))])
+        self.metrics.storage_histogram("bookie_journal_fsync_latency_seconds",
+                                       "fdatasync of one journal group commit",
+                                       lambda: storage.stats().get("fsync_latency"))
+        self.metrics.storage_histogram("bookie_checkpoint_latency_seconds", "one checkpoint (index snapshots, manifest)",
+                                       lambda: storage.stats().get("checkpoint_latency"))
         install_storage_metrics(self.metrics, storage, self.cfg.data_dir,
                                 lambda: self.writable_again.reopened if self.writable_again else 0)
 

@@ -86,8 +86,7 @@ class BookieService(pb_grpc.BookieServicer):
             resp, served = self._read_runs(key, first, last, max_entries, max_bytes)
         else:
             resp, served = self._read_entries(key, first, last, max_entries, max_bytes)
-        self.metrics.inc("bookie_read_entries_total", "entries served by reads", served)
-        self.metrics.read_latency.observe(time.monotonic() - started)
+        self.metrics.record_read(served, time.monotonic() - started)
         return resp
 
     def _read_entries(self, key: tuple[int, int], first: int, last: int, max_entries: int,

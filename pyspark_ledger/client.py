@@ -30,6 +30,7 @@ from metadata import (
 from metadata.log_record import LogRecord
 from metadata.logs import LogManager
 from metadata.uri import printable, tls_params, with_zk_auth
+from pyspark_ledger.client_metrics import ClientMetrics
 from pyspark_ledger.transport.bookie_pool import BookiePool
 from pyspark_ledger.transport.credentials import operator_secret_from
 from pyspark_ledger.transport.tls import TlsSettings
@@ -42,6 +43,8 @@ from pyspark_ledger.ledger.recovery import recover_ledger
 from pyspark_ledger.ledger.write_handle import WriteHandle
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
     from pyspark_ledger.log import LogReader, LogWriter
 
 log = logging.getLogger(__name__)
@@ -68,12 +71,15 @@ class LedgerClient:
         tls_key: str | Path | None = None,
         operator_secret: bytes | str | None = None,
         zk_auth: str | None = None,
+        metrics_registry: CollectorRegistry | None = None,
     ):
         """tls_ca / tls_cert / tls_key: TLS to the bookies (docs/security.md); each defaults to
         the metadata URI's query parameter of the same name. operator_secret: the cluster's
         operator identity (deletes without the ledger password, admin calls), default
         LEDGER_OPERATOR_SECRET / LEDGER_OPERATOR_SECRET_FILE. zk_auth: ZooKeeper credentials
-        ("digest:user:secret"), default the URI's zk_auth or LEDGER_ZK_AUTH."""
+        ("digest:user:secret"), default the URI's zk_auth or LEDGER_ZK_AUTH. metrics_registry: a
+        prometheus_client registry to expose this client's metrics in (`self.metrics`, see
+        pyspark_ledger/client_metrics.py); default none: registered nowhere."""
         self.metadata_uri = printable(metadata_uri)  # shown with zk_auth=*** (metadata.uri.RedactedUri)
         uri_tls = tls_params(metadata_uri)
         tls = TlsSettings.from_values(tls_ca or uri_tls.get("tls_ca"), tls_cert or uri_tls.get("tls_cert"),
@@ -89,8 +95,11 @@ class LedgerClient:
         self.add_timeout_s = add_timeout_s
         self.explicit_lac_interval_ms = explicit_lac_interval_ms
         # What the handles, recovery and autorecovery see of this client (never the client itself).
+        self.metrics = ClientMetrics()
+        if metrics_registry is not None:
+            self.metrics.register(metrics_registry)
         self.context = LedgerContext(self.ledgers, self.pool, self.placement, add_timeout_s=add_timeout_s,
-                                     explicit_lac_interval_ms=explicit_lac_interval_ms)
+                                     explicit_lac_interval_ms=explicit_lac_interval_ms, metrics=self.metrics)
         self._handles: list[ReadHandle] = []
 
     def create_ledger(

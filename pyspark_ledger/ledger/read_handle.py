@@ -177,7 +177,9 @@ class ReadHandle:
             seg_index = meta.segment_index_for(nxt)
             seg_last = meta.segment_last_entry_id(seg_index)
             chunk_last = min(last, nxt + READ_CHUNK_ENTRIES_MAX - 1, seg_last if seg_last is not None else last)
+            chunk_started = time.monotonic()
             entries = self._read_chunk(meta, seg_index, nxt, chunk_last)
+            self._ctx.metrics.chunk_read(len(entries), chunk_started)
             yield from entries
             nxt = entries[-1].entry_id + 1
 

@@ -63,13 +63,15 @@ class _Pending(PendingAdd):
     """One entry in flight: the protocol's view (id, size, write set, acks) plus what sending
     and completing need."""
 
-    __slots__ = ("data", "lac", "future")
+    __slots__ = ("data", "lac", "future", "started")
 
-    def __init__(self, entry_id: int, data: bytes, lac: int, size: int, future: AddFuture, bookies: tuple[str, ...]):
+    def __init__(self, entry_id: int, data: bytes, lac: int, size: int, future: AddFuture, bookies: tuple[str, ...],
+                 started: float):
         PendingAdd.__init__(self, entry_id, size, bookies)
         self.data = data  # the encoded entry
         self.lac = lac  # the LAC carried in `data`
         self.future = future
+        self.started = started  # time.monotonic() at submit, for the client's add latency metric
 
 
 _data_of = attrgetter("data")
@@ -182,7 +184,7 @@ class WriteHandle(ReadHandle):
                     raise LedgerClosedError(f"ledger {self.ledger_id} is closed for adds")
                 self._next_entry_id = eid + 1
                 self._length_sent = length
-                p = _Pending(eid, data, lac, size, fut, adds.write_set_for(eid))
+                p = _Pending(eid, data, lac, size, fut, adds.write_set_for(eid), now)
                 adds.append(p)
                 # Low load: the sender thread is idle and nothing is queued, so send from this
                 # thread and save a thread hop of latency. Under load, queue for the sender,
@@ -371,6 +373,7 @@ class WriteHandle(ReadHandle):
                         return
                     run = list(self._completing)
                     self._completing.clear()
+                self._ctx.metrics.adds_completed(run)  # per run, not per entry; counted before anyone sees the ack
                 complete_run(self._futures, run)
                 self._poller.wake()  # a caller reading in another thread may wait for one of these
 
@@ -411,6 +414,7 @@ class WriteHandle(ReadHandle):
                 self._set_error(exc)
                 return
             log.warning("ensemble changed ledger=%s from_entry=%d replaced=%s", self.ledger_id, first_unacked, dict(plan.replaced))
+            self._ctx.metrics.ensemble_changes.inc()
         with self._cond:
             self._failed_bookies -= failed
             if plan.unreplaced:
@@ -456,6 +460,7 @@ class WriteHandle(ReadHandle):
         for p in victims:
             if not p.future.done():
                 p.future.set_exception(err)
+        self._ctx.metrics.adds_failed(len(victims))
         self._poller.wake()
 
     # ---- explicit LAC -------------------------------------------------------------------------
