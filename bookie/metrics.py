@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, start_http_server
@@ -39,14 +40,14 @@ class SampledFamilies(Collector):
 
     def __init__(self) -> None:
         self._families: dict[str, tuple[str, str, Callable[[], Samples]]] = {}
-        self._histograms: dict[str, tuple[str, Callable[[], Mapping[str, object] | None]]] = {}
+        self._histograms: dict[str, tuple[str, Callable[[], Mapping[str, Any] | None]]] = {}
 
     def add(self, name: str, kind: str, help_text: str, fn: Callable[[], Samples]) -> None:
         if kind not in ("gauge", "counter") or (kind == "counter" and not name.endswith("_total")):
             raise ValueError(f"metric {name}: a gauge, or a counter whose name ends in _total")
         self._families[name] = (help_text, kind, fn)
 
-    def add_storage_histogram(self, name: str, help_text: str, fn: Callable[[], Mapping[str, object] | None]) -> None:
+    def add_storage_histogram(self, name: str, help_text: str, fn: Callable[[], Mapping[str, Any] | None]) -> None:
         """`fn` returns a storage LatencyHistogram's to_dict() (or None: left out)."""
         self._histograms[name] = (help_text, fn)
 
@@ -54,7 +55,7 @@ class SampledFamilies(Collector):
         for name, (help_text, kind, fn) in sorted(self._families.items()):
             try:
                 samples = list(fn())
-            except Exception:  # noqa: BLE001 - one failing metric must not break the endpoint
+            except Exception:  # logged, not raised: one failing metric must not break the endpoint
                 log.debug("metric not sampled name=%s", name, exc_info=True)
                 continue
             if samples:
@@ -62,7 +63,7 @@ class SampledFamilies(Collector):
         for name, (help_text, hist_fn) in sorted(self._histograms.items()):
             try:
                 hist = hist_fn()
-            except Exception:  # noqa: BLE001 - as above
+            except Exception:  # as above
                 log.debug("metric not sampled name=%s", name, exc_info=True)
                 continue
             if hist is not None:
@@ -79,18 +80,18 @@ def _family(name: str, kind: str, help_text: str, samples: Samples) -> Metric:
     return family
 
 
-def storage_histogram_family(name: str, help_text: str, hist: Mapping[str, object]) -> HistogramMetricFamily:
+def storage_histogram_family(name: str, help_text: str, hist: Mapping[str, Any]) -> HistogramMetricFamily:
     """A storage LatencyHistogram (its to_dict(): count, mean_us, buckets_le_us {2**i: n}) as a
     Prometheus histogram in seconds. The count is the buckets' sum, so _count always equals the
     +Inf bucket even if the journal thread recorded a sample while the dict was built."""
-    per_bound: Mapping[int, int] = hist.get("buckets_le_us") or {}  # type: ignore[assignment]
+    per_bound: Mapping[int, int] = hist.get("buckets_le_us") or {}
     count = sum(per_bound.values())
     buckets: list[tuple[str, float]] = []
     for exp in STORAGE_BUCKET_EXPONENTS:
         bound_us = 2**exp
         buckets.append((floatToGoString(bound_us / 1e6), float(sum(n for le, n in per_bound.items() if le <= bound_us))))
     buckets.append(("+Inf", float(count)))
-    total_s = float(hist.get("mean_us", 0.0)) * float(hist.get("count", 0)) / 1e6  # type: ignore[arg-type]
+    total_s = float(hist.get("mean_us", 0.0)) * float(hist.get("count", 0)) / 1e6
     return HistogramMetricFamily(name, help_text, buckets=buckets, sum_value=total_s)
 
 
@@ -136,7 +137,7 @@ class Metrics:
         read when scraped."""
         self.sampled.add(name, kind, help_text, fn)
 
-    def storage_histogram(self, name: str, help_text: str, fn: Callable[[], Mapping[str, object] | None]) -> None:
+    def storage_histogram(self, name: str, help_text: str, fn: Callable[[], Mapping[str, Any] | None]) -> None:
         """A latency histogram the storage engine keeps (bookie/storage/stats.py), read when scraped."""
         self.sampled.add_storage_histogram(name, help_text, fn)
 
