@@ -179,6 +179,19 @@ class BookieService(pb_grpc.BookieServicer):
         log.info("ledger deleted ledger=%s status=%s", key, Status(status).name)
         return pb.DeleteLedgerResponse(status=int(status))
 
+    def LedgerKey(self, request: pb.LedgerKeyRequest, context: grpc.ServicerContext) -> pb.LedgerKeyResponse:  # noqa: N802
+        """The master key this bookie keeps for a ledger, for an operator only (even on a bookie with
+        no operator configured: there nobody may ask), so autorecovery copies need no password."""
+        key = _ledger_key(request.ledger)
+        if not self.auth.is_operator(context):
+            self.auth.refuse(context, "LedgerKey", key, b"", "an operator identity")
+        stored = self.storage.stored_master_key(key)
+        if stored is None:
+            return pb.LedgerKeyResponse(status=int(Status.NO_SUCH_LEDGER),
+                                        message=f"bookie {self.bookie_id} keeps no key for ledger {key[0]}:{key[1]}")
+        log.info("ledger key handed to an operator ledger=%s", key)
+        return pb.LedgerKeyResponse(status=int(Status.OK), master_key=stored)
+
     def Info(self, request: pb.InfoRequest, context: grpc.ServicerContext) -> pb.InfoResponse:  # noqa: N802
         used, total = self.storage.disk_usage()
         return pb.InfoResponse(

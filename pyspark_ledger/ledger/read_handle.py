@@ -16,17 +16,16 @@ from typing import Iterator
 
 from bookie.status import Status
 from metadata import LedgerId, LedgerMetadata, write_set
-from pyspark_ledger.protocol.digest import Digest, master_key
 from pyspark_ledger.protocol.distribution import covers_every_write_set
 from pyspark_ledger.protocol.entry_format import Entry, decode_entry
 from pyspark_ledger.errors import (
-    BadPasswordError,
     DigestMismatchError,
     EntryFormatError,
     LedgerError,
     ReadError,
 )
 from pyspark_ledger.ledger.context import LedgerContext
+from pyspark_ledger.ledger.keys import Credentials, resolve_keys
 from pyspark_ledger.ledger.read_repair import ReadRepair
 
 log = logging.getLogger(__name__)
@@ -41,17 +40,18 @@ READ_ROUND_RETRY_DELAY_S = 0.4
 
 
 class ReadHandle:
-    def __init__(self, context: LedgerContext, metadata: LedgerMetadata, version: int, password: bytes):
-        if not metadata.check_password(password):
-            raise BadPasswordError(f"wrong password for ledger {metadata.ledger_id}")
+    def __init__(self, context: LedgerContext, metadata: LedgerMetadata, version: int, credentials: Credentials):
+        """credentials: the ledger's password (checked against the metadata), or the keys an
+        operator fetched (ledger/keys.py)."""
+        keys = resolve_keys(metadata, credentials)
         self._ctx = context
         self._metadata = metadata
         self._version = version
-        self._read_digest = Digest.for_ledger(metadata.digest_type, password)
+        self._read_digest = keys.digest
         self._read_key = (metadata.ledger_id.scope_id, metadata.ledger_id.id)
-        self._master_key = master_key(password)  # reads carry it: bookies may require it (--require-read-auth)
+        self._master_key = keys.master_key  # reads carry it: bookies may require it (--require-read-auth)
         self._known_lac = metadata.last_entry_id if metadata.is_closed else -1
-        self.repairs = ReadRepair(context, self._read_key, self._read_digest, password)
+        self.repairs = ReadRepair(context, self._read_key, keys)
         self._handle_closed = False
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
