@@ -25,11 +25,11 @@ from pyspark_ledger.autorecovery.swap_record import (STEP_COMMITTED, STEP_COPIED
                                                      SwapRecords, new_record)
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.ledger.context import LedgerContext
+from pyspark_ledger.ledger.keys import Credentials, resolve_keys
 from pyspark_ledger.ledger.read_handle import ReadHandle
-from pyspark_ledger.protocol.digest import master_key
 from pyspark_ledger.protocol.distribution import byte_bounded_chunks
 from pyspark_ledger.protocol.ensemble_change import rebase_replacements
-from pyspark_ledger.protocol.entry_format import encode_entry
+from pyspark_ledger.protocol.entry_format import encode_copy
 from pyspark_ledger.protocol.recovery_plan import REPLICATE_BATCH_BYTES_MAX, REPLICATE_BATCH_ENTRIES_MAX
 from pyspark_ledger.protocol.replica_swap import COMMITTED, FINISH, ROLL_BACK, decide_swap
 
@@ -56,13 +56,15 @@ CopiedCallback = Callable[[int], None]  # called with the bytes of each batch co
 StepCallback = Callable[[str], None]  # called after each step of a swap (swap_record.SWAP_STEPS)
 
 
-def rereplicate(context: LedgerContext, ledger: LedgerId, lost: str, password: bytes = b"", *, dry_run: bool = False,
+def rereplicate(context: LedgerContext, ledger: LedgerId, lost: str, credentials: Credentials = b"", *,
+                dry_run: bool = False,
                 on_copied: CopiedCallback | None = None, on_step: StepCallback | None = None,
                 holder: str = "", resume_swaps: bool = False) -> list[tuple[int, str]]:
     """Replace `lost` in every fragment of a CLOSED ledger. Returns [(fragment index, the bookie
     that holds the fragment's copy now)]: ours, or a concurrent re-replication's.
     resume_swaps: finish a swap a predecessor prepared (swap_record) instead of choosing anew;
-    for callers holding the ledger's replication claim (workers), whose predecessor is dead."""
+    for callers holding the ledger's replication claim (workers), whose predecessor is dead.
+    credentials: the ledger's password, or an operator's keys (ledger/keys.py operator_keys)."""
     meta, _ = context.ledgers.read(ledger)
     if not meta.is_closed:
         raise LedgerError(f"ledger {ledger} is {meta.state.value}: recover it before re-replicating")
@@ -72,7 +74,7 @@ def rereplicate(context: LedgerContext, ledger: LedgerId, lost: str, password: b
             seg = meta.segments[index]
             done.append((index, context.placement.replacement(seg.bookies, context.pool.writable(exclude={lost}))))
             continue
-        run = _Run(password, on_copied, on_step or (lambda _step: None), holder, resume_swaps)
+        run = _Run(credentials, on_copied, on_step or (lambda _step: None), holder, resume_swaps)
         now_holding = _rereplicate_fragment(context, ledger, index, lost, run)
         if now_holding is not None:
             done.append((index, now_holding))
@@ -81,7 +83,7 @@ def rereplicate(context: LedgerContext, ledger: LedgerId, lost: str, password: b
 
 @dataclass(frozen=True, slots=True)
 class _Run:
-    password: bytes
+    credentials: Credentials
     on_copied: CopiedCallback | None
     on_step: StepCallback
     holder: str
@@ -101,7 +103,7 @@ def _rereplicate_fragment(context: LedgerContext, ledger: LedgerId, index: int, 
             return None  # committed before (perhaps by a worker that died then): the record is gone
         slot = before.index(lost)
         run.on_step(STEP_PREPARED)
-        _copy_fragment(context, meta, version, index, lost, new, run.password,
+        _copy_fragment(context, meta, version, index, lost, new, run.credentials,
                        _first_batch_step(run.on_copied, run.on_step))
         run.on_step(STEP_COPIED)
 
@@ -168,7 +170,7 @@ def _first_batch_step(on_copied: CopiedCallback | None, on_step: StepCallback) -
 
 
 def _copy_fragment(context: LedgerContext, meta: LedgerMetadata, version: int, index: int, lost: str, new: str,
-                   password: bytes, on_copied: CopiedCallback | None = None) -> None:
+                   credentials: Credentials, on_copied: CopiedCallback | None = None) -> None:
     seg = meta.segments[index]
     first, last = seg.first_entry_id, meta.segment_last_entry_id(index)
     if last is None or last < first:
@@ -177,33 +179,31 @@ def _copy_fragment(context: LedgerContext, meta: LedgerMetadata, version: int, i
     needed = [e for e in range(first, last + 1) if slot in write_set(e, meta.ensemble_size, meta.write_quorum_size)]
     if not needed:
         return
-    reader = ReadHandle(context, meta, version, password)
+    keys = resolve_keys(meta, credentials)
+    reader = ReadHandle(context, meta, version, keys)
     key = (meta.ledger_id.scope_id, meta.ledger_id.id)
-    mk = master_key(password)
     target = context.pool.get(new)
     wanted = set(needed)
 
     def encoded() -> Iterator[tuple[int, int, bytes]]:
-        for window_first, window_last in _read_windows(meta, needed[0], needed[-1]):
+        for window_first, window_last in read_windows(meta, needed[0], needed[-1]):
             if not any(e in wanted for e in range(window_first, window_last + 1)):
                 continue
             for entry in reader.read_planned(window_first, window_last):
                 if entry.entry_id in wanted:
-                    yield entry.entry_id, entry.last_add_confirmed, encode_entry(
-                        reader._read_digest, key[0], key[1], entry.entry_id, entry.last_add_confirmed,  # noqa: SLF001
-                        entry.length, entry.payload)
+                    yield entry.entry_id, entry.last_add_confirmed, encode_copy(keys.digest, key[0], key[1], entry)
 
     try:
         for batch in byte_bounded_chunks(encoded(), lambda item: len(item[2]),
                                          REPLICATE_BATCH_ENTRIES_MAX, REPLICATE_BATCH_BYTES_MAX):
-            _write(target, key, mk, batch)
+            write_copies(target, key, keys.master_key, batch)
             if on_copied is not None:
                 on_copied(sum(len(item[2]) for item in batch))
     finally:
         reader.close()
 
 
-def _read_windows(meta: LedgerMetadata, first: int, last: int) -> Iterator[tuple[int, int]]:
+def read_windows(meta: LedgerMetadata, first: int, last: int) -> Iterator[tuple[int, int]]:
     """first..last in windows of about COPY_READ_WINDOW_BYTES, from the ledger's average entry size.
     Why: a read answer is capped in bytes, and when the first replica of a range is the lost
     bookie, a read handle asked for a long range of MiB entries gets only capped answers from
@@ -215,7 +215,7 @@ def _read_windows(meta: LedgerMetadata, first: int, last: int) -> Iterator[tuple
         yield start, min(last, start + per_window - 1)
 
 
-def _write(target: "BookieClient", key: tuple[int, int], mk: bytes, batch: list[tuple[int, int, bytes]]) -> None:
+def write_copies(target: "BookieClient", key: tuple[int, int], mk: bytes, batch: list[tuple[int, int, bytes]]) -> None:
     done = threading.Event()
     result: list[tuple[Status, str]] = []
 
