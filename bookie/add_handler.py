@@ -74,7 +74,7 @@ class _Submitted:
 
 
 class AddHandler:
-    def __init__(self, storage: BookieStorage, metrics: Metrics, refusals: "AuthRefusals | None" = None):
+    def __init__(self, storage: BookieStorage, metrics: Metrics, refusals: AuthRefusals | None = None):
         self.storage = storage
         self.metrics = metrics
         self.refusals = refusals  # counts the adds storage refused for a wrong master key
@@ -115,7 +115,7 @@ class AddHandler:
             self.storage.add_batch(ledger_key(batch.ledger), batch.master_key,
                                    list(zip(batch.entry_ids, batch.lacs, batch.entries)), batch.recovery,
                                    s.on_done, allow_inline=allow_inline)
-        except Exception as exc:  # noqa: BLE001 - the stream must survive one bad batch
+        except Exception as exc:
             log.exception("add batch failed ledger=%s", ledger_key(batch.ledger))
             s.answer(Status.INTERNAL_ERROR, str(exc))
         return s

@@ -16,9 +16,10 @@ import os
 import queue
 import shutil
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from bookie.status import Status
 
@@ -121,7 +122,7 @@ def run_gc(storage: Any, timeout_s: float = GC_RUN_TIMEOUT_S) -> Iterator[Progre
             result = run(progress=progress) if takes_progress else run()
             reclaimed = result.get("reclaimed_bytes") if isinstance(result, dict) else None
             final = ProgressEvent("done", 1, 1, True, Status.OK, "", reclaimed)
-        except Exception as e:  # noqa: BLE001 - reported to the operator, not raised in gRPC
+        except Exception as e:
             log.exception("triggered GC failed")
             final = ProgressEvent("failed", 0, 0, True, Status.INTERNAL_ERROR, repr(e))
         try:

@@ -68,7 +68,7 @@ class AuthPolicy:
     require_read_auth: bool = False
 
     @classmethod
-    def from_settings(cls, secret_file: str | None, identities: str | None, require_read_auth: bool) -> "AuthPolicy":
+    def from_settings(cls, secret_file: str | None, identities: str | None, require_read_auth: bool) -> AuthPolicy:
         secret = read_secret_file(secret_file, "operator secret") if secret_file else None
         names = frozenset(n.strip() for n in (identities or "").split(",") if n.strip())
         return cls(secret, names, require_read_auth)

@@ -19,7 +19,7 @@ from bookie.grpc_runtime import apply_grpc_tuning
 
 apply_grpc_tuning()  # before gRPC is imported and initialised (see bookie/grpc_runtime.py)
 
-import grpc  # noqa: E402
+import grpc
 
 from bookie import config as limits
 from bookie.add_listener import AddListener
@@ -29,13 +29,13 @@ from bookie.autorecovery_child import start_autorecovery_child, stop_autorecover
 from bookie.config import BookieConfig, ConfigError, build_parser, config_from_args, installed_version
 from bookie.cookie import CookieMismatchError, delete_cookie, verify_or_create_cookie
 from bookie.disk_monitor import DiskMonitor
+from bookie.gc_service import start_gc
 from bookie.malloc_tuning import tune_malloc
 from bookie.metrics import Metrics, serve_metrics
 from bookie.proto import bookie_pb2_grpc as pb_grpc
-from bookie.service import BookieService
-from bookie.gc_service import start_gc
 from bookie.scrub_service import start_scrubber
 from bookie.scrubber import Scrubber
+from bookie.service import BookieService
 from bookie.storage import BookieStorage, StorageConfig
 from bookie.storage.gc import GarbageCollector
 from bookie.tls import TlsSetupError, grpc_server_credentials, server_ssl_context
@@ -73,7 +73,7 @@ class BookieServer:
         self._stopped = threading.Event()
         self._publish_lock = threading.Lock()  # the disk monitor and the journal both publish
 
-    def start(self) -> "BookieServer":
+    def start(self) -> BookieServer:
         cfg = self.cfg
         try:
             auth = auth_policy(cfg)  # first: a bad secret file refuses the start before anything is made

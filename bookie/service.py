@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import grpc
 
@@ -24,7 +24,7 @@ from bookie import admin
 from bookie import config as limits
 from bookie.add_handler import MASTER_KEY_BYTES_MAX, AddHandler
 from bookie.add_handler import ledger_key as _ledger_key
-from bookie.auth import AuthPolicy, AuthRefusals, Authorizer
+from bookie.auth import Authorizer, AuthPolicy, AuthRefusals
 from bookie.metrics import Metrics
 from bookie.proto import bookie_pb2 as pb
 from bookie.proto import bookie_pb2_grpc as pb_grpc

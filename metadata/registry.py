@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Callable
 
 from metadata.context import now_ms
 from metadata.errors import CorruptMetadataError
@@ -38,7 +38,7 @@ class BookieInfo:
         return json.dumps(asdict(self), sort_keys=True).encode()
 
     @classmethod
-    def from_bytes(cls, bookie_id: str, data: bytes) -> "BookieInfo":
+    def from_bytes(cls, bookie_id: str, data: bytes) -> BookieInfo:
         try:
             raw = json.loads(data.decode())
             known = {k: raw[k] for k in cls.__dataclass_fields__ if k in raw}  # newer fields are ignored
@@ -50,7 +50,7 @@ class BookieInfo:
 class BookieRegistration:
     """A live registration; `set_read_only` flips the advertised state, `close` deregisters."""
 
-    def __init__(self, registry: "BookieRegistry", info: BookieInfo, handle: Registration):
+    def __init__(self, registry: BookieRegistry, info: BookieInfo, handle: Registration):
         self._registry = registry
         self.info = info
         self._handle = handle
@@ -71,7 +71,7 @@ class BookieRegistration:
     def close(self) -> None:
         self._handle.close()
 
-    def __enter__(self) -> "BookieRegistration":
+    def __enter__(self) -> BookieRegistration:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -11,8 +11,9 @@ Usable without pyspark or a JVM:
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from metadata import (
     BookieInfo,
@@ -31,16 +32,16 @@ from metadata.log_record import LogRecord
 from metadata.logs import LogManager
 from metadata.uri import printable, tls_params, with_zk_auth
 from pyspark_ledger.client_metrics import ClientMetrics
-from pyspark_ledger.transport.bookie_pool import BookiePool
-from pyspark_ledger.transport.credentials import operator_secret_from
-from pyspark_ledger.transport.tls import TlsSettings
 from pyspark_ledger.errors import BadPasswordError, BookieRefusedError, LedgerError
 from pyspark_ledger.ledger.context import LedgerContext
-from pyspark_ledger.protocol.digest import master_key
-from pyspark_ledger.protocol.placement import PlacementPolicy, RandomPlacement
 from pyspark_ledger.ledger.read_handle import ReadHandle
 from pyspark_ledger.ledger.recovery import recover_ledger
 from pyspark_ledger.ledger.write_handle import WriteHandle
+from pyspark_ledger.protocol.digest import master_key
+from pyspark_ledger.protocol.placement import PlacementPolicy, RandomPlacement
+from pyspark_ledger.transport.bookie_pool import BookiePool
+from pyspark_ledger.transport.credentials import operator_secret_from
+from pyspark_ledger.transport.tls import TlsSettings
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -137,7 +138,8 @@ class LedgerClient:
                 continue  # a random id collided: draw another
         else:
             raise LedgerError("could not find a free ledger id")
-        log.info("ledger created ledger=%s ensemble=%s E=%d W=%d A=%d", lid, ensemble, *(ensemble_size, write_quorum_size, ack_quorum_size))
+        log.info("ledger created ledger=%s ensemble=%s E=%d W=%d A=%d", lid, ensemble, ensemble_size, write_quorum_size,
+                 ack_quorum_size)
         handle = WriteHandle(self.context, meta, version, pw)
         self._handles.append(handle)
         return handle
@@ -175,7 +177,8 @@ class LedgerClient:
                 log.info("bookie refused the delete (no password, no operator identity): its garbage collection "
                          "removes the copy ledger=%s bookie=%s error=%s", lid, b, exc)
             except LedgerError as exc:
-                log.warning("bookie kept data of a deleted ledger (garbage collection will remove it) ledger=%s bookie=%s error=%s", lid, b, exc)
+                log.warning("bookie kept data of a deleted ledger (garbage collection will remove it) "
+                            "ledger=%s bookie=%s error=%s", lid, b, exc)
         log.info("ledger deleted ledger=%s", lid)
 
     def list_ledgers(self, scope_id: int | None = None) -> Iterator[LedgerId]:
@@ -189,7 +192,7 @@ class LedgerClient:
     def open_log_writer(self, name: str, create: bool = True, *, ensemble_size: int = 3, write_quorum_size: int = 3,
                         ack_quorum_size: int = 2, digest_type: str = "crc32c", password: bytes | str = b"",
                         rollover_entries: int | None = None, rollover_bytes: int | None = None,
-                        rollover_age_s: float | None = None, crash_hook: Any = None) -> "LogWriter":
+                        rollover_age_s: float | None = None, crash_hook: Any = None) -> LogWriter:
         """Become the log's single writer (fencing any previous one); see pyspark_ledger.log."""
         from pyspark_ledger.log import LedgerOptions, LogWriter
 
@@ -197,7 +200,7 @@ class LedgerClient:
         return LogWriter(self, name, create=create, options=opts, rollover_entries=rollover_entries,
                          rollover_bytes=rollover_bytes, rollover_age_s=rollover_age_s, crash_hook=crash_hook)
 
-    def open_log_reader(self, name: str, password: bytes | str = b"") -> "LogReader":
+    def open_log_reader(self, name: str, password: bytes | str = b"") -> LogReader:
         from pyspark_ledger.log import LogReader
 
         return LogReader(self, name, _password(password))
@@ -236,16 +239,16 @@ class LedgerClient:
         for h in self._handles:
             try:
                 if isinstance(h, WriteHandle):
-                    h._close_quietly()  # noqa: SLF001
+                    h._close_quietly()
                 else:
                     h.close()
-            except Exception:  # noqa: BLE001 - closing everything, best effort
+            except Exception:
                 log.debug("handle close failed", exc_info=True)
         self._handles.clear()
         self.pool.close()
         self.store.close()
 
-    def __enter__(self) -> "LedgerClient":
+    def __enter__(self) -> LedgerClient:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from metadata import CorruptMetadataError, LedgerId, LedgerManager
 from metadata.errors import BadVersionError, NodeExistsError, NoNodeError
@@ -41,7 +41,7 @@ class ScanCursor:
                            "after": None if self.after is None else self.after.qualified_name}).encode()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "ScanCursor | None":
+    def from_bytes(cls, data: bytes) -> ScanCursor | None:
         try:
             d = json.loads(data)
             after = None if d.get("after") is None else LedgerId.from_qualified_name(d["after"])

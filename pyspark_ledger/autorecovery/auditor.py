@@ -19,8 +19,8 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable, Container, Iterator
 from dataclasses import asdict, dataclass
-from typing import Callable, Container, Iterator
 
 from metadata import CorruptMetadataError, LedgerId, LedgerMetadata, MetadataError, NodeExistsError, NoNodeError
 from metadata.context import now_ms
@@ -53,7 +53,7 @@ class Orphan:
         return json.dumps(d, sort_keys=True).encode()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "Orphan":
+    def from_bytes(cls, data: bytes) -> Orphan:
         d = json.loads(data)
         return cls(LedgerId.from_qualified_name(d["ledger_id"]), d["reason"], d["detail"], int(d["found_ms"]))
 

@@ -14,8 +14,8 @@ not get a second grace period because the auditor changed).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Mapping
 
 UP = "up"
 READ_ONLY = "read-only"
@@ -36,7 +36,7 @@ class BookieState:
                            "auditedSinceMs": self.audited_since_ms}, sort_keys=True).encode()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "BookieState | None":
+    def from_bytes(cls, data: bytes) -> BookieState | None:
         try:
             d = json.loads(data)
             return cls(str(d["bookieId"]), str(d["state"]), int(d["sinceMs"]), int(d.get("auditedSinceMs", 0)))

@@ -3,7 +3,7 @@ request rate is measured (a Prometheus counter) rather than estimated."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from metadata.store import ChildrenCallback, DataCallback, MetadataStore, Registration, Versioned, Watch
 

@@ -27,7 +27,7 @@ ROUNDS_MAX = 5
 POLL_S = 1.0
 
 
-def ledgers_on(client: "LedgerClient", bookie: str, limiter: RateLimiter) -> list[LedgerId]:
+def ledgers_on(client: LedgerClient, bookie: str, limiter: RateLimiter) -> list[LedgerId]:
     out = []
     for lid in client.list_ledgers():
         limiter.acquire()
@@ -40,7 +40,7 @@ def ledgers_on(client: "LedgerClient", bookie: str, limiter: RateLimiter) -> lis
     return out
 
 
-def decommission(client: "LedgerClient", bookie: str, *, timeout_s: float, scan_rate_per_s: float,
+def decommission(client: LedgerClient, bookie: str, *, timeout_s: float, scan_rate_per_s: float,
                  progress: bool) -> dict[str, Any]:
     start = time.monotonic()
     deadline = start + timeout_s

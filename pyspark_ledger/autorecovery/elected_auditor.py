@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from metadata import BookieRegistry, MetadataError
 from metadata.context import now_ms

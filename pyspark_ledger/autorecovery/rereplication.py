@@ -16,13 +16,20 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING
 
 from bookie.status import Status
 from metadata import LedgerId, LedgerMetadata, write_set
-from pyspark_ledger.autorecovery.swap_record import (STEP_COMMITTED, STEP_COPIED, STEP_COPYING, STEP_PREPARED,
-                                                     SwapRecords, new_record)
+from pyspark_ledger.autorecovery.swap_record import (
+    STEP_COMMITTED,
+    STEP_COPIED,
+    STEP_COPYING,
+    STEP_PREPARED,
+    SwapRecords,
+    new_record,
+)
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.ledger.context import LedgerContext
 from pyspark_ledger.ledger.keys import Credentials, resolve_keys
@@ -107,7 +114,7 @@ def _rereplicate_fragment(context: LedgerContext, ledger: LedgerId, index: int, 
                        _first_batch_step(run.on_copied, run.on_step))
         run.on_step(STEP_COPIED)
 
-        def change(m: LedgerMetadata) -> LedgerMetadata | None:
+        def change(m: LedgerMetadata, new: str = new) -> LedgerMetadata | None:  # bound: called in this iteration
             if rebase_replacements(m.segments[index].bookies, {lost: new}) is None:
                 return None  # replaced by someone else, or our bookie took another slot meanwhile
             return m.with_replaced_bookie(index, lost, new)
@@ -215,7 +222,7 @@ def read_windows(meta: LedgerMetadata, first: int, last: int) -> Iterator[tuple[
         yield start, min(last, start + per_window - 1)
 
 
-def write_copies(target: "BookieClient", key: tuple[int, int], mk: bytes, batch: list[tuple[int, int, bytes]]) -> None:
+def write_copies(target: BookieClient, key: tuple[int, int], mk: bytes, batch: list[tuple[int, int, bytes]]) -> None:
     done = threading.Event()
     result: list[tuple[Status, str]] = []
 

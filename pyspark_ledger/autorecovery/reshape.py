@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
-from typing import Callable, Collection, Iterator
 
 from metadata import LedgerId, LedgerMetadata
 from metadata.context import now_ms
@@ -58,7 +58,7 @@ class ReshapeRecord:
                           sort_keys=True).encode()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "ReshapeRecord | None":
+    def from_bytes(cls, data: bytes) -> ReshapeRecord | None:
         try:
             d = json.loads(data)
             plan = ReshapePlan(int(d["E"]), int(d["W"]), int(d["A"]), tuple(tuple(e) for e in d["ensembles"]),

@@ -16,8 +16,8 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from pyspark_ledger.autorecovery.elected_auditor import ElectedAuditor
 from pyspark_ledger.autorecovery.metrics import AutorecoveryMetrics
@@ -73,7 +73,7 @@ class AutorecoveryService:
                                           poll_interval_s=s.poll_interval_s, password=s.password,
                                           metrics=self.metrics, stop=self._stop) for i in range(s.workers)]
 
-    def start(self) -> "AutorecoveryService":
+    def start(self) -> AutorecoveryService:
         if self.settings.auditor:
             self._spawn("autorecovery-auditor", self.auditor.run)
         for i, w in enumerate(self.workers):
@@ -86,7 +86,7 @@ class AutorecoveryService:
         def body() -> None:
             try:
                 target()
-            except Exception:  # noqa: BLE001 - a dead thread must say why; the process keeps serving
+            except Exception:
                 log.exception("autorecovery thread died thread=%s", name)
 
         t = threading.Thread(target=body, name=name, daemon=True)

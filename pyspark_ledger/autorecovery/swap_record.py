@@ -54,7 +54,7 @@ class SwapRecord:
                            "new": self.new, "holder": self.holder, "sinceMs": self.since_ms}, sort_keys=True).encode()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "SwapRecord | None":
+    def from_bytes(cls, data: bytes) -> SwapRecord | None:
         try:
             d = json.loads(data)
             return cls(LedgerId.from_qualified_name(d["ledger"]), int(d["fragment"]), str(d["lost"]), str(d["new"]),

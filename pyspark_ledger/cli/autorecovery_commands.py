@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from metadata.ephemeral_lock import read_lock
@@ -27,7 +27,7 @@ WAIT_TICK_S = 0.5
 def _when(ms: int | None) -> str:
     if not ms:
         return ""
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def add_parsers(sub: Any) -> None:
@@ -53,7 +53,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--scan-rate", type=float, default=500.0, help="ledgers per second the marking scan reads at most")
 
 
-def autorecovery(client: "LedgerClient", args: argparse.Namespace) -> int:
+def autorecovery(client: LedgerClient, args: argparse.Namespace) -> int:
     from pyspark_ledger.autorecovery.service import AutorecoveryService, AutorecoverySettings
 
     logging.getLogger("pyspark_ledger").setLevel(logging.WARNING if not os.environ.get("LEDGER_DEBUG") else logging.INFO)
@@ -78,7 +78,7 @@ def autorecovery(client: "LedgerClient", args: argparse.Namespace) -> int:
     return 0
 
 
-def listunderreplicated(client: "LedgerClient", args: argparse.Namespace) -> int:
+def listunderreplicated(client: LedgerClient, args: argparse.Namespace) -> int:
     marks = UnderReplicationManager(client.store).list()
     rows = []
     for m in marks:
@@ -107,7 +107,7 @@ def _progress_text(r: dict[str, Any]) -> str:
     return f"{done}/{total if total is not None else '?'} bookies, {copied / 2**20:.1f} MiB copied"
 
 
-def bookie_rows(client: "LedgerClient", *, writable: bool, read_only: bool, down: bool) -> list[dict[str, Any]]:
+def bookie_rows(client: LedgerClient, *, writable: bool, read_only: bool, down: bool) -> list[dict[str, Any]]:
     """Registered bookies (up or read-only) and, with `down`, bookies with a cookie and no
     registration. since: from the auditor's record when it agrees with the state, else the
     registration time (up), else unknown."""
@@ -129,7 +129,7 @@ def bookie_rows(client: "LedgerClient", *, writable: bool, read_only: bool, down
     return rows
 
 
-def listbookies(client: "LedgerClient", args: argparse.Namespace) -> int:
+def listbookies(client: LedgerClient, args: argparse.Namespace) -> int:
     everything = not (args.rw or args.ro)
     rows = bookie_rows(client, writable=not args.ro, read_only=not args.rw, down=everything)
     if args.json:
@@ -141,7 +141,7 @@ def listbookies(client: "LedgerClient", args: argparse.Namespace) -> int:
     return 0
 
 
-def decommissionbookie(client: "LedgerClient", args: argparse.Namespace) -> int:
+def decommissionbookie(client: LedgerClient, args: argparse.Namespace) -> int:
     from pyspark_ledger.autorecovery.decommission import decommission
 
     result = decommission(client, args.bookie, timeout_s=args.timeout_s, scan_rate_per_s=args.scan_rate,

@@ -6,11 +6,10 @@ import argparse
 import json
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from metadata import LedgerId, NoSuchLedgerError, QuorumConfig
-from metadata import serde
+from metadata import LedgerId, NoSuchLedgerError, QuorumConfig, serde
 from pyspark_ledger.cli.output import Progress, print_json, print_table
 from pyspark_ledger.errors import LedgerError
 
@@ -35,7 +34,7 @@ def _ms(ms: int | None) -> str:
     if ms is None:
         return ""
     try:
-        return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     except (OverflowError, ValueError, OSError):
         return str(ms)
 
@@ -43,7 +42,7 @@ def _ms(ms: int | None) -> str:
 # ---- ledgers -----------------------------------------------------------------------------------
 
 
-def listledgers(client: "LedgerClient", args: argparse.Namespace) -> int:
+def listledgers(client: LedgerClient, args: argparse.Namespace) -> int:
     rows, out = [], []
     progress = Progress("scanning ledgers")
     need_meta = args.meta or args.bookie or args.state or args.json
@@ -60,7 +59,8 @@ def listledgers(client: "LedgerClient", args: argparse.Namespace) -> int:
             out.append({"ledger": str(lid), "qualifiedName": lid.qualified_name, "state": meta.state.value,  # type: ignore[union-attr]
                         "lastEntryId": meta.last_entry_id, "ensembleSize": meta.ensemble_size})  # type: ignore[union-attr]
         elif args.meta:
-            rows.append((lid, lid.qualified_name, meta.state.value, f"{meta.ensemble_size}/{meta.write_quorum_size}/{meta.ack_quorum_size}",  # type: ignore[union-attr]
+            quorum = f"{meta.ensemble_size}/{meta.write_quorum_size}/{meta.ack_quorum_size}"  # type: ignore[union-attr]
+            rows.append((lid, lid.qualified_name, meta.state.value, quorum,  # type: ignore[union-attr]
                          meta.last_entry_id))  # type: ignore[union-attr]
         else:
             rows.append((lid, lid.qualified_name))
@@ -74,7 +74,7 @@ def listledgers(client: "LedgerClient", args: argparse.Namespace) -> int:
     return 0
 
 
-def ledgermetadata(client: "LedgerClient", args: argparse.Namespace) -> int:
+def ledgermetadata(client: LedgerClient, args: argparse.Namespace) -> int:
     meta = client.ledger_metadata(ledger_id(args))
     d = serde.to_json_dict(meta)
     if args.json:
@@ -99,7 +99,7 @@ def ledgermetadata(client: "LedgerClient", args: argparse.Namespace) -> int:
     return 0
 
 
-def readledger(client: "LedgerClient", args: argparse.Namespace) -> int:
+def readledger(client: LedgerClient, args: argparse.Namespace) -> int:
     lid = ledger_id(args)
     handle = client.open_ledger(lid, recovery=args.force_recovery, password=args.password)
     last = handle.last_add_confirmed() if args.last is None else args.last
@@ -115,7 +115,7 @@ def readledger(client: "LedgerClient", args: argparse.Namespace) -> int:
     return 0
 
 
-def deleteledger(client: "LedgerClient", args: argparse.Namespace) -> int:
+def deleteledger(client: LedgerClient, args: argparse.Namespace) -> int:
     lid = ledger_id(args)
     client.ledger_metadata(lid)  # a clear "no such ledger" before asking anything
     if not args.force and sys.stdin.isatty():
@@ -127,7 +127,7 @@ def deleteledger(client: "LedgerClient", args: argparse.Namespace) -> int:
     return 0
 
 
-def recover(client: "LedgerClient", args: argparse.Namespace) -> int:
+def recover(client: LedgerClient, args: argparse.Namespace) -> int:
     from pyspark_ledger.autorecovery.rereplication import fragments_on, rereplicate
     from pyspark_ledger.ledger.keys import CredentialSource
     from pyspark_ledger.ledger.recovery import recover_ledger
@@ -183,7 +183,7 @@ def recover(client: "LedgerClient", args: argparse.Namespace) -> int:
 # ---- bookies -----------------------------------------------------------------------------------
 
 
-def listbookies(client: "LedgerClient", args: argparse.Namespace) -> int:
+def listbookies(client: LedgerClient, args: argparse.Namespace) -> int:
     infos = client.bookies(writable=not args.ro, read_only=not args.rw)
     if args.json:
         print_json([{"bookieId": b.bookie_id, "address": b.address, "addAddress": b.add_address,
@@ -195,7 +195,7 @@ def listbookies(client: "LedgerClient", args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_read_delete(client: "LedgerClient", args: argparse.Namespace, n: int, e: int, w: int, a: int,
+def _write_read_delete(client: LedgerClient, args: argparse.Namespace, n: int, e: int, w: int, a: int,
                        ensemble: list[str] | None = None) -> dict[str, Any]:
     start = time.monotonic()
     handle = client.create_ledger(e, w, a, ensemble=ensemble, digest_type=args.digest, password=args.password)
@@ -222,7 +222,7 @@ def _write_read_delete(client: "LedgerClient", args: argparse.Namespace, n: int,
     return {"ledger": str(lid), "entries": n, "seconds": round(time.monotonic() - start, 3)}
 
 
-def simpletest(client: "LedgerClient", args: argparse.Namespace) -> int:
+def simpletest(client: LedgerClient, args: argparse.Namespace) -> int:
     QuorumConfig(args.ensemble_size, args.write_quorum_size, args.ack_quorum_size)
     r = _write_read_delete(client, args, args.num_entries, args.ensemble_size, args.write_quorum_size, args.ack_quorum_size)
     if args.json:
@@ -232,7 +232,7 @@ def simpletest(client: "LedgerClient", args: argparse.Namespace) -> int:
     return 0
 
 
-def bookiesanity(client: "LedgerClient", args: argparse.Namespace) -> int:
+def bookiesanity(client: LedgerClient, args: argparse.Namespace) -> int:
     bookies = [args.bookie] if args.bookie else [b.bookie_id for b in client.bookies(read_only=False)]
     if not bookies:
         raise LedgerError("no writable bookies registered")
@@ -254,7 +254,7 @@ def bookiesanity(client: "LedgerClient", args: argparse.Namespace) -> int:
 # ---- logs --------------------------------------------------------------------------------------
 
 
-def logs(client: "LedgerClient", args: argparse.Namespace) -> int:
+def logs(client: LedgerClient, args: argparse.Namespace) -> int:
     from pyspark_ledger.log import Position
 
     if args.logs_command == "list":
@@ -298,7 +298,7 @@ def quorums(_client: None, args: argparse.Namespace) -> int:
 # ---- BP-44 -------------------------------------------------------------------------------------
 
 
-def listorphaned(client: "LedgerClient", args: argparse.Namespace) -> int:
+def listorphaned(client: LedgerClient, args: argparse.Namespace) -> int:
     from pyspark_ledger.autorecovery.auditor import Auditor
 
     orphans = Auditor(client.context).list_orphans()
@@ -310,14 +310,14 @@ def listorphaned(client: "LedgerClient", args: argparse.Namespace) -> int:
     return 0
 
 
-def showowner(client: "LedgerClient", args: argparse.Namespace) -> int:
+def showowner(client: LedgerClient, args: argparse.Namespace) -> int:
     meta = client.ledger_metadata(ledger_id(args))
     ctx = serde.create_context_json(meta.create_context) or {}
     print_json({"createdBy": ctx.get("createdBy"), "onBehalfOf": ctx.get("onBehalfOf"), "dataSet": ctx.get("dataSet")})
     return 0
 
 
-def predictlifespan(client: "LedgerClient", args: argparse.Namespace) -> int:
+def predictlifespan(client: LedgerClient, args: argparse.Namespace) -> int:
     meta = client.ledger_metadata(ledger_id(args))
     create, close = meta.create_context, meta.close_context
     sec = lambda ms: None if ms is None else ms // 1000  # noqa: E731
@@ -334,7 +334,7 @@ def predictlifespan(client: "LedgerClient", args: argparse.Namespace) -> int:
     return 0
 
 
-def auditor(client: "LedgerClient", args: argparse.Namespace) -> int:
+def auditor(client: LedgerClient, args: argparse.Namespace) -> int:
     from pyspark_ledger.autorecovery.auditor import Auditor
 
     aud = Auditor(client.context, grace_period_s=args.grace_period_s, scan_rate_per_s=args.rate)
@@ -346,7 +346,8 @@ def auditor(client: "LedgerClient", args: argparse.Namespace) -> int:
         found = aud.audit_once(progress.update)
         progress.done()
         if args.json:
-            print_json({"pass": n, "orphans": [{"ledger": str(o.ledger_id), "reason": o.reason, "detail": o.detail} for o in found]})
+            orphans = [{"ledger": str(o.ledger_id), "reason": o.reason, "detail": o.detail} for o in found]
+            print_json({"pass": n, "orphans": orphans})
         else:
             print(f"audit pass {n}: {len(found)} orphaned ledger(s)")
         sys.stdout.flush()

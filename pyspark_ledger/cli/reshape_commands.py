@@ -41,7 +41,7 @@ def add_parsers(sub: Any, ledger_args: Any) -> None:
     add_password_args(p)
 
 
-def _shape(client: "LedgerClient", args: argparse.Namespace, contract: bool) -> tuple[int, int, int, list[str]]:
+def _shape(client: LedgerClient, args: argparse.Namespace, contract: bool) -> tuple[int, int, int, list[str]]:
     meta = client.ledger_metadata(ledger_id(args))
     if contract:
         remove = list(dict.fromkeys(args.remove_bookie))
@@ -53,7 +53,7 @@ def _shape(client: "LedgerClient", args: argparse.Namespace, contract: bool) -> 
     return e, w, args.ack_quorum if args.ack_quorum is not None else meta.ack_quorum_size, []
 
 
-def _run(client: "LedgerClient", args: argparse.Namespace, contract: bool) -> int:
+def _run(client: LedgerClient, args: argparse.Namespace, contract: bool) -> int:
     from pyspark_ledger.autorecovery.reshape import reshape
     from pyspark_ledger.autorecovery.service import holder_name
     from pyspark_ledger.ledger.keys import CredentialSource
@@ -76,9 +76,9 @@ def _run(client: "LedgerClient", args: argparse.Namespace, contract: bool) -> in
     return 0
 
 
-def expandledger(client: "LedgerClient", args: argparse.Namespace) -> int:
+def expandledger(client: LedgerClient, args: argparse.Namespace) -> int:
     return _run(client, args, contract=False)
 
 
-def contractledger(client: "LedgerClient", args: argparse.Namespace) -> int:
+def contractledger(client: LedgerClient, args: argparse.Namespace) -> int:
     return _run(client, args, contract=True)

@@ -11,7 +11,7 @@ still fence, read and delete them; "mac" digests are not recomputed but copied a
 from __future__ import annotations
 
 import logging
-from typing import Collection
+from collections.abc import Collection
 
 from bookie.status import Status
 from metadata import LedgerMetadata

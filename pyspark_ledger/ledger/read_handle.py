@@ -11,13 +11,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Iterator
 
 from bookie.status import Status
 from metadata import LedgerId, LedgerMetadata, write_set
-from pyspark_ledger.protocol.distribution import covers_every_write_set
-from pyspark_ledger.protocol.entry_format import Entry, decode_entry
 from pyspark_ledger.errors import (
     DigestMismatchError,
     EntryFormatError,
@@ -27,6 +25,8 @@ from pyspark_ledger.errors import (
 from pyspark_ledger.ledger.context import LedgerContext
 from pyspark_ledger.ledger.keys import Credentials, resolve_keys
 from pyspark_ledger.ledger.read_repair import ReadRepair
+from pyspark_ledger.protocol.distribution import covers_every_write_set
+from pyspark_ledger.protocol.entry_format import Entry, decode_entry
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +228,8 @@ class ReadHandle:
             done, slow = wait(futures, timeout=SPECULATIVE_READ_DELAY_S)
             if slow and attempt + 1 < w_size:
                 slow_ids = sorted({e for f in slow for e in self._inflight_ids(f)})
-                log.info("speculative read: a replica is slow ledger=%s entries=%d..%d", self.ledger_id, slow_ids[0], slow_ids[-1])
+                log.info("speculative read: a replica is slow ledger=%s entries=%d..%d", self.ledger_id, slow_ids[0],
+                         slow_ids[-1])
                 futures.update(submit(attempt + 1, slow_ids))
             wait(futures, timeout=self._rpc_timeout_s() + 3)
             for f in futures:
@@ -249,7 +250,8 @@ class ReadHandle:
         out = []
         for e in range(first, upto + 1):
             if e not in got:
-                raise ReadError(f"ledger {self.ledger_id}: entry {e} unreadable from its write set: {'; '.join(errors.get(e, ['no answer']))}")
+                why = "; ".join(errors.get(e, ["no answer"]))
+                raise ReadError(f"ledger {self.ledger_id}: entry {e} unreadable from its write set: {why}")
             out.append(got[e])
         return out
 
@@ -341,7 +343,7 @@ class ReadHandle:
                 self._executor.shutdown(wait=False, cancel_futures=True)
                 self._executor = None
 
-    def __enter__(self) -> "ReadHandle":
+    def __enter__(self) -> ReadHandle:
         return self
 
     def __exit__(self, *exc: object) -> None:

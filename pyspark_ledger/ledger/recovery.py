@@ -22,8 +22,8 @@ import dataclasses
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Sequence
 
 from bookie.status import Status
 from metadata import BadVersionError, LedgerId, LedgerMetadata, LedgerState, Segment
@@ -71,7 +71,7 @@ def recover_ledger(ctx: LedgerContext, ledger: LedgerId, credentials: Credential
     meta, version = ctx.ledgers.update(ledger, lambda m: None if m.state is not LedgerState.OPEN else m.start_recovery())
     if meta.is_closed:
         return meta, version
-    log.warning("recovering ledger ledger=%s", ledger)
+    log.info("recovering ledger ledger=%s", ledger)  # normal work: a writer is gone or fenced
     ctx.metrics.recoveries.inc()
     with ThreadPoolExecutor(max_workers=max(8, meta.ensemble_size * 2), thread_name_prefix="recovery") as pool:
         r = _Recovery(ctx, meta, keys, pool)
@@ -242,7 +242,8 @@ class _Recovery:
             if attempt == ENSEMBLE_CHANGES_MAX:
                 break
             self._replace_in_last_fragment(start, failed)
-        raise RecoveryError(f"ledger {self.meta.ledger_id}: recovered entries could not reach A={self.meta.ack_quorum_size} bookies")
+        raise RecoveryError(f"ledger {self.meta.ledger_id}: recovered entries could not reach "
+                            f"A={self.meta.ack_quorum_size} bookies")
 
     def _replace_in_last_fragment(self, start: int, failed: set[str]) -> None:
         """Replace failed bookies of the last fragment from `start` on, in this recovery's view

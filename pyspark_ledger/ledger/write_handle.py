@@ -23,8 +23,8 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from operator import attrgetter
-from typing import Callable, Iterator, Sequence
 
 from bookie.status import Status
 from metadata import CloseContext, LedgerId, LedgerMetadata
@@ -149,7 +149,8 @@ class WriteHandle(ReadHandle):
 
     def add_entry(self, payload: bytes, timeout_s: float | None = None) -> int:
         """Add one entry and wait until it is acknowledged; returns its entry id."""
-        return self.add_entry_async(payload).result(timeout=timeout_s if timeout_s is not None else BACKPRESSURE_TIMEOUT_S + self._add_timeout_s * 4)
+        wait_s = timeout_s if timeout_s is not None else BACKPRESSURE_TIMEOUT_S + self._add_timeout_s * 4
+        return self.add_entry_async(payload).result(timeout=wait_s)
 
     def add_entry_async(self, payload: bytes) -> AddFuture:
         """Queue one entry; the future resolves to its entry id once acknowledged (in order)."""
@@ -175,7 +176,8 @@ class WriteHandle(ReadHandle):
                         and self._error is None and not self._closing:
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        raise AddTimeoutError(f"ledger {self.ledger_id}: too many adds in flight for {BACKPRESSURE_TIMEOUT_S:g} s")
+                        raise AddTimeoutError(
+                            f"ledger {self.ledger_id}: too many adds in flight for {BACKPRESSURE_TIMEOUT_S:g} s")
                     self._cond.wait(left)
                     now = time.monotonic()
                 if self._error is not None:
@@ -283,7 +285,7 @@ class WriteHandle(ReadHandle):
                     self._send(outbox)
                 elif self._lac_due():
                     self._send_explicit_lac()
-            except Exception as exc:  # noqa: BLE001 - a sender crash must fail adds, not hang them
+            except Exception as exc:
                 log.exception("ledger sender failed ledger=%s", self.ledger_id)
                 self._set_error(exc if isinstance(exc, LedgerError) else LedgerError(f"sender failed: {exc!r}"))
                 return
@@ -413,7 +415,9 @@ class WriteHandle(ReadHandle):
             except LedgerError as exc:
                 self._set_error(exc)
                 return
-            log.warning("ensemble changed ledger=%s from_entry=%d replaced=%s", self.ledger_id, first_unacked, dict(plan.replaced))
+            # Normal work after a bookie failed (the failure itself was logged where it was seen).
+            log.info("ensemble changed ledger=%s from_entry=%d replaced=%s", self.ledger_id, first_unacked,
+                     dict(plan.replaced))
             self._ctx.metrics.ensemble_changes.inc()
         with self._cond:
             self._failed_bookies -= failed

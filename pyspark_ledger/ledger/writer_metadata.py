@@ -8,7 +8,7 @@ ever adopts a value it read or wrote.
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 from metadata import BadVersionError, CloseContext, LedgerManager, LedgerMetadata, LedgerState, MetadataError
 from pyspark_ledger.errors import LedgerError, LedgerFencedError

@@ -44,7 +44,7 @@ class Digest:
     verifiable: bool = True
 
     @classmethod
-    def for_ledger(cls, digest_type: DigestType | str, password: bytes = b"") -> "Digest":
+    def for_ledger(cls, digest_type: DigestType | str, password: bytes = b"") -> Digest:
         t = DigestType.parse(digest_type)
         size = {DigestType.CRC32C: 4, DigestType.MAC: 32, DigestType.NONE: 0}[t]
         return cls(t, DIGEST_CODES[t], size, mac_key(password) if t is DigestType.MAC else b"")
@@ -75,11 +75,11 @@ class LedgerKeys:
     digest: Digest
 
     @classmethod
-    def from_password(cls, digest_type: DigestType | str, password: bytes) -> "LedgerKeys":
+    def from_password(cls, digest_type: DigestType | str, password: bytes) -> LedgerKeys:
         return cls(master_key(password), Digest.for_ledger(digest_type, password))
 
     @classmethod
-    def for_operator(cls, digest_type: DigestType | str, ledger_master_key: bytes) -> "LedgerKeys":
+    def for_operator(cls, digest_type: DigestType | str, ledger_master_key: bytes) -> LedgerKeys:
         digest = Digest.for_ledger(digest_type)
         if digest.type is DigestType.MAC:
             digest = Digest(digest.type, digest.code, digest.size, b"", verifiable=False)

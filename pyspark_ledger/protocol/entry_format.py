@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import functools
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import crc32c
 
 from metadata.ledger import DigestType  # the module, not the package that re-exports the stores too
-from pyspark_ledger.protocol.digest import DIGEST_BY_CODE, Digest
 from pyspark_ledger.errors import DigestMismatchError, EntryFormatError
+from pyspark_ledger.protocol.digest import DIGEST_BY_CODE, Digest
 
 FORMAT_VERSION = 2
 _HEADER = struct.Struct(">BQQqqq")

@@ -12,12 +12,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import grpc
 
 from bookie.proto import bookie_pb2 as pb
 from bookie.proto import bookie_pb2_grpc as pb_grpc
+from pyspark_ledger.errors import BookieRefusedError, BookieUnavailableError
 from pyspark_ledger.transport.add_poller import AddPoller
 from pyspark_ledger.transport.add_streams import (
     AddCallback,
@@ -28,7 +29,6 @@ from pyspark_ledger.transport.add_streams import (
     SocketAddStream,
     ledger_ref,
 )
-from pyspark_ledger.errors import BookieRefusedError, BookieUnavailableError
 from pyspark_ledger.transport.credentials import with_operator_secret
 from pyspark_ledger.transport.run_response import RunResponse, parse_run_response
 from pyspark_ledger.transport.tls import TlsSettings, grpc_failure_hint
@@ -257,7 +257,7 @@ class BookieClient:
         if self._own_poller and self.poller is not None:
             self.poller.close()
 
-    def __enter__(self) -> "BookieClient":
+    def __enter__(self) -> BookieClient:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -56,7 +56,7 @@ def write_ledgers(uri: str, ledgers: int, *, mib_every: int = 20, open_every: in
             for f in [w.add_entry_async(p) for p in data]:
                 f.result(timeout=120)
             if i % open_every == open_every - 1:
-                client._handles.remove(w)  # noqa: SLF001 - a writer that died: never closed
+                client._handles.remove(w)
             else:
                 w.close()
             out.entries[w.ledger_id] = data
@@ -91,7 +91,7 @@ class Autorecovery:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 self.kill()
-                raise AssertionError(f"autorecovery did not stop within 5 s of SIGTERM:\n{self.log()[-3000:]}")
+                raise AssertionError(f"autorecovery did not stop within 5 s of SIGTERM:\n{self.log()[-3000:]}") from None
         return int(self.proc.returncode)
 
 

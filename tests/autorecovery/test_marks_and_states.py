@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from metadata import LedgerId, MetadataStore, open_store
 from metadata.ephemeral_lock import read_lock, try_lock
 from metadata.paths import AUDITOR_ELECTION
 from metadata.underreplication import REASON_LOST, UnderReplicationManager
+from pyspark_ledger.autorecovery.bookie_states import DOWN, READ_ONLY, UP, lost, observe, with_audited
 from pyspark_ledger.autorecovery.elected_auditor import ElectedAuditor
 from pyspark_ledger.autorecovery.metrics import AutorecoveryMetrics
-from pyspark_ledger.autorecovery.bookie_states import DOWN, READ_ONLY, UP, lost, observe, with_audited
 
 
 def test_a_bookie_is_lost_only_after_the_grace_and_a_restart_keeps_nothing_down() -> None:
@@ -80,7 +80,7 @@ def test_one_auditor_is_elected_and_another_takes_over_when_it_stops(store_uri: 
         threads[0].join(5)
         wait_for(lambda: auditors[1].leading)
         assert read_lock(stores[0], AUDITOR_ELECTION)["holder"] == "auditor-1"  # type: ignore[index]
-        assert auditors[1].metrics.auditor_leader._value.get() == 1  # noqa: SLF001
+        assert auditors[1].metrics.auditor_leader._value.get() == 1
     finally:
         for stop in stops:
             stop.set()

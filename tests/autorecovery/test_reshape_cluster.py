@@ -10,15 +10,15 @@ import hashlib
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from bookie.status import Status
 from metadata import LedgerId, write_set
-from pyspark_ledger.autorecovery.reshape import read_record, reshape
 from pyspark_ledger.autorecovery.rereplication import rereplicate
+from pyspark_ledger.autorecovery.reshape import read_record, reshape
 from pyspark_ledger.autorecovery.swap_record import STEP_COMMITTED, STEP_COPIED, STEP_PREPARED
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.protocol.digest import Digest
@@ -88,7 +88,8 @@ def test_expand_then_contract_from_the_cli(cluster: LocalCluster) -> None:
         out = cli(cluster, "expandledger", str(lid.id), "--write-quorum", "4", "--ensemble-size", "3")
         assert out.returncode != 0 and "1 <= A <= W <= E" in out.stderr, out.stderr
         out = cli(cluster, "expandledger", str(lid.id), "--write-quorum", "9")  # E follows W: not enough bookies
-        assert out.returncode != 0 and "needs E=9 bookies: it keeps 3 and only 3 other writable bookie(s)" in out.stderr, out.stderr
+        expected = "needs E=9 bookies: it keeps 3 and only 3 other writable bookie(s)"
+        assert out.returncode != 0 and expected in out.stderr, out.stderr
         assert len(out.stderr.strip().splitlines()) == 1  # one line, no traceback
 
 

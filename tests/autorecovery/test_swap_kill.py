@@ -25,7 +25,14 @@ from pyspark_ledger.autorecovery.rereplication import rereplicate
 from pyspark_ledger.autorecovery.swap_record import STEP_COMMITTED, SWAP_STEPS, SwapRecords, new_record
 from pyspark_ledger.client import LedgerClient
 from tests.autorecovery.cluster_shape import (
-    MIB, REPO, Written, check_every_copy, payload, start_cluster, zk_uri_with_short_sessions)
+    MIB,
+    REPO,
+    Written,
+    check_every_copy,
+    payload,
+    start_cluster,
+    zk_uri_with_short_sessions,
+)
 
 ROUNDS = int(os.environ.get("LEDGER_SWAP_KILL_ROUNDS", "1"))
 FINISH_S_MAX = 90.0

@@ -5,8 +5,9 @@ directory changes. Shared by the real check and the planted-bug check (test_auth
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import grpc
 

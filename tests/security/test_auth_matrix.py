@@ -12,9 +12,8 @@ import hashlib
 import re
 import threading
 import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any, Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import grpc
 import pytest

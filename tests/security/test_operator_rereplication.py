@@ -55,7 +55,7 @@ def _write(uri: str) -> dict[LedgerId, tuple[bytes, list[bytes]]]:
             for f in [w.add_entry_async(p) for p in data]:
                 f.result(timeout=60)
             if i == LEDGERS - 1:
-                client._handles.remove(w)  # noqa: SLF001 - a writer that died: never closed
+                client._handles.remove(w)
             else:
                 w.close()
             out[w.ledger_id] = (pw, data)

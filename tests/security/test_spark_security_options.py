@@ -25,7 +25,7 @@ def test_security_options_travel_in_the_metadata_uri_and_print_redacted(tmp_path
         assert tls_params(o.metadata_uri) == {"tls_ca": "/etc/ca.pem", "tls_cert": "/etc/c.pem", "tls_key": "/etc/c.key"}
         assert zk_auth(o.metadata_uri, environ={}) == ("digest", f"spark:{ZK_SECRET}")
         assert o.password == b"ledger-pw"
-        shown = repr(o) + str(o.metadata_uri) + f"{o.metadata_uri}" + "%s" % o.metadata_uri
+        shown = repr(o) + str(o.metadata_uri) + f"{o.metadata_uri}" + format(o.metadata_uri, "")
         assert ZK_SECRET not in shown and "ledger-pw" not in shown and "zk_auth=***" in shown
 
 

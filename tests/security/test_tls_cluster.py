@@ -13,7 +13,7 @@ import pytest
 
 from bookie.status import Status
 from pyspark_ledger import LedgerClient
-from pyspark_ledger.errors import BookieUnavailableError
+from pyspark_ledger.errors import BookieUnavailableError, PySparkLedgerError
 from pyspark_ledger.protocol.digest import master_key
 from pyspark_ledger.testing.local_cluster import LocalCluster
 from pyspark_ledger.transport.bookie_client import BookieClient
@@ -100,7 +100,7 @@ def test_a_client_without_an_accepted_certificate_is_refused_and_nothing_changes
     # And through the public API: every bookie refuses, so the add fails.
     uri_tls = {} if tls is None else {"tls_ca": tls.ca, "tls_cert": tls.cert, "tls_key": tls.key}
     with LedgerClient(cluster.metadata_uri, add_timeout_s=5.0, rpc_timeout_s=5.0, **uri_tls) as bad:
-        with pytest.raises(Exception):
+        with pytest.raises(PySparkLedgerError):  # whichever step fails first says why
             bad.create_ledger(3, 3, 2).add_entry(b"intruder", timeout_s=10.0)
     assert disk_snapshot(cluster) == before
     with LedgerClient(cluster.metadata_uri, **cluster.client_tls) as good:
