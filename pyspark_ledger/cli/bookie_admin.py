@@ -91,7 +91,7 @@ def triggergc(client: LedgerClient, args: argparse.Namespace) -> int:
         if bar is None or bar.label != msg.phase:
             if bar is not None:
                 bar.done()
-            bar = Progress(msg.phase or "gc", msg.total or None)
+            bar = Progress(msg.phase or "gc", msg.total or None, quiet=args.json)
         bar.update(msg.done)
     if bar is not None:
         bar.done()

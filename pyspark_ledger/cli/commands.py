@@ -44,7 +44,7 @@ def _ms(ms: int | None) -> str:
 
 def listledgers(client: LedgerClient, args: argparse.Namespace) -> int:
     rows, out = [], []
-    progress = Progress("scanning ledgers")
+    progress = Progress("scanning ledgers", quiet=args.json)
     need_meta = args.meta or args.bookie or args.state or args.json
     for lid in client.list_ledgers(args.scope):
         progress.update()
@@ -145,7 +145,7 @@ def recover(client: LedgerClient, args: argparse.Namespace) -> int:
             got = client.ledgers.get(lid)
             if got is not None and args.bookie in got[0].bookies():
                 targets.append(lid)
-    progress = Progress("recovering", len(targets))
+    progress = Progress("recovering", len(targets), quiet=args.json)
     results, failures = [], []
     for lid in targets:
         progress.update()
@@ -342,7 +342,7 @@ def auditor(client: LedgerClient, args: argparse.Namespace) -> int:
     n = 0
     while passes is None or n < passes:
         n += 1
-        progress = Progress(f"audit pass {n}: ledgers scanned")
+        progress = Progress(f"audit pass {n}: ledgers scanned", quiet=args.json)
         found = aud.audit_once(progress.update)
         progress.done()
         if args.json:

@@ -7,6 +7,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from tqdm import tqdm
+
 
 def print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, sort_keys=False, default=str))
@@ -22,26 +24,20 @@ def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
 
 
 class Progress:
-    """A one-line progress bar (drawn on stderr, so stdout stays clean for pipes) when stdout is a
-    terminal; silent otherwise, e.g. under cron or in a pipeline."""
+    """A progress bar (tqdm, on stderr so stdout stays clean for pipes) whenever stderr is a
+    terminal; never with `quiet` (JSON output) and never when stderr is a pipe or a file."""
 
-    def __init__(self, label: str, total: int | None = None):
-        self.label, self.total = label, total
-        self.enabled = sys.stdout.isatty() and sys.stderr.isatty()
-        self.n = 0
+    def __init__(self, label: str, total: int | None = None, *, quiet: bool = False):
+        self.label = label
+        self.enabled = not quiet and sys.stderr.isatty()
+        self._bar = tqdm(desc=label, total=total, file=sys.stderr, disable=not self.enabled)
 
     def update(self, n: int | None = None) -> None:
-        self.n = self.n + 1 if n is None else n
-        if not self.enabled:
-            return
-        if self.total:
-            filled = int(30 * self.n / max(self.total, 1))
-            sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (30 - filled)}] {self.n}/{self.total}")
+        """One more done, or (n) this many done so far."""
+        if n is None:
+            self._bar.update(1)
         else:
-            sys.stderr.write(f"\r{self.label} {self.n}")
-        sys.stderr.flush()
+            self._bar.update(n - self._bar.n)
 
     def done(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
+        self._bar.close()
