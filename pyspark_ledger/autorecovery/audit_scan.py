@@ -101,7 +101,7 @@ class AuditScan:
             if done % CURSOR_EVERY_LEDGERS == 0:
                 write_cursor(self.store, ScanCursor(cursor.bookies, last))
         write_cursor(self.store, None)
-        log.warning("audit scan finished lost=%s ledgers=%d", ",".join(cursor.bookies), done)
+        log.info("audit scan finished lost=%s ledgers=%d", ",".join(cursor.bookies), done)
         return True
 
     def _audit(self, lid: LedgerId, lost: frozenset[str]) -> None:

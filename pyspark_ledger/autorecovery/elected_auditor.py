@@ -94,7 +94,7 @@ class ElectedAuditor:
             watch.cancel()
 
     def _lead_until_lost(self, lock: EphemeralLock) -> None:
-        log.warning("elected autorecovery auditor holder=%s", self.holder)
+        log.info("elected autorecovery auditor holder=%s", self.holder)
         self.leading = True
         self.metrics.auditor_leader.set(1)
         try:
@@ -106,7 +106,7 @@ class ElectedAuditor:
             self.leading = False
             self.metrics.auditor_leader.set(0)
             lock.release()
-            log.warning("autorecovery auditor stepped down holder=%s", self.holder)
+            log.info("autorecovery auditor stepped down holder=%s", self.holder)
 
     def _lead(self, still_leader: Callable[[], bool]) -> None:
         states = load_states(self.store)
@@ -146,13 +146,13 @@ class ElectedAuditor:
         bookies no scan has covered yet. Returns the states, with the covered losses noted."""
         if cursor is not None and set(cursor.bookies) & lost_now:
             cursor = ScanCursor(tuple(sorted(set(cursor.bookies) & lost_now)), cursor.after)
-            log.warning("resuming the audit scan lost=%s after=%s", ",".join(cursor.bookies), cursor.after)
+            log.info("resuming the audit scan lost=%s after=%s", ",".join(cursor.bookies), cursor.after)
         else:
             todo = sorted(b for b in lost_now if not states[b].audited)
             if not todo:
                 return states
             cursor = ScanCursor(tuple(todo), None)
-            log.warning("audit scan started lost=%s", ",".join(todo))
+            log.info("audit scan started lost=%s", ",".join(todo))
         checks = [0]
 
         def keep_going() -> bool:

@@ -118,7 +118,7 @@ class ReplicationWorker:
         if lost and not meta.is_closed:
             if now_ms() - mark.since_ms < self.open_grace_ms:
                 return False
-            log.warning("recovering an open ledger before re-replicating it ledger=%s lost=%s", lid, ",".join(lost))
+            log.info("recovering an open ledger before re-replicating it ledger=%s lost=%s", lid, ",".join(lost))
             meta, _ = recover_ledger(self.context, lid, self.credentials.for_ledger(meta, avoid=lost))
         progress = _Progress(lock, len(lost), self.metrics)
         for bookie in lost:
@@ -131,7 +131,7 @@ class ReplicationWorker:
         if not self.marks.clear(lid, version):
             return False  # the auditor extended the mark meanwhile: another round
         self.metrics.rereplicated_ledgers.inc()
-        log.warning("under-replicated ledger repaired ledger=%s bookies=%s", lid, ",".join(lost))
+        log.info("under-replicated ledger repaired ledger=%s bookies=%s", lid, ",".join(lost))
         return True
 
 

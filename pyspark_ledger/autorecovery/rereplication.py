@@ -126,13 +126,13 @@ def _rereplicate_fragment(context: LedgerContext, ledger: LedgerId, index: int, 
             swaps.done(ledger, index, lost)
             now_holding = now[slot]  # a replacement keeps the slot (with_replaced_bookie)
             if now_holding == new:
-                log.warning("fragment re-replicated ledger=%s fragment=%d lost=%s new=%s", ledger, index, lost, new)
+                log.info("fragment re-replicated ledger=%s fragment=%d lost=%s new=%s", ledger, index, lost, new)
             else:
-                log.warning("a concurrent re-replication replaced the bookie first; its copy stands "
+                log.info("a concurrent re-replication replaced the bookie first; its copy stands "
                             "ledger=%s fragment=%d lost=%s theirs=%s ours_unused=%s", ledger, index, lost,
                             now_holding, new)
             return now_holding
-        log.warning("the chosen replacement joined the fragment in another slot meanwhile; choosing again "
+        log.info("the chosen replacement joined the fragment in another slot meanwhile; choosing again "
                     "ledger=%s fragment=%d lost=%s taken=%s", ledger, index, lost, new)
     raise LedgerError(f"ledger {ledger} fragment {index}: no replacement for {lost} stuck after "
                       f"{REPLACEMENT_ATTEMPTS_MAX} attempts (concurrent re-replications kept taking them)")
@@ -152,7 +152,7 @@ def _prepare(context: LedgerContext, swaps: SwapRecords, ledger: LedgerId, index
         swaps.done(ledger, index, lost)
         return None
     if decision.action == FINISH and decision.new is not None and got is not None and got[0] is not None:
-        log.warning("finishing a replica swap a predecessor prepared ledger=%s fragment=%d lost=%s new=%s by=%s",
+        log.info("finishing a replica swap a predecessor prepared ledger=%s fragment=%d lost=%s new=%s by=%s",
                     ledger, index, lost, decision.new, got[0].holder)
         return decision.new
     if decision.action == ROLL_BACK:

@@ -78,7 +78,7 @@ class AutorecoveryService:
             self._spawn("autorecovery-auditor", self.auditor.run)
         for i, w in enumerate(self.workers):
             self._spawn(f"autorecovery-worker-{i}", w.run)
-        log.warning("autorecovery started holder=%s workers=%d auditor=%s grace_s=%g", self.holder,
+        log.info("autorecovery started holder=%s workers=%d auditor=%s grace_s=%g", self.holder,
                     len(self.workers), self.settings.auditor, self.settings.lost_bookie_grace_s)
         return self
 

@@ -82,7 +82,7 @@ class SwapRecords:
             else:
                 self.store.compare_and_set(path, record.to_bytes(), replacing_version)
         except (NodeExistsError, BadVersionError, NoNodeError):
-            log.warning("another worker prepared the same swap meanwhile ledger=%s fragment=%d lost=%s",
+            log.info("another worker prepared the same swap meanwhile ledger=%s fragment=%d lost=%s",
                         record.ledger_id, record.fragment, record.lost)
 
     def done(self, lid: LedgerId, fragment: int, lost: str) -> None:

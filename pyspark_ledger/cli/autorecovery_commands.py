@@ -56,8 +56,10 @@ def add_parsers(sub: Any) -> None:
 def autorecovery(client: LedgerClient, args: argparse.Namespace) -> int:
     from pyspark_ledger.autorecovery.service import AutorecoveryService, AutorecoverySettings
 
-    logging.getLogger("pyspark_ledger").setLevel(logging.WARNING if not os.environ.get("LEDGER_DEBUG") else logging.INFO)
-    logging.getLogger().setLevel(logging.WARNING if not os.environ.get("LEDGER_DEBUG") else logging.INFO)
+    # A long-running service logs its normal work at INFO, like a bookie; LEDGER_DEBUG adds DEBUG.
+    level = logging.DEBUG if os.environ.get("LEDGER_DEBUG") else logging.INFO
+    logging.getLogger("pyspark_ledger").setLevel(level)
+    logging.getLogger().setLevel(level)
     settings = AutorecoverySettings(lost_bookie_grace_s=args.lost_bookie_grace_s, scan_rate_per_s=args.scan_rate,
                                     workers=args.workers, open_ledger_grace_s=args.open_ledger_grace_s,
                                     auditor=not args.no_auditor)

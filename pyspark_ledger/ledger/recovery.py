@@ -88,7 +88,7 @@ def recover_ledger(ctx: LedgerContext, ledger: LedgerId, credentials: Credential
             start = start if changed is None else min(start, changed)
             r.meta, r.read_meta, r.replaced, r.seg = now, now, {}, now.segments[-1]
             length = r._length_before(start)
-            log.warning("fragments changed under the recovery; reading again ledger=%s from_entry=%d", ledger, start)
+            log.info("fragments changed under the recovery; reading again ledger=%s from_entry=%d", ledger, start)
     raise RecoveryError(f"ledger {ledger}: its fragments kept changing under the recovery")
 
 
@@ -261,7 +261,7 @@ class _Recovery:
         fragments = recovery_fragments(_fragments(self.read_meta), self.replaced, start)
         self.meta = dataclasses.replace(self.read_meta, segments=tuple(Segment(f, b) for f, b in fragments))
         self.seg = self.meta.segments[-1]
-        log.warning("recovery replaces bookies (recorded with the close) ledger=%s from_entry=%d ensemble=%s failed=%s",
+        log.info("recovery replaces bookies (recorded with the close) ledger=%s from_entry=%d ensemble=%s failed=%s",
                     self.meta.ledger_id, self.seg.first_entry_id, list(self.seg.bookies), sorted(failed))
 
     def _replicate(self, entries: list[Entry]) -> set[str]:
@@ -334,7 +334,7 @@ def _close(ctx: LedgerContext, ledger: LedgerId, last: int, length: int, read: L
         verdict = recovery_close_verdict(meta.state.value, _fragments(meta), _fragments(read))
         if verdict is RecoveryCloseVerdict.ADOPT:
             if meta.last_entry_id != last:
-                log.warning("another recovery closed the ledger first; adopting its end ledger=%s ours=%d theirs=%s",
+                log.info("another recovery closed the ledger first; adopting its end ledger=%s ours=%d theirs=%s",
                             ledger, last, meta.last_entry_id)
             return meta, version
         if verdict is RecoveryCloseVerdict.REPLICATE_AGAIN:
@@ -342,7 +342,7 @@ def _close(ctx: LedgerContext, ledger: LedgerId, last: int, length: int, read: L
         try:
             new = dataclasses.replace(meta, segments=view.segments).close(last, length)
             version = ctx.ledgers.compare_and_set(new, version)
-            log.warning("ledger recovered and closed ledger=%s last_entry=%d length=%d", ledger, last, length)
+            log.info("ledger recovered and closed ledger=%s last_entry=%d length=%d", ledger, last, length)
             return new, version
         except BadVersionError:
             continue
