@@ -78,7 +78,7 @@ class LedgerClient:
         the metadata URI's query parameter of the same name. operator_secret: the cluster's
         operator identity (deletes without the ledger password, admin calls), default
         LEDGER_OPERATOR_SECRET / LEDGER_OPERATOR_SECRET_FILE. zk_auth: ZooKeeper credentials
-        ("digest:user:secret"), default the URI's zk_auth or LEDGER_ZK_AUTH. metrics_registry: a
+        ("digest:user:secret" or "sasl:user:secret"), default the URI's zk_auth or LEDGER_ZK_AUTH. metrics_registry: a
         prometheus_client registry to expose this client's metrics in (`self.metrics`, see
         pyspark_ledger/client_metrics.py); default none: registered nowhere."""
         self.metadata_uri = printable(metadata_uri)  # shown with zk_auth=*** (metadata.uri.RedactedUri)
