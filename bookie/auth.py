@@ -154,3 +154,4 @@ class Authorizer:
         code = grpc.StatusCode.PERMISSION_DENIED if carried else grpc.StatusCode.UNAUTHENTICATED
         log.info("request refused op=%s ledger=%s code=%s", op, ledger, code.name)
         context.abort(code, f"{op} refused for{_ledger_name(ledger) or ' this bookie'}: needs {needs}")
+        raise AssertionError("unreachable: context.abort raises")

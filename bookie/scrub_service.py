@@ -3,11 +3,12 @@ bookie's own TLS settings, and exposes its counters as metrics."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from bookie.config import BookieConfig
-from bookie.metrics import Metrics
-from bookie.peer_repair import PeerRepair, insecure_channels, tls_channels
+from bookie.metrics import Metrics, Samples
+from bookie.peer_repair import ChannelFactory, PeerRepair, insecure_channels, tls_channels
 from bookie.scrubber import Scrubber, ScrubSettings
 from bookie.storage import BookieStorage
 from metadata.store import MetadataStore
@@ -22,7 +23,7 @@ COUNTERS = {
 
 def start_scrubber(storage: BookieStorage, store: MetadataStore, cfg: BookieConfig, bookie_id: str,
                    metrics: Metrics) -> Scrubber:
-    channels = insecure_channels
+    channels: ChannelFactory = insecure_channels
     if cfg.tls_cert and cfg.tls_key:
         # Peers speak TLS too; this bookie's own certificate is its client identity (mutual TLS).
         ca = Path(cfg.tls_ca).read_bytes() if cfg.tls_ca else None
@@ -30,6 +31,11 @@ def start_scrubber(storage: BookieStorage, store: MetadataStore, cfg: BookieConf
     repair = PeerRepair(storage, store, bookie_id, channels)
     scrubber = Scrubber(storage, repair, ScrubSettings(cfg.scrub_interval_s, cfg.scrub_rate_mb_s * 2**20))
     for name, (key, help_text) in COUNTERS.items():
-        metrics.family(name, "counter", help_text, lambda key=key: [({}, float(scrubber.stats()[key]))])
+        metrics.family(name, "counter", help_text, _stat_reader(scrubber, key))
     scrubber.start()
     return scrubber
+
+
+def _stat_reader(scrubber: Scrubber, key: str) -> Callable[[], Samples]:
+    """Reads one of the scrubber's counters when scraped."""
+    return lambda: [({}, float(scrubber.stats()[key]))]

@@ -50,7 +50,7 @@ class BookieService(pb_grpc.BookieServicer):
 
     # ---- add ----------------------------------------------------------------------------------
 
-    def Add(self, request_iterator: Iterator[pb.AddRequest], context: grpc.ServicerContext) -> Iterator[pb.AddResponse]:  # noqa: N802
+    def Add(self, request_iterator: Iterator[pb.AddRequest], context: grpc.ServicerContext) -> Iterator[pb.AddResponse]:  # noqa: N802  # gRPC method names are CamelCase
         """One response per request, in order, once every batch of the request is durable (or
         refused): bookie.add_handler, shared with the plain-TCP add listener."""
         try:
@@ -62,7 +62,7 @@ class BookieService(pb_grpc.BookieServicer):
 
     # ---- reads --------------------------------------------------------------------------------
 
-    def Read(self, request: pb.ReadRequest, context: grpc.ServicerContext) -> pb.ReadResponse:  # noqa: N802
+    def Read(self, request: pb.ReadRequest, context: grpc.ServicerContext) -> pb.ReadResponse:  # noqa: N802  # gRPC method names are CamelCase
         started = time.monotonic()
         key = _ledger_key(request.ledger)
         self._check_read(context, "Read", key, request.master_key)
@@ -116,7 +116,7 @@ class BookieService(pb_grpc.BookieServicer):
             resp.entry_status.extend([int(st) for _, st in answer.others])
         return resp, answer.count
 
-    def ReadLac(self, request: pb.ReadLacRequest, context: grpc.ServicerContext) -> pb.ReadLacResponse:  # noqa: N802
+    def ReadLac(self, request: pb.ReadLacRequest, context: grpc.ServicerContext) -> pb.ReadLacResponse:  # noqa: N802  # gRPC method names are CamelCase
         key = _ledger_key(request.ledger)
         self._check_read(context, "ReadLac", key, request.master_key)
         if request.HasField("long_poll_min_lac"):
@@ -135,7 +135,7 @@ class BookieService(pb_grpc.BookieServicer):
 
     # ---- control ------------------------------------------------------------------------------
 
-    def WriteLac(self, request: pb.WriteLacRequest, context: grpc.ServicerContext) -> pb.WriteLacResponse:  # noqa: N802
+    def WriteLac(self, request: pb.WriteLacRequest, context: grpc.ServicerContext) -> pb.WriteLacResponse:  # noqa: N802  # gRPC method names are CamelCase
         if request.lac < -1:
             return pb.WriteLacResponse(status=int(Status.INVALID_REQUEST), message=f"bad lac {request.lac}")
         key = _ledger_key(request.ledger)
@@ -151,7 +151,7 @@ class BookieService(pb_grpc.BookieServicer):
             self.auth.refuse(context, "WriteLac", key, master_key, "the ledger's master key or an operator identity")
         return pb.WriteLacResponse(status=int(status))
 
-    def Fence(self, request: pb.FenceRequest, context: grpc.ServicerContext) -> pb.FenceResponse:  # noqa: N802
+    def Fence(self, request: pb.FenceRequest, context: grpc.ServicerContext) -> pb.FenceResponse:  # noqa: N802  # gRPC method names are CamelCase
         key = _ledger_key(request.ledger)
         if len(request.master_key) > MASTER_KEY_BYTES_MAX:
             return pb.FenceResponse(status=int(Status.INVALID_REQUEST), message="master key too long")
@@ -166,7 +166,7 @@ class BookieService(pb_grpc.BookieServicer):
                                     message=f"Fence refused for ledger {key[0]}:{key[1]}: wrong master key (password)")
         return pb.FenceResponse(status=int(status), lac=lac)
 
-    def DeleteLedger(self, request: pb.DeleteLedgerRequest, context: grpc.ServicerContext) -> pb.DeleteLedgerResponse:  # noqa: N802
+    def DeleteLedger(self, request: pb.DeleteLedgerRequest, context: grpc.ServicerContext) -> pb.DeleteLedgerResponse:  # noqa: N802  # gRPC method names are CamelCase
         key = _ledger_key(request.ledger)
         # Never without a right: a deleted copy makes recovery truncate. A copy whose key this
         # bookie does not hold (known only from a keyless record) takes an operator to delete.
@@ -179,7 +179,7 @@ class BookieService(pb_grpc.BookieServicer):
         log.info("ledger deleted ledger=%s status=%s", key, Status(status).name)
         return pb.DeleteLedgerResponse(status=int(status))
 
-    def LedgerKey(self, request: pb.LedgerKeyRequest, context: grpc.ServicerContext) -> pb.LedgerKeyResponse:  # noqa: N802
+    def LedgerKey(self, request: pb.LedgerKeyRequest, context: grpc.ServicerContext) -> pb.LedgerKeyResponse:  # noqa: N802  # gRPC method names are CamelCase
         """The master key this bookie keeps for a ledger, for an operator only (even on a bookie with
         no operator configured: there nobody may ask), so autorecovery copies need no password."""
         key = _ledger_key(request.ledger)
@@ -192,7 +192,7 @@ class BookieService(pb_grpc.BookieServicer):
         log.info("ledger key handed to an operator ledger=%s", key)
         return pb.LedgerKeyResponse(status=int(Status.OK), master_key=stored)
 
-    def Info(self, request: pb.InfoRequest, context: grpc.ServicerContext) -> pb.InfoResponse:  # noqa: N802
+    def Info(self, request: pb.InfoRequest, context: grpc.ServicerContext) -> pb.InfoResponse:  # noqa: N802  # gRPC method names are CamelCase
         used, total = self.storage.disk_usage()
         return pb.InfoResponse(
             bookie_id=self.bookie_id, version=self.version, read_only=self.storage.read_only,
@@ -202,7 +202,7 @@ class BookieService(pb_grpc.BookieServicer):
 
     # ---- admin (ledger bookieinfo, ledger triggergc) -------------------------------------------
 
-    def StorageStats(self, request: pb.StorageStatsRequest, context: grpc.ServicerContext) -> pb.StorageStatsResponse:  # noqa: N802
+    def StorageStats(self, request: pb.StorageStatsRequest, context: grpc.ServicerContext) -> pb.StorageStatsResponse:  # noqa: N802  # gRPC method names are CamelCase
         if not self.auth.may_administer(context):
             self.auth.refuse(context, "StorageStats", None, b"", "an operator identity")
         gc = admin.gc_stats(self.storage)
@@ -224,7 +224,7 @@ class BookieService(pb_grpc.BookieServicer):
                 setattr(resp, field, kind(gc[key]))
         return resp
 
-    def TriggerGc(self, request: pb.TriggerGcRequest, context: grpc.ServicerContext) -> Iterator[pb.GcProgress]:  # noqa: N802
+    def TriggerGc(self, request: pb.TriggerGcRequest, context: grpc.ServicerContext) -> Iterator[pb.GcProgress]:  # noqa: N802  # gRPC method names are CamelCase
         if not self.auth.may_administer(context):
             self.auth.refuse(context, "TriggerGc", None, b"", "an operator identity")
         log.info("GC and compaction triggered by an operator")

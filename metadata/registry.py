@@ -6,6 +6,7 @@ expiry, or the embedded store's heartbeat TTL), and comes back when the bookie's
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 from collections.abc import Callable
@@ -113,6 +114,7 @@ class BookieRegistry:
         got = self.store.get(bookie_path(bookie_id))
         return None if got is None else BookieInfo.from_bytes(bookie_id, got.value)
 
-    def watch(self, callback: Callable[[list[str]], None]) -> Watch:
+    # builtins.list: inside this class `list` is the method above.
+    def watch(self, callback: Callable[[builtins.list[str]], None]) -> Watch:
         """Call back with the sorted bookie ids on every membership or read-only change."""
         return self.store.watch_children(BOOKIES_AVAILABLE, callback)
