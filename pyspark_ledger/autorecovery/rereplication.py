@@ -37,6 +37,7 @@ from pyspark_ledger.ledger.read_handle import ReadHandle
 from pyspark_ledger.protocol.distribution import byte_bounded_chunks
 from pyspark_ledger.protocol.ensemble_change import rebase_replacements
 from pyspark_ledger.protocol.entry_format import encode_copy
+from pyspark_ledger.protocol.invariants import InvariantError
 from pyspark_ledger.protocol.recovery_plan import REPLICATE_BATCH_BYTES_MAX, REPLICATE_BATCH_ENTRIES_MAX
 from pyspark_ledger.protocol.replica_swap import COMMITTED, FINISH, ROLL_BACK, decide_swap
 
@@ -215,7 +216,9 @@ def read_windows(meta: LedgerMetadata, first: int, last: int) -> Iterator[tuple[
     Why: a read answer is capped in bytes, and when the first replica of a range is the lost
     bookie, a read handle asked for a long range of MiB entries gets only capped answers from
     the others and gives up on entries past the caps (see the report on ReadHandle._read_chunk)."""
-    count = (meta.last_entry_id or 0) + 1
+    if meta.last_entry_id is None or meta.length_bytes is None:  # both set exactly when CLOSED
+        raise InvariantError(f"ledger {meta.ledger_id}: copy windows are planned over a closed ledger")
+    count = meta.last_entry_id + 1
     average_bytes = max(1, meta.length_bytes // max(count, 1))
     per_window = max(1, min(REPLICATE_BATCH_ENTRIES_MAX, COPY_READ_WINDOW_BYTES // average_bytes))
     for start in range(first, last + 1, per_window):

@@ -68,7 +68,11 @@ def autorecovery(client: LedgerClient, args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     if args.exit_with_stdin:  # run by a bookie: its death closes our stdin (even a kill -9)
-        threading.Thread(target=lambda: (sys.stdin.buffer.read(), stop.set()), daemon=True).start()
+        def stop_at_stdin_eof() -> None:
+            sys.stdin.buffer.read()
+            stop.set()
+
+        threading.Thread(target=stop_at_stdin_eof, daemon=True).start()
     if args.metrics_port is not None:
         port = service.metrics.serve(args.metrics_port)
         print(f"metrics on http://127.0.0.1:{port}/metrics", file=sys.stderr, flush=True)
@@ -82,7 +86,7 @@ def autorecovery(client: LedgerClient, args: argparse.Namespace) -> int:
 
 def listunderreplicated(client: LedgerClient, args: argparse.Namespace) -> int:
     marks = UnderReplicationManager(client.store).list()
-    rows = []
+    rows: list[dict[str, Any]] = []  # JSON objects, one per marked ledger
     for m in marks:
         if args.bookie and args.bookie not in m.lost_bookies:
             continue

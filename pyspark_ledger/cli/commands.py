@@ -43,25 +43,29 @@ def _ms(ms: int | None) -> str:
 
 
 def listledgers(client: LedgerClient, args: argparse.Namespace) -> int:
-    rows, out = [], []
+    rows: list[tuple[object, ...]] = []
+    out: list[dict[str, object]] = []
     progress = Progress("scanning ledgers", quiet=args.json)
     need_meta = args.meta or args.bookie or args.state or args.json
     for lid in client.list_ledgers(args.scope):
         progress.update()
-        meta = client.ledgers.get(lid)[0] if need_meta and client.ledgers.get(lid) else None
-        if need_meta and meta is None:
+        if not need_meta:
+            rows.append((lid, lid.qualified_name))
             continue
-        if args.bookie and args.bookie not in meta.bookies():  # type: ignore[union-attr]
+        got = client.ledgers.get(lid)
+        if got is None:
             continue
-        if args.state and meta.state.value != args.state:  # type: ignore[union-attr]
+        meta = got[0]
+        if args.bookie and args.bookie not in meta.bookies():
+            continue
+        if args.state and meta.state.value != args.state:
             continue
         if args.json:
-            out.append({"ledger": str(lid), "qualifiedName": lid.qualified_name, "state": meta.state.value,  # type: ignore[union-attr]
-                        "lastEntryId": meta.last_entry_id, "ensembleSize": meta.ensemble_size})  # type: ignore[union-attr]
+            out.append({"ledger": str(lid), "qualifiedName": lid.qualified_name, "state": meta.state.value,
+                        "lastEntryId": meta.last_entry_id, "ensembleSize": meta.ensemble_size})
         elif args.meta:
-            quorum = f"{meta.ensemble_size}/{meta.write_quorum_size}/{meta.ack_quorum_size}"  # type: ignore[union-attr]
-            rows.append((lid, lid.qualified_name, meta.state.value, quorum,  # type: ignore[union-attr]
-                         meta.last_entry_id))  # type: ignore[union-attr]
+            quorum = f"{meta.ensemble_size}/{meta.write_quorum_size}/{meta.ack_quorum_size}"
+            rows.append((lid, lid.qualified_name, meta.state.value, quorum, meta.last_entry_id))
         else:
             rows.append((lid, lid.qualified_name))
     progress.done()
@@ -146,7 +150,8 @@ def recover(client: LedgerClient, args: argparse.Namespace) -> int:
             if got is not None and args.bookie in got[0].bookies():
                 targets.append(lid)
     progress = Progress("recovering", len(targets), quiet=args.json)
-    results, failures = [], []
+    results: list[dict[str, Any]] = []  # JSON objects: ledger, actions, lastEntryId
+    failures: list[dict[str, str]] = []
     for lid in targets:
         progress.update()
         try:
@@ -317,19 +322,22 @@ def showowner(client: LedgerClient, args: argparse.Namespace) -> int:
     return 0
 
 
+def _seconds(ms: int | None) -> int | None:
+    return None if ms is None else ms // 1000
+
+
 def predictlifespan(client: LedgerClient, args: argparse.Namespace) -> int:
     meta = client.ledger_metadata(ledger_id(args))
     create, close = meta.create_context, meta.close_context
-    sec = lambda ms: None if ms is None else ms // 1000  # noqa: E731
     expected_seal = None
     if create is not None and create.expected_max_open_duration_ms is not None:
         expected_seal = meta.ctime_ms + create.expected_max_open_duration_ms
     print_json({
-        "createTime": sec(meta.ctime_ms),
-        "expectedSealTime": sec(expected_seal),
-        "actualSealTime": sec(meta.seal_time_ms),
-        "expectedReadUntilTime": sec(close.expect_reads_until_ms if close else None),
-        "expectedDeleteTime": sec(close.expect_delete_after_ms if close else None),
+        "createTime": _seconds(meta.ctime_ms),
+        "expectedSealTime": _seconds(expected_seal),
+        "actualSealTime": _seconds(meta.seal_time_ms),
+        "expectedReadUntilTime": _seconds(close.expect_reads_until_ms if close else None),
+        "expectedDeleteTime": _seconds(close.expect_delete_after_ms if close else None),
     })
     return 0
 

@@ -27,6 +27,7 @@ from pyspark_ledger.ledger.keys import Credentials, resolve_keys
 from pyspark_ledger.ledger.read_repair import ReadRepair
 from pyspark_ledger.protocol.distribution import covers_every_write_set
 from pyspark_ledger.protocol.entry_format import Entry, decode_entry
+from pyspark_ledger.protocol.invariants import InvariantError
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,17 @@ READ_RPC_TIMEOUT_S_MAX = 10.0  # a read RPC never waits longer; the client's rpc
 TAIL_LONG_POLL_MS = 1_000
 LAC_READ_TIMEOUT_S = 5.0
 READ_ROUND_RETRY_DELAY_S = 0.4
+
+# One range read's answer: (intact copies, errors per entry, where a byte-capped answer stopped).
+ReadAnswer = tuple[dict[int, Entry], dict[int, list[str]], int | None]
+
+
+def closed_last_entry_id(meta: LedgerMetadata) -> int:
+    """The last entry of a closed ledger (-1: closed empty); LedgerMetadata sets it exactly when CLOSED."""
+    last = meta.last_entry_id
+    if not meta.is_closed or last is None:
+        raise InvariantError(f"ledger {meta.ledger_id}: asked for the last entry of a ledger that is not closed")
+    return last
 
 
 class ReadHandle:
@@ -50,7 +62,7 @@ class ReadHandle:
         self._read_digest = keys.digest
         self._read_key = (metadata.ledger_id.scope_id, metadata.ledger_id.id)
         self._master_key = keys.master_key  # reads carry it: bookies may require it (--require-read-auth)
-        self._known_lac = metadata.last_entry_id if metadata.is_closed else -1
+        self._known_lac = closed_last_entry_id(metadata) if metadata.is_closed else -1
         self.repairs = ReadRepair(context, self._read_key, keys)
         self._handle_closed = False
         self._executor: ThreadPoolExecutor | None = None
@@ -72,7 +84,7 @@ class ReadHandle:
     def refresh(self) -> LedgerMetadata:
         self._metadata, self._version = self._ctx.ledgers.read(self.ledger_id)
         if self._metadata.is_closed:
-            self._known_lac = self._metadata.last_entry_id  # type: ignore[assignment]
+            self._known_lac = closed_last_entry_id(self._metadata)
         return self._metadata
 
     # ---- LAC ----------------------------------------------------------------------------------
@@ -83,7 +95,7 @@ class ReadHandle:
         set), never lower than what this handle saw before."""
         meta = self._metadata
         if meta.is_closed:
-            return meta.last_entry_id  # type: ignore[return-value]
+            return closed_last_entry_id(meta)
         lac = self._read_lac_quorum(meta)
         self._known_lac = max(self._known_lac, lac)
         return self._known_lac
@@ -92,7 +104,7 @@ class ReadHandle:
         seg = meta.segments[-1]
         # Entries before the last fragment were all acknowledged when it was created.
         floor = seg.first_entry_id - 1
-        futures: dict[Future, str] = {}  # type: ignore[type-arg]
+        futures: dict[Future[int | None], str] = {}
         pool = self._pool()
         for b in seg.bookies:
             if self._ctx.pool.faults.drop("read_lac", b):
@@ -165,7 +177,7 @@ class ReadHandle:
 
     def _read_bound(self) -> int:
         if self._metadata.is_closed:
-            return self._metadata.last_entry_id  # type: ignore[return-value]
+            return closed_last_entry_id(self._metadata)
         if self._known_lac >= 0:
             return self._known_lac
         return self.last_add_confirmed()
@@ -199,11 +211,11 @@ class ReadHandle:
         def replica(e: int, r: int) -> str:
             return ensemble[write_set(e, e_size, w_size)[r]]
 
-        def submit(r: int, ids: list[int]) -> dict[Future, int]:  # type: ignore[type-arg]
+        def submit(r: int, ids: list[int]) -> dict[Future[ReadAnswer], int]:
             by_bookie: dict[str, list[int]] = {}
             for e in ids:
                 by_bookie.setdefault(replica(e, r), []).append(e)
-            out: dict[Future, int] = {}  # type: ignore[type-arg]
+            out: dict[Future[ReadAnswer], int] = {}
             for b, bids in by_bookie.items():
                 f = pool.submit(self._read_from, b, bids[0], bids[-1], set(bids))
                 f.entry_ids = bids  # type: ignore[attr-defined]  # for a speculative re-read
@@ -256,11 +268,11 @@ class ReadHandle:
         return out
 
     @staticmethod
-    def _inflight_ids(f: Future) -> list[int]:  # type: ignore[type-arg]
+    def _inflight_ids(f: Future[ReadAnswer]) -> list[int]:
         return list(getattr(f, "entry_ids", []))
 
     def _read_from(self, bookie_id: str, first: int, last: int,
-                   wanted: set[int]) -> tuple[dict[int, Entry], dict[int, list[str]], int | None]:
+                   wanted: set[int]) -> ReadAnswer:
         """One range read: (intact copies, errors per entry, the last entry the answer reached if
         the bookie stopped at its byte limit before `last`, else None)."""
         out: dict[int, Entry] = {}
@@ -304,9 +316,9 @@ class ReadHandle:
         idle_since = time.monotonic()
         while True:
             meta = self._metadata
-            bound = meta.last_entry_id if meta.is_closed else self._known_lac
-            if nxt <= bound:  # type: ignore[operator]
-                for e in self._iter_entries(nxt, bound):  # type: ignore[arg-type]
+            bound = closed_last_entry_id(meta) if meta.is_closed else self._known_lac
+            if nxt <= bound:
+                for e in self._iter_entries(nxt, bound):
                     yield e
                     nxt = e.entry_id + 1
                 idle_since = time.monotonic()

@@ -22,7 +22,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from bookie.status import Status
@@ -54,7 +54,13 @@ ENSEMBLE_CHANGES_MAX = 3
 REREADS_MAX = 3  # fragments changed under the recovery's copies: read again at most this often
 RETRY_DELAY_S = 0.2
 
+# One bookie's answers: a present entry carries its copy, an unknown one why (for debugging).
 BookieAnswers = dict[int, tuple[Answer, "Entry | str | None"]]
+
+
+def _copies(answers: BookieAnswers) -> dict[int, tuple[Answer, Entry | None]]:
+    """What the recovery reader decides on: each answer with the copy of a present entry."""
+    return {e: (answer, value if isinstance(value, Entry) else None) for e, (answer, value) in answers.items()}
 
 
 class RecoveryError(LedgerError):
@@ -167,8 +173,8 @@ class _Recovery:
         meta = self.meta
         for b in write_set_of(e, meta.ensemble_for(e), meta.write_quorum_size):
             answer, entry = self._read_copy(b, ReadWindow(e, e, 1), fence=False).get(e, (Answer.UNKNOWN, None))
-            if answer is Answer.PRESENT:
-                return entry.length  # type: ignore[union-attr]
+            if answer is Answer.PRESENT and isinstance(entry, Entry):  # a present answer carries its copy
+                return entry.length
         raise RecoveryError(f"ledger {meta.ledger_id}: acknowledged entry {e} is unreadable on every replica")
 
     # ---- 3. reading forward -------------------------------------------------------------------
@@ -221,7 +227,7 @@ class _Recovery:
             window = cmd.window
             futures = {b: self.pool.submit(self._read_copy, b, window, True) for b in cmd.bookies}
             for b, f in futures.items():
-                reader.on_answers(b, f.result())  # type: ignore[arg-type]
+                reader.on_answers(b, _copies(f.result()))
             cmd = reader.end_round()
         if isinstance(cmd, Fail):
             raise RecoveryError(f"ledger {meta.ledger_id}: {cmd.message}")
@@ -295,7 +301,7 @@ def _send_recovery_adds(ctx: LedgerContext, key: tuple[int, int], mk: bytes,
     cond = threading.Condition()
     outstanding = [len(batches)]
 
-    def cb_for(bookie_id: str, batch: list[tuple[int, int, bytes]]):  # type: ignore[no-untyped-def]
+    def cb_for(bookie_id: str, batch: list[tuple[int, int, bytes]]) -> Callable[[Status, str], None]:
         def cb(status: Status, message: str) -> None:
             with cond:
                 if status == Status.OK:

@@ -25,6 +25,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from operator import attrgetter
+from typing import cast
 
 from bookie.status import Status
 from metadata import CloseContext, LedgerId, LedgerMetadata
@@ -90,6 +91,11 @@ def _batches(entries: list[_Pending]) -> Iterator[list[_Pending]]:
 
 def _encoded_size(p: _Pending) -> int:
     return len(p.data)
+
+
+def _ours(adds: list[PendingAdd]) -> list[_Pending]:
+    """PendingAdds hands back the entries it was given, and a WriteHandle gives it only _Pending."""
+    return cast(list[_Pending], adds)
 
 
 class WriteHandle(ReadHandle):
@@ -344,7 +350,7 @@ class WriteHandle(ReadHandle):
                 done = self._adds.on_acks(bookie_id, entry_ids)
                 if not done:
                     return  # no entry completed: nobody to wake, nothing to resolve
-                self._completing.extend(done)
+                self._completing.extend(_ours(done))
                 self._changes_without_progress = 0
                 if self._cond._waiters:  # type: ignore[attr-defined] # notify_all is Python code: skip it when nobody waits
                     self._cond.notify_all()  # room freed: wake add callers and close, not the sender
@@ -432,8 +438,8 @@ class WriteHandle(ReadHandle):
         """Under the lock: the change is recorded (or not needed): every unacknowledged entry
         takes its new write set and is re-sent where needed; held completions are released."""
         completed, resend = self._adds.end_change(sets)
-        self._completing.extend(completed)
-        self._outbox = resend
+        self._completing.extend(_ours(completed))
+        self._outbox = _ours(resend)
         self._notify_all()
 
     def _pick_replacement(self, ensemble: Sequence[str], candidates: Sequence[str]) -> str | None:
@@ -457,7 +463,7 @@ class WriteHandle(ReadHandle):
 
     def _fail_all(self, err: BaseException) -> None:
         with self._cond:
-            victims = self._adds.fail_all()
+            victims = _ours(self._adds.fail_all())
             self._outbox = []
             self._notify_all()
         self._drain_completions()  # whatever completed before the failure keeps its order

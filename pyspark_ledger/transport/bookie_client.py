@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
 
 import grpc
 
@@ -44,6 +45,8 @@ ADD_METHOD = f"/{_SERVICE}/Add"
 READ_METHOD = f"/{_SERVICE}/Read"
 
 __all__ = ["BookieClient", "EncodedAddBatch", "channel_options"]
+
+_Response = TypeVar("_Response")
 
 
 def channel_options() -> list[tuple[str, int]]:
@@ -135,10 +138,12 @@ class BookieClient:
             if self._stream is None or self._stream.dead:
                 lookup = self._add_address
                 add_address = lookup() if callable(lookup) else lookup
-                if add_address and self.poller is None:
-                    self.poller = AddPoller(f"add-poller {self.bookie_id}")
-                self._stream = (SocketAddStream(self.bookie_id, add_address, self.poller, self._ssl_context) if add_address
-                                else GrpcAddStream(self.bookie_id, self._add_method))
+                if add_address:
+                    if self.poller is None:
+                        self.poller = AddPoller(f"add-poller {self.bookie_id}")
+                    self._stream = SocketAddStream(self.bookie_id, add_address, self.poller, self._ssl_context)
+                else:
+                    self._stream = GrpcAddStream(self.bookie_id, self._add_method)
             return self._stream
 
     def _expire_loop(self) -> None:
@@ -158,7 +163,7 @@ class BookieClient:
 
     # ---- unary calls --------------------------------------------------------------------------
 
-    def _unary(self, method: Callable[..., object], request: object, timeout_s: float | None) -> object:
+    def _unary(self, method: Callable[..., _Response], request: object, timeout_s: float | None) -> _Response:
         # Fail fast (no wait_for_ready): a dead bookie must not stall failover. Channels retry a
         # restarted bookie every <= 300 ms, and readers make one more round after a pause.
         try:
@@ -188,7 +193,7 @@ class BookieClient:
         if long_poll_min_lac is not None:
             req.long_poll_min_lac = long_poll_min_lac
             timeout_s = (timeout_s or self.rpc_timeout_s) + long_poll_timeout_ms / 1000
-        return self._unary(self._stub.Read, req, timeout_s)  # type: ignore[return-value]
+        return self._unary(self._stub.Read, req, timeout_s)
 
     def read_runs(self, ledger: LedgerKey, first: int, last: int, *, max_entries: int = 0, max_bytes: int = 0,
                   timeout_s: float | None = None, master_key: bytes = b"") -> RunResponse:
@@ -196,7 +201,7 @@ class BookieClient:
         of the received message (pyspark_ledger.transport.run_response): the bulk read path."""
         req = pb.ReadRequest(ledger=ledger_ref(ledger), first_entry_id=first, last_entry_id=last,
                              max_entries=max_entries, max_bytes=max_bytes, entry_runs=True, master_key=master_key)
-        return self._unary(self._read_runs, req, timeout_s)  # type: ignore[return-value]
+        return self._unary(self._read_runs, req, timeout_s)
 
     def read_lac(self, ledger: LedgerKey, *, long_poll_min_lac: int | None = None, long_poll_timeout_ms: int = 0,
                  timeout_s: float | None = None, master_key: bytes = b"") -> pb.ReadLacResponse:
@@ -205,28 +210,28 @@ class BookieClient:
         if long_poll_min_lac is not None:
             req.long_poll_min_lac = long_poll_min_lac
             timeout_s = (timeout_s or self.rpc_timeout_s) + long_poll_timeout_ms / 1000
-        return self._unary(self._stub.ReadLac, req, timeout_s)  # type: ignore[return-value]
+        return self._unary(self._stub.ReadLac, req, timeout_s)
 
     def write_lac(self, ledger: LedgerKey, master_key: bytes, lac: int, timeout_s: float | None = None) -> pb.WriteLacResponse:
         req = pb.WriteLacRequest(ledger=ledger_ref(ledger), master_key=master_key, lac=lac)
-        return self._unary(self._stub.WriteLac, req, timeout_s)  # type: ignore[return-value]
+        return self._unary(self._stub.WriteLac, req, timeout_s)
 
     def fence(self, ledger: LedgerKey, master_key: bytes, timeout_s: float | None = None) -> pb.FenceResponse:
-        return self._unary(self._stub.Fence, pb.FenceRequest(ledger=ledger_ref(ledger), master_key=master_key), timeout_s)  # type: ignore[return-value]
+        return self._unary(self._stub.Fence, pb.FenceRequest(ledger=ledger_ref(ledger), master_key=master_key), timeout_s)
 
     def delete_ledger(self, ledger: LedgerKey, timeout_s: float | None = None, *,
                       master_key: bytes = b"") -> pb.DeleteLedgerResponse:
         """Authorized by `master_key` (the ledger's) or this client's operator secret."""
         req = pb.DeleteLedgerRequest(ledger=ledger_ref(ledger), master_key=master_key)
-        return self._unary(self._stub.DeleteLedger, req, timeout_s)  # type: ignore[return-value]
+        return self._unary(self._stub.DeleteLedger, req, timeout_s)
 
     def ledger_key(self, ledger: LedgerKey, timeout_s: float | None = None) -> pb.LedgerKeyResponse:
         """The master key the bookie keeps for `ledger`: for this client's operator identity only."""
-        return self._unary(self._stub.LedgerKey, pb.LedgerKeyRequest(ledger=ledger_ref(ledger)), timeout_s)  # type: ignore[return-value]
+        return self._unary(self._stub.LedgerKey, pb.LedgerKeyRequest(ledger=ledger_ref(ledger)), timeout_s)
 
     def storage_stats(self, timeout_s: float | None = None) -> pb.StorageStatsResponse:
         """Admin (ledger bookieinfo): needs the operator identity once the bookie has one."""
-        return self._unary(self._stub.StorageStats, pb.StorageStatsRequest(), timeout_s)  # type: ignore[return-value]
+        return self._unary(self._stub.StorageStats, pb.StorageStatsRequest(), timeout_s)
 
     def trigger_gc(self, timeout_s: float) -> Iterator[pb.GcProgress]:
         """Admin (ledger triggergc): GC and compaction now, as a progress stream."""
@@ -236,7 +241,7 @@ class BookieClient:
             raise self._transport_error(exc) from None
 
     def info(self, timeout_s: float | None = None) -> pb.InfoResponse:
-        return self._unary(self._stub.Info, pb.InfoRequest(), timeout_s)  # type: ignore[return-value]
+        return self._unary(self._stub.Info, pb.InfoRequest(), timeout_s)
 
     def wait_ready(self, timeout_s: float) -> None:
         try:
