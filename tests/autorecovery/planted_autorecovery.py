@@ -17,5 +17,5 @@ def never_mark(self: UnderReplicationManager, *args: object, **kwargs: object) -
 
 
 if __name__ == "__main__":
-    UnderReplicationManager.mark = never_mark  # type: ignore[method-assign]
+    UnderReplicationManager.mark = never_mark
     sys.exit(main(sys.argv[1:]))

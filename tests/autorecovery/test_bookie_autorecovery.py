@@ -43,7 +43,7 @@ def test_bookies_with_autorecovery_repair_a_killed_peer(zk_uri: str, tmp_path: P
                            bookie_args=["--autorecovery", "--lost-bookie-grace-s", "3"]).start()
     try:
         written = write_ledgers(uri, 24, mib_every=12, open_every=1000)
-        services = {b.bookie_id: children_of(b.proc.pid) for b in cluster.bookies}  # type: ignore[union-attr]
+        services = {b.bookie_id: children_of(b.proc.pid) for b in cluster.bookies}
         assert all(len(pids) == 1 for pids in services.values()), services
         victim = cluster.bookies[0]
         victim.kill()

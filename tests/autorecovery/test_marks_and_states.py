@@ -35,13 +35,13 @@ def test_marks_merge_bookies_and_a_stale_clear_is_refused(store: MetadataStore) 
     lid = LedgerId(0, 42)
     assert marks.mark(lid, {"b1"}, REASON_LOST, "auditor-1")
     assert not marks.mark(lid, {"b1"}, REASON_LOST, "auditor-1")  # already marked: no write
-    first, version = marks.get(lid)  # type: ignore[misc]
+    first, version = marks.get(lid)
     assert marks.mark(lid, {"b2"}, REASON_LOST, "auditor-2")
-    merged, _ = marks.get(lid)  # type: ignore[misc]
+    merged, _ = marks.get(lid)
     assert merged.lost_bookies == ("b1", "b2") and merged.since_ms == first.since_ms
     assert not marks.clear(lid, version)  # a worker that read the old mark must not drop b2
     assert marks.ledger_ids() == [lid]
-    assert marks.clear(lid, marks.get(lid)[1]) and marks.ledger_ids() == []  # type: ignore[index]
+    assert marks.clear(lid, marks.get(lid)[1]) and marks.ledger_ids() == []
 
 
 def test_a_lock_has_one_holder_and_goes_with_its_owner(store_uri: str) -> None:
@@ -50,11 +50,11 @@ def test_a_lock_has_one_holder_and_goes_with_its_owner(store_uri: str) -> None:
         lock = try_lock(first, "/autorecovery/locks/x", "worker-1")
         assert lock is not None and lock.held()
         assert try_lock(second, "/autorecovery/locks/x", "worker-2") is None
-        assert lock.update(copiedBytes=7) and read_lock(second, "/autorecovery/locks/x")["copiedBytes"] == 7  # type: ignore[index]
+        assert lock.update(copiedBytes=7) and read_lock(second, "/autorecovery/locks/x")["copiedBytes"] == 7
         lock.release()
         assert not lock.held()
         taken = try_lock(second, "/autorecovery/locks/x", "worker-2")
-        assert taken is not None and read_lock(first, "/autorecovery/locks/x")["holder"] == "worker-2"  # type: ignore[index]
+        assert taken is not None and read_lock(first, "/autorecovery/locks/x")["holder"] == "worker-2"
         second.close()  # the owner's session (or lease) ends: the claim goes with it
         assert try_lock(first, "/autorecovery/locks/x", "worker-1") is not None
     finally:
@@ -75,11 +75,11 @@ def test_one_auditor_is_elected_and_another_takes_over_when_it_stops(store_uri: 
         threads[1].start()
         time.sleep(1.5)  # the second one tries (at least once a second) and must not lead
         assert not auditors[1].leading
-        assert read_lock(stores[1], AUDITOR_ELECTION)["holder"] == "auditor-0"  # type: ignore[index]
+        assert read_lock(stores[1], AUDITOR_ELECTION)["holder"] == "auditor-0"
         stops[0].set()
         threads[0].join(5)
         wait_for(lambda: auditors[1].leading)
-        assert read_lock(stores[0], AUDITOR_ELECTION)["holder"] == "auditor-1"  # type: ignore[index]
+        assert read_lock(stores[0], AUDITOR_ELECTION)["holder"] == "auditor-1"
         assert auditors[1].metrics.auditor_leader._value.get() == 1
     finally:
         for stop in stops:

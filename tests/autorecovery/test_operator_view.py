@@ -31,7 +31,7 @@ def run(capsys: pytest.CaptureFixture[str], uri: str, *args: str) -> tuple[int, 
     return code, out
 
 
-def wait_until(check, what: str, timeout_s: float = 60.0):  # type: ignore[no-untyped-def]
+def wait_until(check, what: str, timeout_s: float = 60.0):
     deadline = time.monotonic() + timeout_s
     while True:
         got = check()

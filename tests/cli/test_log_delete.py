@@ -63,14 +63,14 @@ def test_delete_fences_a_live_writer_and_removes_the_log_and_its_ledgers(
     assert "doomed" not in client.list_logs()
     assert [lid for lid in ledgers if client.ledgers.get(lid) is not None] == []
     with pytest.raises(LedgerError):  # fenced: no append is acknowledged into a deleted log
-        writer.append(b"after the delete")  # type: ignore[attr-defined]
+        writer.append(b"after the delete")
 
 
 def test_without_a_terminal_it_refuses_unless_told_yes(
         cluster: LocalCluster, client: LedgerClient, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     writer, ledgers = write_log(client, "kept")
-    writer.close()  # type: ignore[attr-defined]
+    writer.close()
     monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))
     assert delete_cmd(cluster, "kept") == 2
     err = capsys.readouterr().err
@@ -86,7 +86,7 @@ def test_on_a_terminal_it_asks_and_only_yes_deletes(
         monkeypatch: pytest.MonkeyPatch, answer: str, deleted: bool) -> None:
     name = f"asked-{len(answer)}"
     writer, _ = write_log(client, name)
-    writer.close()  # type: ignore[attr-defined]
+    writer.close()
     monkeypatch.setattr("sys.stdin", Terminal(answer))
     assert delete_cmd(cluster, name) == (0 if deleted else 1)
     assert f"delete log {name} with 4 ledgers? [y/N]" in capsys.readouterr().out

@@ -93,7 +93,7 @@ def test_the_same_calls_with_the_right_credentials_succeed(service: tuple[Bookie
     assert svc.WriteLac(pb.WriteLacRequest(ledger=ref(), master_key=key, lac=3), ctx).status == Status.OK
     assert svc.ReadLac(pb.ReadLacRequest(ledger=ref(), master_key=key), ctx).lac == 3
     assert svc.Fence(pb.FenceRequest(ledger=ref(), master_key=key), ctx).status == Status.OK
-    assert svc.storage.ledger_state(LEDGER).fenced  # type: ignore[union-attr]
+    assert svc.storage.ledger_state(LEDGER).fenced
     if who != "master key":
         assert svc.StorageStats(pb.StorageStatsRequest(), ctx).bookie_id == "bookie-0"
         assert list(svc.TriggerGc(pb.TriggerGcRequest(), ctx))[-1].finished
