@@ -72,3 +72,15 @@ def lost(states: Mapping[str, BookieState], now_ms: int, grace_ms: int) -> set[s
 
 def with_audited(state: BookieState) -> BookieState:
     return replace(state, audited_since_ms=state.since_ms)
+
+
+def forget_audits(states: Mapping[str, BookieState]) -> dict[str, BookieState]:
+    """The states with no loss counted as audited; the down-since stays (no second grace period).
+
+    For an auditor that did not watch the registrations all along: one newly elected, or one
+    whose registration watch fired. A lost bookie may have come back meanwhile, been placed in
+    new ledgers or fragments, and gone again, with no listing seeing it up: trusting "audited"
+    then leaves those ledgers unmarked for good (simulator seed 6889: the leader crashed, the
+    lost bookie restarted and took a new ledger, went down again, and the next leader found the
+    predecessor's state DOWN and audited). So such a loss is scanned again."""
+    return {b: replace(s, audited_since_ms=0) for b, s in states.items()}

@@ -25,7 +25,7 @@ from metadata.errors import BadVersionError, NodeExistsError, NoNodeError
 from metadata.paths import AUDITED_BOOKIES, AUDITOR_ELECTION, BOOKIE_COOKIES, UNDERREPLICATED, audited_bookie_path
 from metadata.store import MetadataStore
 from pyspark_ledger.autorecovery.audit_scan import AuditScan, ScanCursor, read_cursor
-from pyspark_ledger.autorecovery.bookie_states import BookieState, lost, observe, with_audited
+from pyspark_ledger.autorecovery.bookie_states import BookieState, forget_audits, lost, observe, with_audited
 from pyspark_ledger.autorecovery.counting_store import CountingStore
 from pyspark_ledger.autorecovery.metrics import AutorecoveryMetrics
 
@@ -71,6 +71,7 @@ class ElectedAuditor:
         self.metrics = metrics
         self._stop = stop
         self._relist = threading.Event()
+        self._registrations_changed = threading.Event()  # set by the watch: a lost bookie may have come and gone
         counting = CountingStore(store, metrics.metadata_requests.inc)
         self.scan = AuditScan(counting, holder, scan_rate_per_s, on_ledger=metrics.scanned_ledgers.inc,
                               on_mark=metrics.marked_ledgers.inc)
@@ -78,7 +79,7 @@ class ElectedAuditor:
 
     def run(self) -> None:
         """The auditor thread: stand for election until stopped; lead while elected."""
-        watch = BookieRegistry(self.store).watch(lambda _ids: self._relist.set())
+        watch = BookieRegistry(self.store).watch(lambda _ids: self._on_registrations_changed())
         try:
             while not self._stop.is_set():
                 try:
@@ -92,6 +93,10 @@ class ElectedAuditor:
                 self._lead_until_lost(lock)
         finally:
             watch.cancel()
+
+    def _on_registrations_changed(self) -> None:
+        self._registrations_changed.set()
+        self._relist.set()
 
     def _lead_until_lost(self, lock: EphemeralLock) -> None:
         log.info("elected autorecovery auditor holder=%s", self.holder)
@@ -109,7 +114,8 @@ class ElectedAuditor:
             log.info("autorecovery auditor stepped down holder=%s", self.holder)
 
     def _lead(self, still_leader: Callable[[], bool]) -> None:
-        states = load_states(self.store)
+        # The predecessor's down-since is kept, its "audited" is not (bookie_states.forget_audits).
+        states = forget_audits(load_states(self.store))
         # A predecessor's unfinished scan, read once: from here on only this auditor scans.
         left_over = read_cursor(self.scan.store)
         self._relist.set()
@@ -118,7 +124,11 @@ class ElectedAuditor:
             if self._relist.is_set() or time.monotonic() - listed_at > RELIST_S:
                 self._relist.clear()
                 listed_at = time.monotonic()
+                changed = self._registrations_changed.is_set()
+                self._registrations_changed.clear()
                 states = self._observe(states)
+                if changed:
+                    states = forget_audits(states)
                 self.metrics.underreplicated_ledgers.set(len(self.store.children(UNDERREPLICATED)))
             now = now_ms()
             lost_now = lost(states, now, self.grace_ms)

@@ -10,7 +10,7 @@ from metadata import LedgerId, MetadataStore, open_store
 from metadata.ephemeral_lock import read_lock, try_lock
 from metadata.paths import AUDITOR_ELECTION
 from metadata.underreplication import REASON_LOST, UnderReplicationManager
-from pyspark_ledger.autorecovery.bookie_states import DOWN, READ_ONLY, UP, lost, observe, with_audited
+from pyspark_ledger.autorecovery.bookie_states import DOWN, READ_ONLY, UP, forget_audits, lost, observe, with_audited
 from pyspark_ledger.autorecovery.elected_auditor import ElectedAuditor
 from pyspark_ledger.autorecovery.metrics import AutorecoveryMetrics
 
@@ -28,6 +28,17 @@ def test_a_bookie_is_lost_only_after_the_grace_and_a_restart_keeps_nothing_down(
     assert down_again["b2"].since_ms == 7_000 and not down_again["b2"].audited  # a new loss, a new scan
     assert with_audited(down_again["b2"]).audited
     assert "b2" not in observe(down_again, {"b0": False}, {"b0", "b1"}, now_ms=8_000)  # cookie deleted: gone
+
+
+def test_forgetting_audits_keeps_the_down_since() -> None:
+    """A new leader (or one whose registration watch fired) scans a lost bookie again, without
+    a second grace period (simulator seed 6889)."""
+    states = observe({}, {"b0": False}, {"b0", "b2"}, now_ms=1_000)
+    audited = {"b0": states["b0"], "b2": with_audited(states["b2"])}
+    forgotten = forget_audits(audited)
+    assert not forgotten["b2"].audited and forgotten["b2"].since_ms == 1_000 and forgotten["b2"].state == DOWN
+    assert lost(forgotten, now_ms=4_000, grace_ms=3_000) == {"b2"}
+    assert forgotten["b0"] == audited["b0"]
 
 
 def test_marks_merge_bookies_and_a_stale_clear_is_refused(store: MetadataStore) -> None:

@@ -41,6 +41,13 @@ REGRESSION_SEEDS = {
 
 # Seeds found with autorecovery running (their histories as the seed draws them).
 AUTORECOVERY_REGRESSION_SEEDS: dict[int, str] = {
+    # Product (autorecovery auditor), found by the first 100,000-seed run with autorecovery: b1
+    # was down past the grace, scanned and noted audited; it restarted and took a new ledger
+    # (3) while the leading auditor had crashed, then was lost for good. The next leader found
+    # the predecessor's state DOWN-and-audited, never scanned again, and ledger 3 kept naming
+    # b1 for good. Fixed by bookie_states.forget_audits: a new leader, and a leader whose
+    # registration watch fired, scans every lost bookie again (its down-since is kept).
+    6889: "a lost bookie came back unseen, took a ledger and went again: the audit was trusted",
 }
 
 
@@ -78,3 +85,13 @@ def test_seed_80802_fails_when_a_recovery_records_its_replacement_at_once(monkey
     monkeypatch.setattr(recoverer.SimRecovery, "_replace", replace_and_record)
     r = run_seed(80802, autorecovery=False)
     assert r.violation is not None and "ledger" in r.violation, r.violation
+
+
+def test_seed_6889_fails_when_a_new_auditor_trusts_its_predecessors_audits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The autorecovery regression seed has teeth: with the audits kept (the defect, planted
+    here only), seed 6889 ends with a CLOSED ledger naming a bookie lost for good."""
+    from pyspark_ledger.testing.sim import auditor
+
+    monkeypatch.setattr(auditor, "forget_audits", lambda states: dict(states))
+    r = run_seed(6889)
+    assert r.violation is not None and "still names lost bookies" in r.violation, r.violation

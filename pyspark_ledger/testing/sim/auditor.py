@@ -11,9 +11,9 @@ that ends marks the loss audited; a leader that crashes mid-scan leaves it to it
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Sequence, cast
 
-from pyspark_ledger.autorecovery.bookie_states import BookieState, lost, observe, with_audited
+from pyspark_ledger.autorecovery.bookie_states import BookieState, forget_audits, lost, observe, with_audited
 from pyspark_ledger.testing.sim.actor import Cluster
 from pyspark_ledger.testing.sim.process import Process
 from pyspark_ledger.testing.sim.recovery_store import RecoveryStore
@@ -41,6 +41,9 @@ class SimAuditor(Process):
         self.grace_ms = int(grace_s * 1000)
         self.crash_mid_scan = crash_mid_scan  # chance of crashing after each ledger scanned
         self.leading = False
+        self.states: dict[str, BookieState] | None = None  # the leader's; None: load them (just elected)
+        # What a registration watch reports a change of: each bookie's (up, incarnation).
+        self.registrations_seen: tuple[tuple[str, bool, int], ...] | None = None
 
     def start(self) -> None:
         self.later(0.0, self._stand, "stands for election")
@@ -61,6 +64,7 @@ class SimAuditor(Process):
         def then(elected: object) -> None:
             if elected is True:
                 self.leading = True
+                self.states, self.registrations_seen = None, None
                 self.world.stats["auditor_elections"] += 1
                 self.world.note(f"{self.name} elected auditor")
                 self._tick()
@@ -83,19 +87,27 @@ class SimAuditor(Process):
         session = self.session
 
         def op() -> object:
+            """The product's _lead/_observe: a new leader loads the states and forgets their
+            audits; a watch event (a registration came or went since the last listing) too."""
             if not self.rstore.holds(AUDITOR_LOCK, session):
                 return None
-            bookies = self.cluster.bookies
-            registered = {b: bookies[b].readonly for b in self.cluster.bookie_ids if bookies[b].up}
-            states = observe(self.rstore.bookie_states, registered, set(self.cluster.bookie_ids), now_ms(self.cluster))
+            bookies, ids = self.cluster.bookies, self.cluster.bookie_ids
+            registered = {b: bookies[b].readonly for b in ids if bookies[b].up}
+            previous = forget_audits(self.rstore.bookie_states) if self.states is None else self.states
+            states = observe(previous, registered, set(ids), now_ms(self.cluster))
             self.rstore.bookie_states = states
-            return states
+            seen = tuple((b, bookies[b].up, bookies[b].incarnation) for b in ids)
+            if self.registrations_seen is not None and seen != self.registrations_seen:
+                states = forget_audits(states)
+            return states, seen
 
         def then(result: object) -> None:
             if result is None:
                 self._step_down("lost the auditor lock")
                 return
-            states: dict[str, BookieState] = result  # type: ignore[assignment]
+            states, self.registrations_seen = cast(tuple[dict[str, BookieState], tuple[tuple[str, bool, int], ...]],
+                                                   result)
+            self.states = states
             todo = sorted(b for b in lost(states, now_ms(self.cluster), self.grace_ms) if not states[b].audited)
             if todo:
                 self.world.stats["audit_scans"] += 1
@@ -150,7 +162,10 @@ class SimAuditor(Process):
         def then(result: object) -> None:
             if result is None:
                 self._step_down("lost the auditor lock before the scan was recorded")
-            else:
-                self.later(self._interval(TICK_S), self._tick, "tick")
+                return
+            if self.states is not None:
+                self.states = {b: with_audited(s) if b in todo and s.state == "down" else s
+                               for b, s in self.states.items()}
+            self.later(self._interval(TICK_S), self._tick, "tick")
 
         self.meta_call(op, then, "scan done")
