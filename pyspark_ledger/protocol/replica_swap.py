@@ -21,8 +21,8 @@ Safety never rests on the record: every commit is re-applied to the ensemble as 
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Collection, Sequence
 
 COMMITTED = "committed"
 FINISH = "finish"

@@ -5,14 +5,16 @@ number of seeds the simulator needed is printed (pytest -s shows it) and bounded
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
 
-from pyspark_ledger.protocol import pending_adds, replica_swap, recovery_reader
+from pyspark_ledger.protocol import pending_adds, recovery_reader, replica_swap
 from pyspark_ledger.protocol.pending_adds import PendingAdd, PendingAdds
 from pyspark_ledger.protocol.recovery_plan import WindowDecision
 from pyspark_ledger.testing.sim import repl_worker, swap, tailer
+from pyspark_ledger.testing.sim.metastore import LedgerMeta
 from pyspark_ledger.testing.sim.runner import SeedResult, run_seed
 
 SEEDS_MAX = 3000
@@ -47,7 +49,8 @@ def test_completions_not_held_during_an_ensemble_change_are_caught(monkeypatch: 
             done.append(p)
         return done
 
-    def end_change(self: PendingAdds, write_sets: Sequence[tuple[str, ...]] | None):  # type: ignore[no-untyped-def]
+    def end_change(self: PendingAdds,
+                   write_sets: Sequence[tuple[str, ...]] | None) -> tuple[list[PendingAdd], list[PendingAdd]]:
         if write_sets is not None:
             self.write_sets = tuple(write_sets)
             for p in self.entries:
@@ -71,7 +74,8 @@ def test_short_answers_taken_as_doubt_stall_recovery_and_are_caught(monkeypatch:
     never gets past it and the ledger stays IN_RECOVERY."""
     real = recovery_reader.decide_window
 
-    def decide_window(window, answers, members_of, *, write_quorum_size, ack_quorum_size):  # type: ignore[no-untyped-def]
+    def decide_window(window: Any, answers: Any, members_of: Any, *, write_quorum_size: int,
+                      ack_quorum_size: int) -> WindowDecision[Any]:
         d = real(window, answers, members_of, write_quorum_size=write_quorum_size, ack_quorum_size=ack_quorum_size)
         if d.undecided is not None:
             return WindowDecision([], None, window.first, d.undecided)
@@ -98,7 +102,7 @@ def test_a_swap_committed_before_its_copy_is_caught(monkeypatch: pytest.MonkeyPa
     replacement (the copy runs after it): the metadata names a bookie that holds nothing yet."""
     real_copy, real_commit = swap.FragmentSwap._copy, swap.FragmentSwap._commit
 
-    def commit_then_copy(self, meta, new, attempts_left):  # type: ignore[no-untyped-def]
+    def commit_then_copy(self: swap.FragmentSwap, meta: LedgerMeta, new: str, attempts_left: int) -> None:
         real_commit(self, new, attempts_left)
         real_copy(self, meta, new, attempts_left)
 
@@ -116,8 +120,8 @@ def test_a_worker_trusting_its_predecessors_copy_is_caught(monkeypatch: pytest.M
     the ledger; the simulator runs it clean, see the report of issue 20 item 6.)"""
     real_decided = swap.FragmentSwap._decided
 
-    def decided(self, result, attempts_left):  # type: ignore[no-untyped-def]
-        meta, decision, record, writable = result
+    def decided(self: swap.FragmentSwap, result: Any, attempts_left: int) -> None:
+        decision = result[1]
         if decision.action == replica_swap.FINISH:
             self._commit(decision.new, attempts_left)  # no copy: "the record says it was prepared"
             return
@@ -137,7 +141,8 @@ def test_a_mark_cleared_before_the_commit_is_caught(monkeypatch: pytest.MonkeyPa
     invariant breaks, so it is not the planted defect here.)"""
     real_next_bookie = repl_worker.SimReplicationWorker._next_bookie
 
-    def next_bookie(self, ledger, session, lost, i, version):  # type: ignore[no-untyped-def]
+    def next_bookie(self: repl_worker.SimReplicationWorker, ledger: int, session: int, lost: Sequence[str], i: int,
+                    version: int) -> None:
         if i == 0:
             self.rstore.clear_mark(ledger, version)
         real_next_bookie(self, ledger, session, lost, i, version)

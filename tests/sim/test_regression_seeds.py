@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from pyspark_ledger.testing.sim.cli import replay_command
@@ -72,7 +74,8 @@ def test_seed_80802_fails_when_a_recovery_records_its_replacement_at_once(monkey
 
     real_replace = recoverer.SimRecovery._replace
 
-    def replace_and_record(self, start, found, last, failed, changes_left):  # type: ignore[no-untyped-def]
+    def replace_and_record(self: recoverer.SimRecovery, start: int, found: list[Any], last: int, failed: set[str],
+                           changes_left: int) -> None:
         real_replace(self, start, found, last, failed, changes_left)
         store = self.cluster.store
         meta, version = store.read(self.ledger)

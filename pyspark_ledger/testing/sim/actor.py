@@ -3,7 +3,8 @@ network with a timeout, and metadata calls with a latency."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from pyspark_ledger.testing.sim.bookie import SimBookie
 from pyspark_ledger.testing.sim.checker import Checker
@@ -25,6 +26,7 @@ class Cluster:
         self.read_entries_max = read_entries_max
         self.recovering: dict[int, list[str]] = {}  # ledger -> recoveries running now
         self.writers: list[Any] = []  # every ledger writer started (the checker asks which are live)
+        self.quorum: tuple[int, int, int] = (0, 0, 0)  # (E, W, A) the seed drew (runner.py)
         self.held_down: set[str] = set()  # lost bookies the heal does not bring back (autorecovery.py)
         self.checker_recovery: Any = None  # autorecovery's invariants (recovery_checker.py), when it runs
 

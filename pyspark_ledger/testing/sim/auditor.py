@@ -11,7 +11,8 @@ that ends marks the loss audited; a leader that crashes mid-scan leaves it to it
 
 from __future__ import annotations
 
-from typing import Sequence, cast
+from collections.abc import Sequence
+from typing import cast
 
 from pyspark_ledger.autorecovery.bookie_states import BookieState, forget_audits, lost, observe, with_audited
 from pyspark_ledger.testing.sim.actor import Cluster

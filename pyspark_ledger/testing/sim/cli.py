@@ -8,7 +8,7 @@ import multiprocessing
 import sys
 import time
 from collections import Counter
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from pyspark_ledger.testing.sim.autorecovery import is_autorecovery_counter
 from pyspark_ledger.testing.sim.runner import SeedResult, run_seed

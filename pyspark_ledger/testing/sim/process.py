@@ -9,7 +9,8 @@ restarted process opens a new session.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pyspark_ledger.testing.sim.actor import Actor, Cluster
 from pyspark_ledger.testing.sim.bookie import SimBookie

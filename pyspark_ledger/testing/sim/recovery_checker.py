@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from typing import Collection, Mapping
+from collections.abc import Collection, Mapping
 
 from pyspark_ledger.testing.sim.bookie import SimBookie, SimEntry
 from pyspark_ledger.testing.sim.checker import Checker

@@ -12,7 +12,8 @@ concurrently with the worker that took its claim over).
 
 from __future__ import annotations
 
-from typing import Sequence, cast
+from collections.abc import Sequence
+from typing import cast
 
 from pyspark_ledger.testing.sim.actor import Cluster
 from pyspark_ledger.testing.sim.metastore import CLOSED, LedgerMeta
@@ -95,7 +96,7 @@ class SimReplicationWorker(Process):
                 self.world.stats["claims_busy"] += 1
                 self.later(self._idle_s(), self._poll, "poll")
             else:
-                self._work_on(claimed, session)  # type: ignore[arg-type]
+                self._work_on(cast(int, claimed), session)
 
         self.meta_call(op, then, "claim a mark")
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
+from functools import partial
 
 from pyspark_ledger.protocol.invariants import InvariantError
 from pyspark_ledger.testing.sim.actor import Cluster
@@ -83,7 +84,7 @@ def _build(world: World) -> Cluster:
     checker = Checker(world, store, bookies)
     cluster = Cluster(world, net, bookies, store, checker, read_bytes_max=READ_BYTES_MAX,
                       read_entries_max=READ_ENTRIES_MAX)
-    cluster.quorum = quorum  # type: ignore[attr-defined]
+    cluster.quorum = quorum
     world.note(f"seed {world.seed}: bookies={ids} E,W,A={quorum} loss={net.loss:.3f} dup={net.duplication:.3f}")
     return cluster
 
@@ -97,10 +98,10 @@ def _autorecovery(cluster: Cluster) -> Autorecovery | None:
     return Autorecovery(cluster, plan, stop_s=AUTORECOVERY_STOP_S, faults_until_s=AUTORECOVERY_FAULTS_UNTIL_S)
 
 
-def _populate(cluster: Cluster, autorecovery: Autorecovery | None):  # type: ignore[no-untyped-def]
+def _populate(cluster: Cluster, autorecovery: Autorecovery | None) -> Callable[[], list[int]]:
     """Start the actors and schedule the faults; returns 'ledgers with a live writer now'."""
     world, rng = cluster.world, cluster.world.rng
-    quorum = cluster.quorum  # type: ignore[attr-defined]
+    quorum = cluster.quorum
     ended: list[str] = []
 
     def log_end(w: SimLogWriter, error: str | None) -> None:
@@ -120,7 +121,7 @@ def _populate(cluster: Cluster, autorecovery: Autorecovery | None):  # type: ign
     for i in range(rng.choice((0, 0, 1, 2))):
         name = f"recoverer{i}"
         clients.append(name)
-        world.at(rng.uniform(0.1, HEAL_S), lambda n=name: _recover_with_retries(cluster, n, None, 5, 0.5),
+        world.at(rng.uniform(0.1, HEAL_S), partial(_recover_with_retries, cluster, name, None, 5, 0.5),
                  f"{name} starts")
     kinds: tuple[str, ...] = FAULT_KINDS
     if autorecovery is not None:

@@ -11,12 +11,13 @@ again, at most REPLACEMENT_ATTEMPTS_MAX times. The worker may crash after each s
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, cast
+from collections.abc import Callable
+from typing import Any, Protocol, cast
 
 from pyspark_ledger.protocol.distribution import write_set_of
 from pyspark_ledger.protocol.ensemble_change import rebase_replacements
 from pyspark_ledger.protocol.replica_swap import COMMITTED, FINISH, ROLL_BACK, SwapDecision, decide_swap
-from pyspark_ledger.testing.sim.actor import Cluster
+from pyspark_ledger.testing.sim.actor import Actor, Cluster
 from pyspark_ledger.testing.sim.bookie import PRESENT, SimBookie, SimEntry
 from pyspark_ledger.testing.sim.metastore import LedgerMeta
 from pyspark_ledger.testing.sim.recovery_store import RecoveryStore, SwapEntry
@@ -158,7 +159,7 @@ class FragmentSwap:
             self._copy_batch(meta, new, needed, done + len(batch), attempts_left)
 
         def write() -> None:
-            replicate(self.worker, self.ledger, [(c, (new,)) for c in got], written)  # type: ignore[arg-type]  # an Actor
+            replicate(cast(Actor, self.worker), self.ledger, [(c, (new,)) for c in got], written)
 
         read_next()
 
