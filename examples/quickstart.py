@@ -63,8 +63,8 @@ def run(spark: SparkSession) -> None:
     df.printSchema()
     df.orderBy("id").show(5, truncate=False)
     print(f"rows: {df.count()}")
-    df.groupBy("ledger_id").agg(F.count("*").alias("rows"), F.countDistinct("entry_id").alias("entries")) \
-        .orderBy("ledger_id").show()
+    df.groupBy("seq", "ledger").agg(F.count("*").alias("rows"), F.countDistinct("entry").alias("entries")) \
+        .orderBy("seq").show(truncate=False)
     df.groupBy("customer").agg(F.count("*").alias("orders"), F.round(F.sum("amount"), 2).alias("total")) \
         .orderBy("customer").show()
 
@@ -73,7 +73,7 @@ def run(spark: SparkSession) -> None:
         .write.format("ledger").option("log", "quickstart-raw").mode("overwrite").save()
     raw = spark.read.format("ledger").option("log", "quickstart-raw").load()
     print("log 'quickstart-raw' (raw entries):")
-    raw.select("ledger_id", "entry_id", F.col("payload").cast("string").alias("payload")).show(3)
+    raw.select("seq", "entry", "timestamp", F.col("payload").cast("string").alias("payload")).show(3, truncate=False)
     print(f"entries: {raw.count()}")
 
 

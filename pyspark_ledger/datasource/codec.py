@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 
 from bookie.crc_batch import PIECES_MIN, all_match, byte_tables, shift
 from metadata import DigestType
+from pyspark_ledger.datasource.rows import META_NAMES, RowPlace, entry_meta, raw_meta, raw_read_schema
 from pyspark_ledger.protocol.digest import Digest
 from pyspark_ledger.protocol.entry_format import (  # the one header layout
     _HEADER,
@@ -56,28 +57,9 @@ _SLICE_TO_END = 1 << 30
 # The header bytes every entry of one ledger shares: flags, scope id, ledger id.
 _FIXED_HEADER_BYTES = 17
 
-RAW_COLUMNS = ("ledger_scope_id", "ledger_id", "entry_id", "payload")
-META_COLUMNS = ("ledger_id", "entry_id")  # added to every row of an Arrow log
-
-RAW_ARROW_SCHEMA = pa.schema([
-    pa.field("ledger_scope_id", pa.int64()),
-    pa.field("ledger_id", pa.int64()),
-    pa.field("entry_id", pa.int64()),
-    pa.field("payload", pa.binary()),
-])
-
-
-def signed64(value: int) -> int:
-    """An unsigned 64-bit id as Spark's bigint (two's complement): ids >= 2**63 read negative."""
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
-def constant_int64(value: int, n: int) -> pa.Array:
-    return pa.array(np.full(n, value, dtype=np.int64))
-
-
-def entry_id_column(first: int, n: int) -> pa.Array:
-    return pa.array(np.arange(first, first + n, dtype=np.int64))
+# The columns of a raw log as read (rows.py): a DataFrame read from one can be written back.
+RAW_COLUMNS = ("payload", *META_NAMES)
+RAW_ARROW_SCHEMA = raw_read_schema()
 
 
 # ---- verifying stored entries in bulk --------------------------------------------------------------
@@ -300,41 +282,43 @@ def decode_each(digest: Digest, scope_id: int, ledger_id: int, first_entry_id: i
 # ---- raw logs ----------------------------------------------------------------------------------------
 
 
-def raw_batch(scope_id: int, ledger_id: int, first_entry_id: int, payloads: pa.Array,
+def raw_batch(place: RowPlace, first_entry_id: int, payloads: pa.Array,
               schema: pa.Schema = RAW_ARROW_SCHEMA) -> pa.RecordBatch:
-    n = len(payloads)
-    return pa.RecordBatch.from_arrays(
-        [constant_int64(signed64(scope_id), n), constant_int64(signed64(ledger_id), n),
-         entry_id_column(first_entry_id, n), payloads],
-        schema=schema,
-    )
+    """Raw entries first_entry_id.. as rows: the payload, then where each is (rows.py)."""
+    return pa.RecordBatch.from_arrays([payloads, *raw_meta(place, first_entry_id, len(payloads))], schema=schema)
 
 
 # ---- Arrow logs ---------------------------------------------------------------------------------------
 
 
-def arrow_read_schema(data_schema: pa.Schema) -> pa.Schema:
-    """The schema of an Arrow log as read: the written columns plus ledger_id and entry_id."""
-    return pa.schema(list(data_schema) + [pa.field("ledger_id", pa.int64()), pa.field("entry_id", pa.int64())])
-
-
-def decode_arrow_entry(payload: pa.Buffer, ledger_id: int, entry_id: int, target: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """The record batches of one Arrow entry, with ledger_id and entry_id added, in the exact
-    target schema (Spark checks it). Zero-copy unless a column's type must be cast."""
+def decode_arrow_entry(payload: pa.Buffer, place: RowPlace, entry_id: int, target: pa.Schema,
+                       skip_rows: int = 0, keep_rows: int | None = None) -> Iterator[pa.RecordBatch]:
+    """The record batches of one Arrow entry, with the metadata columns added (rows.py), in the
+    exact target schema (Spark checks it). Only the entry's rows with skip_rows <= index <
+    keep_rows (a read that starts or ends inside this entry). Zero-copy unless a column's type
+    must be cast."""
     reader = pa.ipc.open_stream(payload)
-    data_fields = list(target)[: len(target) - len(META_COLUMNS)]
+    data_fields = list(target)[: len(target) - len(META_NAMES)]
     names = [f.name for f in data_fields]
-    lid = signed64(ledger_id)
+    at = 0  # index in the entry of the batch's first row
     for batch in reader:
+        if keep_rows is not None and at >= keep_rows:
+            return
         if batch.schema.names != names:
-            raise ValueError(f"entry {entry_id} of ledger {ledger_id} holds columns {batch.schema.names}, "
+            raise ValueError(f"entry {entry_id} of ledger {place.ledger} holds columns {batch.schema.names}, "
                              f"the log's schema has {names}")
+        n = batch.num_rows
+        lo, hi = max(0, skip_rows - at), n if keep_rows is None else min(n, keep_rows - at)
+        at += n
+        if hi <= lo:
+            continue
+        if (lo, hi) != (0, n):
+            batch = batch.slice(lo, hi - lo)
         cols = list(batch.columns)
         for i, f in enumerate(data_fields):
             if cols[i].type != f.type:
                 cols[i] = cols[i].cast(f.type)
-        n = batch.num_rows
-        yield pa.RecordBatch.from_arrays(cols + [constant_int64(lid, n), constant_int64(entry_id, n)], schema=target)
+        yield pa.RecordBatch.from_arrays(cols + entry_meta(place, entry_id, at - n + lo, hi - lo), schema=target)
 
 
 def payload_buffers(payloads: pa.BinaryArray) -> Iterator[pa.Buffer]:

@@ -26,8 +26,11 @@ from metadata.embedded_store import embedded_path_from_env_default
 from metadata.errors import InvalidUriError
 from metadata.paths import check_name
 from metadata.uri import parse_uri, with_client_params, zk_auth
-from pyspark_ledger.errors import PySparkLedgerError
-from pyspark_ledger.log import Position
+from pyspark_ledger.datasource.errors import OptionError, did_you_mean
+from pyspark_ledger.datasource.positions import Bound
+from pyspark_ledger.datasource.read_options import ReadOptions, parse_read_options
+
+__all__ = ["Bound", "LedgerSourceOptions", "OptionError", "ReadOptions", "parse_options"]
 
 # Bounds on numeric options: a typo must fail here, not as a stuck job.
 MAX_ENTRIES_PER_PARTITION_DEFAULT = 250_000
@@ -50,20 +53,24 @@ CLIENT_URI_OPTIONS = ("tls_ca", "tls_cert", "tls_key", "zk_auth")
 KNOWN_OPTIONS: dict[str, str] = {
     name.lower(): name
     for name in (
-        "metadataServiceUri", "log", "ledger", "path", "startingPosition", "endingPosition",
-        "maxEntriesPerPartition", "password", "digestType", "ensembleSize", "writeQuorumSize",
+        "metadataServiceUri", "log", "logs", "logPattern", "ledger", "path", "startingPosition", "endingPosition",
+        "startingPositions", "endingPositions", "startingTimestamp", "endingTimestamp", "minPartitions",
+        "failOnDataLoss", "maxEntriesPerPartition", "password", "digestType", "ensembleSize", "writeQuorumSize",
         "ackQuorumSize", "payloadFormat", "arrowBatchRows", "arrowCompression", "dataSet", "owner",
         "testFailAttempts", "testFailMode", "password_file", *CLIENT_URI_OPTIONS,
     )
 }
 
-
-class OptionError(PySparkLedgerError, ValueError):
-    """A `format("ledger")` option is missing, unknown or has a bad value; names the option."""
-
-    def __init__(self, option: str, problem: str):
-        self.option = option
-        super().__init__(f'ledger data source option "{option}": {problem}')
+# Taken by the streaming classes before parse_options (streaming.STREAM_OPTIONS): named here so
+# that a misspelling of one gets its "did you mean".
+STREAM_OPTION_NAMES = ("maxEntriesPerTrigger", "maxBytesPerTrigger", "testFailCommit", "checkpointLocation")
+# What Spark's Kafka source calls an option -> ours (a Kafka user's first guess gets the answer).
+KAFKA_OPTION_NAMES = {
+    "subscribe": "logs", "assign": "startingPositions", "subscribepattern": "logPattern",
+    "startingoffsets": "startingPosition or startingPositions", "endingoffsets": "endingPosition or endingPositions",
+    "startingoffsetsbytimestamp": "startingTimestamp", "endingoffsetsbytimestamp": "endingTimestamp",
+    "maxoffsetspertrigger": "maxEntriesPerTrigger", "kafka.bootstrap.servers": "metadataServiceUri",
+}
 
 
 def default_metadata_uri() -> str:
@@ -72,34 +79,11 @@ def default_metadata_uri() -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Bound:
-    """One end of a read: the log's earliest entry, its latest readable entry, or a position
-    (inclusive, as pyspark_ledger.log.Position.to_json writes it)."""
-
-    kind: str  # "earliest" | "latest" | "position"
-    position: Position | None = None
-
-    @classmethod
-    def parse(cls, option: str, text: str) -> Bound:
-        word = text.strip().lower()
-        if word in ("earliest", "latest"):
-            return cls(word)
-        try:
-            return cls("position", Position.from_json(text))
-        except (ValueError, InvalidMetadataError) as exc:
-            raise OptionError(
-                option, f"expected earliest, latest or a JSON position like "
-                f'{{"seq": 0, "ledger": "<32 hex digits>", "entry": 0}}, got {text!r} ({exc})'
-            ) from None
-
-
-@dataclass(frozen=True, slots=True)
 class LedgerSourceOptions:
     metadata_uri: str
-    log: str | None = None
+    log: str | None = None  # the one log named (log, the path, or logs with one name)
     ledger: LedgerId | None = None
-    starting: Bound = field(default_factory=lambda: Bound("earliest"))
-    ending: Bound = field(default_factory=lambda: Bound("latest"))
+    read: ReadOptions = field(default_factory=ReadOptions)
     max_entries_per_partition: int = MAX_ENTRIES_PER_PARTITION_DEFAULT
     password: bytes = field(default=b"", repr=False)  # never in a repr or a log line
     digest_type: str = DigestType.CRC32C.value
@@ -115,13 +99,29 @@ class LedgerSourceOptions:
     test_fail_mode: str = "raise"
 
     @property
+    def starting(self) -> Bound:
+        """Where every log without a bound of its own starts (the one log of a stream)."""
+        return self.read.starting
+
+    @property
+    def ending(self) -> Bound:
+        return self.read.ending
+
+    @property
     def target(self) -> str:
         """What is read or written, for messages."""
-        return f"log {self.log!r}" if self.log is not None else f"ledger {self.ledger}"
+        if self.log is not None:
+            return f"log {self.log!r}"
+        if self.read.log_pattern is not None:
+            return f"the logs matching {self.read.log_pattern!r}"
+        if self.read.logs:
+            return f"logs {', '.join(self.read.logs)}"
+        return f"ledger {self.ledger}"
 
     def require_log(self, action: str) -> str:
         if self.log is None:
-            raise OptionError("log", f"{action} needs a log name (option log), not a single ledger")
+            what = "a single ledger" if self.ledger is not None else "several logs (options logs, logPattern)"
+            raise OptionError("log", f"{action} needs one log name (option log), not {what}")
         return self.log
 
 
@@ -177,8 +177,6 @@ def _target(opts: Mapping[str, str]) -> tuple[str | None, LedgerId | None]:
         raise OptionError("log", f"given twice, as log={log_name!r} and as the path {path!r}")
     log_name = log_name or path
     ledger_text = _text(opts, "ledger")
-    if (log_name is None) == (ledger_text is None):
-        raise OptionError("log", "give exactly one of log (a log name) and ledger (a ledger id or qualified name)")
     if log_name is not None:
         try:
             check_name("log", log_name)
@@ -193,21 +191,30 @@ def _target(opts: Mapping[str, str]) -> tuple[str | None, LedgerId | None]:
     return log_name, ledger
 
 
+def _check_known(opts: Mapping[str, str]) -> None:
+    """An unknown key is an error whose first line names it and the closest known option."""
+    unknown = sorted(k for k in opts if k not in KNOWN_OPTIONS)
+    if not unknown:
+        return
+    key = unknown[0]
+    if key in KAFKA_OPTION_NAMES:
+        hint = f"; Spark's Kafka source calls it that, this source {KAFKA_OPTION_NAMES[key]}"
+    else:
+        hint = did_you_mean(key, [*KNOWN_OPTIONS.values(), *STREAM_OPTION_NAMES])
+    others = f" (unknown too: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""
+    raise OptionError(key, f"unknown option{hint}{others}\nknown options: "
+                      f"{', '.join(sorted(KNOWN_OPTIONS.values(), key=str.lower))}")
+
+
 def parse_options(options: Mapping[str, str]) -> LedgerSourceOptions:
     """Parse Spark's option map (keys in any case, values strings) or raise OptionError."""
     opts = {str(k).lower(): v for k, v in options.items()}
-    unknown = sorted(k for k in opts if k not in KNOWN_OPTIONS)
-    if unknown:
-        raise OptionError(
-            unknown[0], f"unknown option (given: {', '.join(unknown)}); known options: "
-            f"{', '.join(sorted(KNOWN_OPTIONS.values(), key=str.lower))}"
-        )
-
+    _check_known(opts)
     uri = _metadata_uri(opts)
     log_name, ledger = _target(opts)
-
-    starting = Bound.parse("startingPosition", opts["startingposition"]) if "startingposition" in opts else Bound("earliest")
-    ending = Bound.parse("endingPosition", opts["endingposition"]) if "endingposition" in opts else Bound("latest")
+    read = parse_read_options(opts, log_name, ledger is not None)
+    if log_name is None and len(read.logs) == 1:
+        log_name = read.logs[0]
 
     digest = _text(opts, "digestType") or DigestType.CRC32C.value
     try:
@@ -248,8 +255,7 @@ def parse_options(options: Mapping[str, str]) -> LedgerSourceOptions:
         metadata_uri=uri,
         log=log_name,
         ledger=ledger,
-        starting=starting,
-        ending=ending,
+        read=read,
         max_entries_per_partition=_int(opts, "maxEntriesPerPartition", MAX_ENTRIES_PER_PARTITION_DEFAULT, 1,
                                        MAX_ENTRIES_PER_PARTITION_MAX),
         password=password,

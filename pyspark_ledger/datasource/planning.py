@@ -1,10 +1,18 @@
-"""Read planning, on the driver: which entries of which ledgers a batch read returns.
+"""Read planning, on the driver: which entries of which ledgers of which logs a batch read returns.
 
-The plan is fixed here, once: closed ledgers are read up to their last entry, open ones up to
-the LAC a quorum of their bookies reports now (never past it), so a read that runs while a
-producer appends returns a consistent prefix of the log. Each (ledger, fragment) range becomes
-one or more LedgerRange values of at most `max_entries_per_partition` entries, carrying the
-ledger's metadata (which pickles) so executors need no metadata reads to find the replicas.
+The plan is fixed here, once: the logs are chosen (log, logs or logPattern), each one's start
+and end are cut (cuts.py: positions, times, data loss), closed ledgers are read up to their
+last entry, open ones up to the LAC a quorum of their bookies reports now (never past it), so a
+read that runs while a producer appends returns a consistent prefix of each log. Each
+(ledger, fragment) range becomes one or more LedgerRange values of at most
+`max_entries_per_partition` entries (ranges.py), carrying the ledger's metadata (which pickles)
+so executors need no metadata reads to find the replicas; minPartitions cuts them further.
+
+Every row's `timestamp` is the time its ledger joined the log (LogLedger.ctime_ms): when a
+LogWriter rolled over to it (its entries were appended from then until the ledger was sealed),
+or when a Spark job's or micro-batch's commit made it part of the log (its rows became readable
+then). No entry carries a time of its own (the entry format has none), so that is the
+granularity: a ledger.
 
 No pyspark here; source.py wraps ranges into Spark input partitions.
 """
@@ -12,68 +20,61 @@ No pyspark here; source.py wraps ranges into Spark input partitions.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from dataclasses import dataclass
+import re
 from typing import TYPE_CHECKING
 
-from metadata import LedgerId, LedgerMetadata, MetadataError, NoSuchLedgerError
+from metadata import LedgerMetadata, MetadataError, NoSuchLedgerError
 from metadata.log_record import LogLedger, LogRecord
 from metadata.log_segments import LogHead
 from metadata.logs import NoSuchLogError
-from pyspark_ledger.datasource.options import Bound, LedgerSourceOptions, OptionError
+from metadata.uri import printable
+from pyspark_ledger.datasource.cuts import Cut, DataLossError, end_cut, start_cut
+from pyspark_ledger.datasource.errors import LedgerUserError, OptionError, did_you_mean
+from pyspark_ledger.datasource.log_view import HeadView
+from pyspark_ledger.datasource.options import LedgerSourceOptions
+from pyspark_ledger.datasource.ranges import LedgerRange, Span, add_fragment_ranges, split_to_min_partitions
+from pyspark_ledger.datasource.rows import RowPlace
 from pyspark_ledger.datasource.worker_gc import freeze_worker_heap
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.ledger.read_handle import ReadHandle
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from pyspark_ledger.client import LedgerClient
+
+__all__ = ["LedgerRange", "LedgerSourceError", "add_fragment_ranges", "plan_ranges", "shape_of"]
 
 log = logging.getLogger(__name__)
 
 # A plan names every range in the driver's memory and in Spark's task list: keep it bounded.
 PARTITIONS_MAX = 100_000
+# Names offered as "did you mean" for a missing log are looked up only in stores this small.
+SUGGEST_FROM_LOGS_MAX = 10_000
 
 
-class LedgerSourceError(LedgerError):
+class LedgerSourceError(LedgerUserError, LedgerError):
     """Reading or writing through the data source is impossible as asked (no such log, wrong
     password, incompatible schema, ...). The message says what to change."""
 
 
-@dataclass(frozen=True, slots=True)
-class LedgerRange:
-    """Entries first..last (inclusive) of one fragment of one ledger."""
-
-    index: int  # position in the plan (spreads first-replica choice over the ensemble)
-    seq: int  # the ledger's sequence number in its log (0 for a single-ledger read)
-    ledger_id: LedgerId
-    first_entry_id: int
-    last_entry_id: int
-    ensemble: tuple[str, ...]  # the fragment's bookies
-    metadata: LedgerMetadata
-    metadata_version: int
-
-    @property
-    def entries(self) -> int:
-        return self.last_entry_id - self.first_entry_id + 1
+def _known_logs(client: LedgerClient) -> list[str]:
+    try:
+        names = client.logs.names()
+    except MetadataError:
+        return []
+    return names if len(names) <= SUGGEST_FROM_LOGS_MAX else []
 
 
-@dataclass(frozen=True, slots=True)
-class SourceShape:
-    """What a read returns: the payload format and, for Arrow logs, the written columns' Spark
-    schema as JSON (None for raw, or for a single Arrow ledger whose schema comes from entry 0)."""
-
-    payload_format: str
-    schema_json: str | None
-
-
-def read_log_head(client: LedgerClient, opts: LedgerSourceOptions) -> LogHead:
+def read_log_head(client: LedgerClient, opts: LedgerSourceOptions, name: str | None = None) -> LogHead:
     """The log's head: one read however long the log (its sealed ledgers stay in segments,
-    fetched by log_ledgers only for the positions a plan covers)."""
-    name = opts.require_log("reading")
+    fetched only for the positions a plan covers). A missing log names the closest existing one."""
+    name = name if name is not None else opts.require_log("reading")
     try:
         return client.logs.read_head(name)[0]
     except NoSuchLogError:
-        raise LedgerSourceError(f"no log named {name!r} in {opts.metadata_uri} (option log)") from None
+        hint = did_you_mean(name, _known_logs(client))
+        raise LedgerSourceError(f"no log named {name!r} in {printable(opts.metadata_uri)}{hint} (options log, logs)") from None
 
 
 def read_log(client: LedgerClient, opts: LedgerSourceOptions) -> LogRecord:
@@ -90,17 +91,55 @@ def first_ledger(client: LedgerClient, head: LogHead, from_seq: int = 0) -> LogL
     return next(log_ledgers(client, head, from_seq), None)
 
 
-def shape_of(client: LedgerClient, opts: LedgerSourceOptions) -> SourceShape:
-    """The payload format (an explicit payloadFormat wins; else what the log recorded) and schema."""
-    if opts.log is None:
-        return SourceShape(opts.payload_format or "raw", None)
-    rec = read_log(client, opts)
+def select_logs(client: LedgerClient, opts: LedgerSourceOptions) -> list[str]:
+    """The logs a read takes: the ones named, or every log whose whole name matches logPattern
+    (sorted). None matching is an error: there would be no schema to read them with."""
+    if opts.read.log_pattern is None:
+        return list(opts.read.logs)
+    names = sorted(n for n in client.logs.names() if re.fullmatch(opts.read.log_pattern, n))
+    if not names:
+        raise LedgerSourceError(f"no log in {printable(opts.metadata_uri)} matches logPattern "
+                                f"{opts.read.log_pattern!r} (the pattern must match a whole name)")
+    return names
+
+
+class SourceShape:
+    """What a read returns: the payload format and, for Arrow logs, the written columns' Spark
+    schema as JSON (None for raw, or for a single Arrow ledger whose schema comes from entry 0)."""
+
+    __slots__ = ("payload_format", "schema_json")
+
+    def __init__(self, payload_format: str, schema_json: str | None):
+        self.payload_format = payload_format
+        self.schema_json = schema_json
+
+
+def _log_shape(rec: LogRecord, opts: LedgerSourceOptions) -> SourceShape:
     fmt = opts.payload_format or rec.payload_format
     if fmt == "arrow" and rec.payload_format != "arrow":
         raise LedgerSourceError(f"log {rec.name!r} holds raw entries, not Arrow (option payloadFormat)")
     if fmt == "arrow" and rec.schema is None:
         raise LedgerSourceError(f"Arrow log {rec.name!r} has no recorded schema yet (nothing was written)")
     return SourceShape(fmt, rec.schema if fmt == "arrow" else None)
+
+
+def shape_of(client: LedgerClient, opts: LedgerSourceOptions) -> SourceShape:
+    """The payload format (an explicit payloadFormat wins; else what the logs recorded) and schema;
+    several logs must agree on both."""
+    if opts.ledger is not None:
+        return SourceShape(opts.payload_format or "raw", None)
+    first: tuple[str, SourceShape] | None = None
+    for name in select_logs(client, opts):
+        shape = _log_shape(read_log_head(client, opts, name).record, opts)
+        if first is None:
+            first = (name, shape)
+        elif (shape.payload_format, shape.schema_json) != (first[1].payload_format, first[1].schema_json):
+            what = "payload formats" if shape.payload_format != first[1].payload_format else "schemas"
+            raise LedgerSourceError(f"logs {first[0]!r} and {name!r} have different {what} "
+                                    f"({first[1].schema_json or first[1].payload_format} and "
+                                    f"{shape.schema_json or shape.payload_format}): read them in separate queries")
+    assert first is not None  # select_logs returns at least one log
+    return first[1]
 
 
 def last_readable(client: LedgerClient, meta: LedgerMetadata, version: int, opts: LedgerSourceOptions) -> int:
@@ -113,75 +152,112 @@ def last_readable(client: LedgerClient, meta: LedgerMetadata, version: int, opts
         handle.close()
 
 
-def _check_position(client: LedgerClient, head: LogHead | None, option: str, bound: Bound) -> None:
-    p = bound.position
-    if p is None or head is None:
-        return
-    found = first_ledger(client, head, p.seq)  # the one segment (or the tail) holding p.seq
-    at = found.ledger_id if found is not None and found.seq == p.seq else None
-    if at is not None and at != p.ledger_id:
-        raise OptionError(option, f"position {p} names ledger {p.ledger_id}, but seq {p.seq} of this log is ledger {at}")
+def _span(seq: int, last: int, start: Cut, end: Cut | None) -> Span | None:
+    """The entries of ledger `seq` (readable to `last`) inside [start, end), or None."""
+    first, skip = (start.entry, start.index) if seq == start.seq else (0, 0)
+    keep = None
+    if end is not None and seq == end.seq:
+        if end.index:
+            last, keep = min(last, end.entry), (end.index if last >= end.entry else None)
+        else:
+            last = min(last, end.entry - 1)
+    if last < first or (first == last and keep is not None and keep <= skip):
+        return None
+    return Span(first, last, skip, keep)
 
 
-def plan_ranges(client: LedgerClient, opts: LedgerSourceOptions) -> list[LedgerRange]:
-    """The ranges a batch read covers, in log order. Of a log, only the segments covering the
-    range asked for are fetched."""
-    start, end = opts.starting.position, opts.ending.position
-    head: LogHead | None = None
-    ledgers: Iterator[tuple[int, LedgerId]]
-    if opts.log is not None:
-        head = read_log_head(client, opts)
-        ledgers = ((lg.seq, lg.ledger_id) for lg in log_ledgers(client, head, 0 if start is None else start.seq))
-    elif opts.ledger is not None:
-        ledgers = iter([(0, opts.ledger)])
-    else:
-        raise OptionError("log", "give exactly one of log and ledger")
-    if opts.starting.kind == "latest" or opts.ending.kind == "earliest":
-        return []  # a batch read that starts after the end (or ends before the start) is empty
-    _check_position(client, head, "startingPosition", opts.starting)
-    _check_position(client, head, "endingPosition", opts.ending)
-    ranges: list[LedgerRange] = []
-    for seq, lid in ledgers:
-        if start is not None and seq < start.seq:
+def _ledger_meta(client: LedgerClient, opts: LedgerSourceOptions, name: str | None, lg: LogLedger
+                 ) -> tuple[LedgerMetadata, int] | None:
+    """A ledger's metadata and version; None (after a warning) when it is gone and data loss is allowed."""
+    try:
+        meta, version = client.ledgers.read(lg.ledger_id)
+    except NoSuchLedgerError:
+        if name is None:
+            raise LedgerSourceError(f"no ledger {lg.ledger_id} in {printable(opts.metadata_uri)} (option ledger)") from None
+        message = f"log {name!r}: ledger {lg.ledger_id} (seq {lg.seq}) is listed but gone (deleted: trimmed while planning?)"
+        if opts.read.fail_on_data_loss:
+            raise DataLossError(f"{message}. Set failOnDataLoss=false to skip it") from None
+        log.warning("data loss (failOnDataLoss=false, skipped): %s", message)
+        return None
+    if not meta.check_password(opts.password):
+        what = f"log {name!r} (ledger {lg.ledger_id})" if name is not None else f"ledger {lg.ledger_id}"
+        raise OptionError("password", f"wrong password for {what}: give the one it was written with "
+                          "(option password or password_file)")
+    return meta, version
+
+
+def _ranges_of(client: LedgerClient, opts: LedgerSourceOptions, name: str | None, ledgers: Iterator[LogLedger],
+               start: Cut, end: Cut | None, out: list[LedgerRange]) -> None:
+    for lg in ledgers:
+        if lg.seq < start.seq:
             continue
-        if end is not None and seq > end.seq:
+        if end is not None and (lg.seq > end.seq or (lg.seq == end.seq and end.entry == 0 and end.index == 0)):
             break
-        try:
-            meta, version = client.ledgers.read(lid)
-        except NoSuchLedgerError:
-            if opts.ledger is not None:
-                raise LedgerSourceError(f"no ledger {lid} in {opts.metadata_uri} (option ledger)") from None
-            log.info("ledger of the log is gone (trimmed while planning), skipping log=%s ledger=%s", opts.log, lid)
+        found = _ledger_meta(client, opts, name, lg)
+        if found is None:
             continue
-        if not meta.check_password(opts.password):
-            raise OptionError("password", f"wrong password for ledger {lid} of {opts.target}")
-        first = start.entry_id if start is not None and seq == start.seq else 0
-        last = last_readable(client, meta, version, opts)
-        if end is not None and seq == end.seq:
-            last = min(last, end.entry_id)
-        if last < first:
+        meta, version = found
+        span = _span(lg.seq, last_readable(client, meta, version, opts), start, end)
+        if span is None:
             continue
-        add_fragment_ranges(ranges, seq, lid, meta, version, first, last, opts.max_entries_per_partition,
+        place = RowPlace(name, lg.seq if name is not None else None, lg.ledger_id.qualified_name,
+                         lg.ctime_ms if name is not None else meta.ctime_ms)
+        add_fragment_ranges(out, lg.seq, lg.ledger_id, meta, version, span, opts.max_entries_per_partition, place,
                             limit=PARTITIONS_MAX)
+
+
+def _bound_option(opts: LedgerSourceOptions, which: str, name: str) -> str:
+    """The option a log's bound came from, for messages."""
+    by_log = opts.read.starting_by_log if which == "starting" else opts.read.ending_by_log
+    bound = opts.read.starting if which == "starting" else opts.read.ending
+    if name in dict(by_log):
+        return f"{which}Positions"
+    return f"{which}Timestamp" if bound.kind == "timestamp" else f"{which}Position"
+
+
+def plan_log(client: LedgerClient, opts: LedgerSourceOptions, name: str, fmt: str, out: list[LedgerRange]) -> None:
+    """Append the ranges of one log's read. Of a log, only the segments covering it are fetched."""
+    view = HeadView(client, read_log_head(client, opts, name))
+    start = start_cut(view, _bound_option(opts, "starting", name), opts.read.starting_for(name),
+                      opts.read.fail_on_data_loss)
+    end = end_cut(view, _bound_option(opts, "ending", name), opts.read.ending_for(name))
+    if fmt == "raw":
+        start = start.for_raw() if start is not None else None
+        end = end.for_raw() if end is not None else None
+    if start is None or (end is not None and end <= start):
+        return  # starts after the end (latest, a later time) or ends before the start: empty
+    _ranges_of(client, opts, name, view.ledgers(start.seq), start, end, out)
+
+
+def _plan_ledger(client: LedgerClient, opts: LedgerSourceOptions, fmt: str, out: list[LedgerRange]) -> None:
+    """One ledger outside any log: positions in it use seq 0."""
+    assert opts.ledger is not None
+    if opts.starting.kind == "latest" or opts.ending.kind == "earliest":
+        return
+    start = Cut(0, 0) if opts.starting.position is None else Cut(opts.starting.position.seq,
+                                                                  opts.starting.position.entry_id, opts.starting.index)
+    end = None if opts.ending.position is None else Cut(opts.ending.position.seq, opts.ending.position.entry_id,
+                                                        opts.ending.index)
+    if fmt == "raw":
+        start, end = start.for_raw(), (end.for_raw() if end is not None else None)
+    _ranges_of(client, opts, None, iter([LogLedger(0, opts.ledger, 0)]), start, end, out)
+
+
+def plan_ranges(client: LedgerClient, opts: LedgerSourceOptions, payload_format: str | None = None) -> list[LedgerRange]:
+    """The ranges a batch read covers: log by log (in the order named, or sorted for a pattern),
+    each in log order; then cut to at least minPartitions."""
+    fmt = payload_format or shape_of(client, opts).payload_format
+    ranges: list[LedgerRange] = []
+    if opts.ledger is not None:
+        _plan_ledger(client, opts, fmt, ranges)
+    else:
+        for name in select_logs(client, opts):
+            plan_log(client, opts, name, fmt, ranges)
+    ranges = split_to_min_partitions(ranges, opts.read.min_partitions)
+    if len(ranges) > PARTITIONS_MAX:
+        raise OptionError("minPartitions", f"the read would need more than {PARTITIONS_MAX} partitions; lower it")
     log.info("read planned target=%s ranges=%d entries=%d", opts.target, len(ranges), sum(r.entries for r in ranges))
     return ranges
-
-
-def add_fragment_ranges(ranges: list[LedgerRange], seq: int, lid: LedgerId, meta: LedgerMetadata, version: int,
-                        first: int, last: int, max_entries: int, *, limit: int | None = None) -> None:
-    """Append the ranges covering entries first..last of one ledger: one per fragment (its own
-    ensemble), each split to at most `max_entries` entries. More than `limit` ranges in all is
-    an OptionError naming maxEntriesPerPartition."""
-    for seg_index, seg in enumerate(meta.segments):
-        seg_last = meta.segment_last_entry_id(seg_index)
-        lo = max(first, seg.first_entry_id)
-        hi = last if seg_last is None else min(last, seg_last)
-        while lo <= hi:
-            top = min(hi, lo + max_entries - 1)
-            ranges.append(LedgerRange(len(ranges), seq, lid, lo, top, seg.bookies, meta, version))
-            if limit is not None and len(ranges) > limit:
-                raise OptionError("maxEntriesPerPartition", f"the read would need more than {limit} partitions; raise it")
-            lo = top + 1
 
 
 def open_client(opts: LedgerSourceOptions, *, add_timeout_s: float = 10.0) -> LedgerClient:
@@ -197,4 +273,5 @@ def open_client(opts: LedgerSourceOptions, *, add_timeout_s: float = 10.0) -> Le
         return LedgerClient(opts.metadata_uri, add_timeout_s=add_timeout_s)
     except MetadataError as exc:
         raise LedgerSourceError(
-            f"cannot open the metadata service {opts.metadata_uri} (option metadataServiceUri): {exc}") from exc
+            f"cannot reach the metadata service {printable(opts.metadata_uri)} (option metadataServiceUri): {exc}; "
+            "check the address and that the service is running") from None

@@ -199,12 +199,13 @@ class RangeReader:
     # ---- output (the consumer thread) ----------------------------------------------------------------
 
     def _batches(self, run: codec.DecodedRun) -> Iterator[pa.RecordBatch]:
-        lid = self.rng.ledger_id
+        place = self.rng.place
         if self.spec.payload_format == "raw":
-            yield codec.raw_batch(lid.scope_id, lid.id, run.first_entry_id, run.payloads, self.spec.schema)
+            yield codec.raw_batch(place, run.first_entry_id, run.payloads, self.spec.schema)
             return
         for i, buf in enumerate(run.buffers()):
-            yield from codec.decode_arrow_entry(buf, lid.id, run.first_entry_id + i, self.spec.schema)
+            entry_id = run.first_entry_id + i
+            yield from codec.decode_arrow_entry(buf, place, entry_id, self.spec.schema, *self.rng.rows_of(entry_id))
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         rng = self.rng

@@ -26,10 +26,11 @@ from pyspark.sql.datasource import (
     InputPartition,
     WriterCommitMessage,
 )
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
-from pyspark.sql.types import BinaryType, LongType, StructField, StructType
+from pyspark.sql.pandas.types import from_arrow_schema, from_arrow_type, to_arrow_schema
+from pyspark.sql.types import StructField, StructType
 
 from pyspark_ledger.datasource import SOURCE_NAME
+from pyspark_ledger.datasource.errors import user_errors, user_errors_in_iterator
 from pyspark_ledger.datasource.options import LedgerSourceOptions
 from pyspark_ledger.datasource.planning import (
     LedgerRange,
@@ -39,6 +40,7 @@ from pyspark_ledger.datasource.planning import (
     shape_of,
 )
 from pyspark_ledger.datasource.reader import ReadSpec, read_partition
+from pyspark_ledger.datasource.rows import meta_fields, raw_read_schema
 from pyspark_ledger.datasource.write_task import write_task
 from pyspark_ledger.datasource.writer import (
     TaskResult,
@@ -51,13 +53,8 @@ from pyspark_ledger.datasource.writer import (
 
 log = logging.getLogger(__name__)
 
-RAW_SCHEMA = StructType([
-    StructField("ledger_scope_id", LongType()),
-    StructField("ledger_id", LongType()),
-    StructField("entry_id", LongType()),
-    StructField("payload", BinaryType()),
-])
-META_FIELDS = [StructField("ledger_id", LongType()), StructField("entry_id", LongType())]
+# payload, then where each row is (rows.py: log, seq, ledger, entry, index, timestamp).
+RAW_SCHEMA = from_arrow_schema(raw_read_schema())
 
 
 def _all_nullable(value: Any) -> Any:
@@ -96,6 +93,7 @@ class LedgerDataSource(DataSource):
 
         return parse_stream_options(dict(self.options))[0]
 
+    @user_errors
     def schema(self) -> StructType:
         opts = self._options()
         with open_client(opts) as client:
@@ -106,14 +104,19 @@ class LedgerDataSource(DataSource):
                 data = StructType.fromJson(json.loads(shape.schema_json))
             else:
                 data = from_arrow_schema(_single_ledger_arrow_schema(client, opts))
-        return StructType(list(data.fields) + META_FIELDS)
+        # The written columns as recorded, then the metadata columns (renamed where a written one shadows them).
+        meta = [StructField(f.name, from_arrow_type(f.type)) for f in meta_fields(data.fieldNames())]
+        return StructType(list(data.fields) + meta)
 
+    @user_errors
     def reader(self, schema: StructType) -> LedgerReader:
         return LedgerReader(self._options(), schema)
 
+    @user_errors
     def writer(self, schema: StructType, overwrite: bool) -> LedgerWriter:
         return LedgerWriter(self._options(), schema, overwrite)
 
+    @user_errors
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:  # noqa: N802 - Spark's API
         from pyspark_ledger.datasource.stream_source import LedgerStreamWriter
         from pyspark_ledger.datasource.streaming import parse_stream_options
@@ -121,6 +124,7 @@ class LedgerDataSource(DataSource):
         opts, settings = parse_stream_options(dict(self.options))
         return LedgerStreamWriter(opts, settings, schema, overwrite, log_schema_json(schema))
 
+    @user_errors
     def streamReader(self, schema: StructType) -> Any:  # noqa: N802 - Spark's API
         from pyspark_ledger.datasource.stream_source import LedgerStreamReader
         from pyspark_ledger.datasource.streaming import parse_stream_options
@@ -167,10 +171,12 @@ class LedgerReader(DataSourceReader):
             self.payload_format = shape_of(client, opts).payload_format
         self.arrow_schema = _arrow_schema(schema)
 
+    @user_errors
     def partitions(self) -> list[InputPartition]:
         with open_client(self.opts) as client:
-            return [LedgerPartition(r) for r in plan_ranges(client, self.opts)]
+            return [LedgerPartition(r) for r in plan_ranges(client, self.opts, self.payload_format)]
 
+    @user_errors_in_iterator
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, LedgerPartition):
             return  # Spark's placeholder partition for an empty plan

@@ -30,8 +30,10 @@ from pyspark.sql.types import StructType
 
 from metadata.log_record import LogRecord
 from metadata.logs import LogExistsError
+from pyspark_ledger.datasource.errors import user_errors
 from pyspark_ledger.datasource.options import LedgerSourceOptions
 from pyspark_ledger.datasource.planning import LedgerRange, LedgerSourceError, open_client, shape_of
+from pyspark_ledger.datasource.read_options import check_stream_read
 from pyspark_ledger.datasource.reader import ReadSpec, read_partition
 from pyspark_ledger.datasource.streaming import (
     Offset,
@@ -119,6 +121,7 @@ class StreamPartition(InputPartition):
 
 class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: LedgerSourceOptions, settings: StreamSettings, schema: StructType, arrow_schema: pa.Schema):
+        check_stream_read(opts.read)
         self.opts = opts
         self.settings = settings
         self.schema = schema
@@ -127,6 +130,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.payload_format = shape_of(client, opts).payload_format
         self._target: Offset | None = None  # Trigger.AvailableNow's end
 
+    @user_errors
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's API
         with open_client(self.opts) as client:
             return initial_offset(client, self.opts).to_dict()
@@ -138,6 +142,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMaxBytes(self.settings.max_bytes_per_trigger)
         return ReadAllAvailable()
 
+    @user_errors
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802 - Spark's API
         begin = Offset.from_dict(start)
         max_entries = limit.max_rows if isinstance(limit, ReadMaxRows) else None
@@ -153,6 +158,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._target = latest_offset(client, self.opts, Offset(-1, 0), None, None)
         log.info("Trigger.AvailableNow target offset=%s", self._target)
 
+    @user_errors
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         with open_client(self.opts) as client:
             ranges = plan_stream_ranges(client, self.opts, self.settings, Offset.from_dict(start), Offset.from_dict(end))

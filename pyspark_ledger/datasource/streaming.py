@@ -40,6 +40,8 @@ from pyspark_ledger.datasource.planning import (
     open_client,
     read_log_head,
 )
+from pyspark_ledger.datasource.ranges import Span
+from pyspark_ledger.datasource.rows import RowPlace
 from pyspark_ledger.datasource.sink_epoch import hold_query_epoch
 from pyspark_ledger.datasource.write_task import write_task
 from pyspark_ledger.datasource.writer import (
@@ -61,7 +63,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STREAM_OPTIONS = ("maxentriespertrigger", "maxbytespertrigger", "failondataloss", "testfailcommit",
+STREAM_OPTIONS = ("maxentriespertrigger", "maxbytespertrigger", "testfailcommit",
                   # Spark passes the query's checkpoint location to sinks as an option: not ours.
                   "checkpointlocation")
 # Bytes per entry assumed for an open ledger when a byte limit applies (its sizes are unknown
@@ -97,19 +99,17 @@ def parse_stream_options(raw: Mapping[str, str]) -> tuple[LedgerSourceOptions, S
             raise OptionError(name, f"expected a positive integer, got {value}")
         return value
 
-    fail = str(lower.get("failondataloss", "true")).strip().lower()
-    if fail not in ("true", "false"):
-        raise OptionError("failOnDataLoss", f"expected true or false, got {lower['failondataloss']!r}")
+    opts = parse_options(rest)  # failOnDataLoss is a reading option of batch and stream alike
     fail_commit = lower.get("testfailcommit")
     if fail_commit is not None and fail_commit not in ("before", "after"):
         raise OptionError("testFailCommit", f"expected before or after, got {fail_commit!r}")
     settings = StreamSettings(
         positive("maxentriespertrigger", "maxEntriesPerTrigger"),
         positive("maxbytespertrigger", "maxBytesPerTrigger"),
-        fail == "true",
+        opts.read.fail_on_data_loss,
         fail_commit,
     )
-    return parse_options(rest), settings
+    return opts, settings
 
 
 # ---- offsets -----------------------------------------------------------------------------------------
@@ -249,7 +249,9 @@ def plan_stream_ranges(client: LedgerClient, opts: LedgerSourceOptions, settings
             # A ledger before the end ledger is finished for this stream: it was sealed (or
             # recovered) before the later ledger appeared; read it to its end.
             last = last_readable(client, meta, version, opts)
-        add_fragment_ranges(ranges, lg.seq, lg.ledger_id, meta, version, first, last, opts.max_entries_per_partition)
+        place = RowPlace(rec.name, lg.seq, lg.ledger_id.qualified_name, lg.ctime_ms)
+        add_fragment_ranges(ranges, lg.seq, lg.ledger_id, meta, version, Span(first, last), opts.max_entries_per_partition,
+                            place)
     return ranges
 
 

@@ -119,12 +119,7 @@ def check_columns(payload_format: str, names: list[str], types: dict[str, str]) 
             raise OptionError(
                 "payloadFormat", f"raw writes store only the payload column; drop {extra} or write with payloadFormat=arrow"
             )
-    else:
-        clash = [n for n in names if n in codec.META_COLUMNS]
-        if clash:
-            raise OptionError(
-                "payloadFormat", f"Arrow logs add the columns {list(codec.META_COLUMNS)} when read; drop {clash} before writing"
-            )
+    # Arrow: any column names; a read renames a metadata column that a written one shadows (rows.py).
 
 
 def _check_compatible(rec: LogRecord, job: WriteJob) -> None:

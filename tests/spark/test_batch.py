@@ -20,9 +20,11 @@ from pyspark.sql import functions as F
 
 from metadata import CloseReason, LedgerId, LedgerState, NoSuchLedgerError
 from pyspark_ledger.client import LedgerClient
+from pyspark_ledger.datasource.rows import META_NAMES
 from tests.spark.conftest import ledger_opts
 
 ROWS_BIG = 1_000_000
+META = list(META_NAMES)  # the columns every row read carries (log, seq, ledger, entry, index, timestamp)
 
 
 def write(df: DataFrame, uri: str, name: str, mode: str = "append", **opts: Any) -> None:
@@ -81,19 +83,19 @@ def test_raw_round_trip_of_a_million_entries(spark: SparkSession, uri: str, log_
         F.expr("cast(concat('entry-', cast(id as string), repeat('.', 80)) as binary)").alias("payload"))
     write(df, uri, log_name)
     got = read(spark, uri, log_name, maxEntriesPerPartition=300_000)
-    assert got.columns == ["ledger_scope_id", "ledger_id", "entry_id", "payload"]
+    assert got.columns == ["payload", *META]
     assert_same_rows(got.select("payload"), df)
     # Every ledger is read whole and in order: entry ids 0..n-1 per ledger.
-    per_ledger = got.groupBy("ledger_id").agg(
-        F.min("entry_id").alias("lo"), F.max("entry_id").alias("hi"), F.count("*").alias("n")).collect()
+    per_ledger = got.groupBy("ledger").agg(
+        F.min("entry").alias("lo"), F.max("entry").alias("hi"), F.count("*").alias("n")).collect()
     assert all(r.lo == 0 and r.hi == r.n - 1 for r in per_ledger)
     rec = client.describe_log(log_name)
     assert rec.payload_format == "raw" and sum(lg.entry_count or 0 for lg in rec.ledgers) == ROWS_BIG
     # The log lists the ledgers in partition order (not id order: tasks race to allocate ids), so
     # the first row of each ledger in log order ascends through the source range.
-    first_row = {r.ledger_id: r.first for r in got.groupBy("ledger_id").agg(
+    first_row = {r.ledger: r.first for r in got.groupBy("ledger").agg(
         F.min(F.expr("cast(regexp_extract(cast(payload as string), 'entry-([0-9]+)', 1) as bigint)")).alias("first")).collect()}
-    order = [lg.ledger_id.id for lg in rec.ledgers]
+    order = [lg.ledger_id.qualified_name for lg in rec.ledgers]
     assert sorted(order) == sorted(first_row) and [first_row[i] for i in order] == sorted(first_row.values())
     assert staging_of(client, log_name) == []
 
@@ -110,15 +112,15 @@ def test_arrow_round_trip_of_a_million_rows(spark: SparkSession, uri: str, log_n
     )
     write(df, uri, log_name, payloadFormat="arrow", arrowBatchRows=20_000)
     got = read(spark, uri, log_name)
-    assert got.columns == df.columns + ["ledger_id", "entry_id"]
+    assert got.columns == df.columns + META
     # Same types; the log's schema makes everything nullable (appends may differ in nullability).
     assert [f.dataType.simpleString() for f in got.schema.fields[: len(df.columns)]] == \
         [f.dataType.simpleString() for f in df.schema.fields]
-    assert_same_rows(got.drop("ledger_id", "entry_id"), df)
+    assert_same_rows(got.drop(*META), df)
     rec = client.describe_log(log_name)
     assert rec.payload_format == "arrow" and rec.schema is not None and json.loads(rec.schema)["type"] == "struct"
     # An entry holds at most arrowBatchRows rows.
-    assert got.groupBy("ledger_id", "entry_id").count().agg(F.max("count")).first()[0] <= 20_000
+    assert got.groupBy("ledger", "entry").count().agg(F.max("count")).first()[0] <= 20_000
 
 
 def test_overwrite_replaces_the_log_atomically_and_deletes_old_ledgers(spark: SparkSession, uri: str, log_name: str,
@@ -129,7 +131,7 @@ def test_overwrite_replaces_the_log_atomically_and_deletes_old_ledgers(spark: Sp
     write(first, uri, log_name)  # the log's recorded format (arrow) is the default for appends
     old = [lg.ledger_id for lg in client.describe_log(log_name).ledgers]
     second.write.format("ledger").option("metadataServiceUri", uri).mode("overwrite").save(log_name)  # path = log
-    assert_same_rows(read(spark, uri, log_name).drop("ledger_id", "entry_id"), second)
+    assert_same_rows(read(spark, uri, log_name).drop(*META), second)
     rec = client.describe_log(log_name)
     assert not set(old) & {lg.ledger_id for lg in rec.ledgers} and rec.pending_deletions == ()
     for lid in old:
@@ -161,7 +163,7 @@ def test_a_task_that_fails_once_is_retried_without_duplicates_or_loss(
     write(df, uri, log_name, payloadFormat="arrow", arrowBatchRows=1000, testFailAttempts=1, testFailMode=fail_mode)
     got = read(spark, uri, log_name)
     assert got.select("id").distinct().count() == 60_000
-    assert_same_rows(got.drop("ledger_id", "entry_id"), df)
+    assert_same_rows(got.drop(*META), df)
     committed = {lg.ledger_id for lg in client.describe_log(log_name).ledgers}
     assert len(committed) == 2
     assert_gone_or_marked(client, all_ledgers(client) - before - committed)
@@ -217,13 +219,13 @@ def test_read_during_appends_returns_a_prefix_up_to_the_planned_lac(spark: Spark
             time.sleep(0.05)
         assert not errors and acked[0] >= 4000
         acked_before = acked[0]
-        rows = read(spark, uri, log_name).select("ledger_id", "entry_id", "payload").collect()
+        rows = read(spark, uri, log_name).select("seq", "entry", "payload").collect()
         acked_after = acked[0]
     finally:
         stop.set()
         t.join(timeout=60)
     assert not errors, errors
-    rows.sort(key=lambda r: (r.ledger_id, r.entry_id))  # scope-0 ids grow along the log
+    rows.sort(key=lambda r: (r.seq, r.entry))
     payloads = [bytes(r.payload) for r in rows]
     # A consistent prefix: no gap, no duplicate, nothing past what was acknowledged ...
     assert payloads == [f"{i:08d}".encode() for i in range(len(payloads))]
@@ -231,7 +233,7 @@ def test_read_during_appends_returns_a_prefix_up_to_the_planned_lac(spark: Spark
     # ... ending at the LAC seen at planning: with one entry in flight a bookie's LAC trails the
     # writer's acknowledgements by at most one entry.
     assert len(payloads) >= acked_before - 1
-    assert len({r.ledger_id for r in rows}) >= 2  # the read crossed rollovers (sealed + open ledgers)
+    assert len({r.seq for r in rows}) >= 2  # the read crossed rollovers (sealed + open ledgers)
 
 
 def test_positions_bound_the_read(spark: SparkSession, uri: str, log_name: str, client: LedgerClient) -> None:
@@ -240,7 +242,8 @@ def test_positions_bound_the_read(spark: SparkSession, uri: str, log_name: str, 
     start, end = positions[120], positions[305]
     got = read(spark, uri, log_name, startingPosition=json.dumps(start.to_json()),
                endingPosition=json.dumps(end.to_json()), maxEntriesPerPartition=40)
-    assert sorted(int(r.payload) for r in got.select("payload").collect()) == list(range(120, 306))
+    # The start is inclusive, the end exclusive (as Kafka's offsets).
+    assert sorted(int(r.payload) for r in got.select("payload").collect()) == list(range(120, 305))
     assert read(spark, uri, log_name, startingPosition="latest").count() == 0
     # One ledger on its own, by qualified name.
     lid = positions[150].ledger_id

@@ -17,6 +17,7 @@ from pyspark_ledger.datasource import codec
 from pyspark_ledger.datasource.options import parse_options
 from pyspark_ledger.datasource.planning import LedgerRange, plan_ranges
 from pyspark_ledger.datasource.reader import ReadSpec, read_range
+from pyspark_ledger.datasource.rows import arrow_read_schema
 from pyspark_ledger.testing.local_cluster import LocalCluster
 from pyspark_ledger.transport.run_response import parse_run_response
 
@@ -199,7 +200,8 @@ def test_arrow_entries_come_back_as_the_written_columns(client: LedgerClient, lo
     with client.open_log_writer(log_name) as w:
         for entry in list(packer.add(batch)) + list(packer.flush()):
             w.append(entry.to_pybytes())
-    spec = ReadSpec("arrow", codec.arrow_read_schema(schema), b"")
+    spec = ReadSpec("arrow", arrow_read_schema(schema), b"")
     rows = pa.Table.from_batches([b for r in plan(client, log_name) for b in read_range(client, r, spec)])
     assert rows.column("id").to_pylist() == list(range(2000))
-    assert rows.column("entry_id").to_pylist() == [i // 250 for i in range(2000)]
+    assert rows.column("entry").to_pylist() == [i // 250 for i in range(2000)]
+    assert rows.column("index").to_pylist() == [i % 250 for i in range(2000)]
