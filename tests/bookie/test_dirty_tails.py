@@ -131,10 +131,10 @@ def spark_entry_ids(uri: str, lid: LedgerId, work: Path) -> list[tuple[int, byte
                                 conf={"spark.sql.warehouse.dir": str(work / "warehouse")})
     try:
         rows = (spark.read.format("ledger").option("metadataServiceUri", uri)
-                .option("ledger", lid.qualified_name).load().select("entry_id", "payload").collect())
+                .option("ledger", lid.qualified_name).load().select("entry", "payload").collect())
     finally:
         spark.stop()
-    return sorted((r.entry_id, bytes(r.payload)) for r in rows)
+    return sorted((r.entry, bytes(r.payload)) for r in rows)
 
 
 def test_dirty_tail_is_never_served_and_the_cap_survives_a_restart(cluster: LocalCluster, tmp_path: Path) -> None:
