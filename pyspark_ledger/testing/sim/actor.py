@@ -81,7 +81,7 @@ class Actor:
         def run() -> None:
             try:
                 result = op()
-            except Exception as exc:  # noqa: BLE001 - handed to the caller, who decides
+            except Exception as exc:
                 if type(exc).__name__ == "Violation":
                     raise
                 result = exc

@@ -9,8 +9,8 @@ refused, reads and fences served), a corrupted copy (its digest no longer matche
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from pyspark_ledger.testing.sim.world import World
 
@@ -140,7 +140,7 @@ class SimBookie:
             total += size
             if copy is None:
                 out.append((eid, NO_ENTRY, None))
-            elif eid in lc.corrupt and eid not in lc.unsynced:  # type: ignore[union-attr]
+            elif eid in lc.corrupt and eid not in lc.unsynced:  # type: ignore[union-attr]  # a copy implies its ledger's state
                 out.append((eid, CORRUPT, None))
             else:
                 out.append((eid, PRESENT, copy))

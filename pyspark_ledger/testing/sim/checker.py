@@ -15,7 +15,7 @@ the end. A broken one raises Violation (the run stops there and the seed is repo
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from pyspark_ledger.testing.sim.bookie import SimBookie, SimEntry
 from pyspark_ledger.testing.sim.metastore import CLOSED, LedgerMeta, MetaStore

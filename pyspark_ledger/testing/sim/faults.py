@@ -9,7 +9,8 @@ Network loss and duplication are per message (network.py). At the heal every fau
 
 from __future__ import annotations
 
-from typing import Sequence
+import functools
+from collections.abc import Sequence
 
 from pyspark_ledger.testing.sim.actor import Cluster
 from pyspark_ledger.testing.sim.logwriter import SimLogWriter
@@ -28,7 +29,7 @@ def schedule_faults(cluster: Cluster, count: int, heal_s: float, primary: SimLog
         duration_s = rng.uniform(0.1, heal_s * 0.5)
         bookie_id = rng.choice(list(cluster.bookie_ids))
         client = rng.choice(list(clients))
-        world.at(at_s, lambda k=kind, b=bookie_id, c=client, d=duration_s: _inject(cluster, k, b, c, d, primary),
+        world.at(at_s, functools.partial(_inject, cluster, kind, bookie_id, client, duration_s, primary),
                  f"fault {kind}")
     world.at(heal_s, lambda: heal(cluster), "HEAL")
 
@@ -57,7 +58,7 @@ def _inject(cluster: Cluster, kind: str, b: str, client: str, duration_s: float,
     elif kind == "slow":
         world.fault(kind, b)
         cluster.net.slow_s[b] = world.rng.uniform(0.02, 0.2)
-        world.at(duration_s, lambda: cluster.net.slow_s.pop(b, None), f"{b} fast again")
+        world.at(duration_s, functools.partial(_fast_again, cluster, b), f"{b} fast again")
     elif kind == "meta_conflict":
         record, _ = store.log
         if record.ledgers:
@@ -96,3 +97,7 @@ def heal(cluster: Cluster) -> None:
             bookie.restart()
         bookie.readonly = False
         bookie.fsync_failing = False
+
+
+def _fast_again(cluster: Cluster, bookie_id: str) -> None:
+    cluster.net.slow_s.pop(bookie_id, None)

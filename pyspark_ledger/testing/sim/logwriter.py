@@ -7,11 +7,12 @@ not notice until it runs again; by then another writer may have fenced and close
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable
+from typing import cast
 
 from pyspark_ledger.testing.sim.actor import Actor, Cluster
-from pyspark_ledger.testing.sim.metastore import CLOSED, BadVersion, LogRecord
+from pyspark_ledger.testing.sim.metastore import CLOSED, BadVersion, LedgerMeta, LogRecord
 from pyspark_ledger.testing.sim.recoverer import SimRecovery
 from pyspark_ledger.testing.sim.writer import SimWriter
 
@@ -19,7 +20,7 @@ from pyspark_ledger.testing.sim.writer import SimWriter
 class SimLogWriter(Actor):
     def __init__(self, cluster: Cluster, name: str, *, ledgers_total: int, entries_per_ledger: int,
                  quorum: tuple[int, int, int], attempts_max: int, retry_s: float, give_up_at_s: float,
-                 on_end: Callable[["SimLogWriter", str | None], None]):
+                 on_end: Callable[[SimLogWriter, str | None], None]):
         super().__init__(cluster, name)
         self.session = cluster.store.new_session()
         self.ledgers_total, self.entries_per_ledger = ledgers_total, entries_per_ledger
@@ -74,7 +75,7 @@ class SimLogWriter(Actor):
             elif isinstance(result, (str, BadVersion)):
                 self._retry(str(result))
             else:
-                self._recover_last(result)  # type: ignore[arg-type]
+                self._recover_last(cast(LogRecord, result))  # neither an error nor a conflict: the record
 
         self.meta_call(op, then, "lock")
 
@@ -119,7 +120,8 @@ class SimLogWriter(Actor):
             if isinstance(result, (str, BadVersion)):
                 self._retry(str(result))
                 return
-            writer = SimWriter(self.cluster, f"{self.name}.w{result.ledger}", result, 0,  # type: ignore[attr-defined]
+            meta = cast(LedgerMeta, result)  # neither an error nor a conflict: the new ledger
+            writer = SimWriter(self.cluster, f"{self.name}.w{meta.ledger}", meta, 0,
                                self.entries_per_ledger, self._writer_ended)
             writer.paused_until_s = self.paused_until_s
             self.writer = writer

@@ -7,7 +7,7 @@ heal: partitions are lifted and loss and duplication drop to zero, delays stay.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from pyspark_ledger.testing.sim.world import World
 

@@ -7,8 +7,10 @@ after recovery_close_verdict (or adopting another's close).
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Callable, Sequence
+from typing import cast
 
 from pyspark_ledger.protocol.close_rules import (
     RecoveryCloseVerdict,
@@ -16,14 +18,14 @@ from pyspark_ledger.protocol.close_rules import (
     recovery_close_point,
     recovery_close_verdict,
 )
-from pyspark_ledger.protocol.distribution import byte_bounded_chunks, covers_every_write_set
+from pyspark_ledger.protocol.distribution import covers_every_write_set
 from pyspark_ledger.protocol.ensemble_change import recovery_fragments
 from pyspark_ledger.protocol.invariants import ensure
 from pyspark_ledger.protocol.recovery_plan import Answer, recovery_start
 from pyspark_ledger.protocol.recovery_reader import Done, Fail, Read, ReaderCommand, RecoveryReader, RetryAfter
 from pyspark_ledger.testing.sim.actor import Actor, Cluster
-from pyspark_ledger.testing.sim.bookie import CORRUPT, OK, PRESENT, SimBookie, SimEntry
-from pyspark_ledger.testing.sim.metastore import CLOSED, IN_RECOVERY, OPEN, BadVersion, Fragment, LedgerMeta
+from pyspark_ledger.testing.sim.bookie import CORRUPT, PRESENT, SimBookie, SimEntry
+from pyspark_ledger.testing.sim.metastore import CLOSED, IN_RECOVERY, BadVersion, Fragment, LedgerMeta
 from pyspark_ledger.testing.sim.payload import length_through
 from pyspark_ledger.testing.sim.replicate import replicate
 
@@ -79,7 +81,7 @@ class SimRecovery(Actor):
             self.world.stats["recoveries_concurrent"] += 1
         active.append(self.name)
         def then(result: object) -> None:
-            self.meta, self.version = result  # type: ignore[misc]
+            self.meta, self.version = cast("tuple[LedgerMeta, int]", result)  # the store's (meta, version)
             self._mark_in_recovery(CAS_ATTEMPTS_MAX)
 
         self.meta_call(lambda: self.cluster.store.read(self.ledger), then, f"read {self.ledger}")
@@ -113,7 +115,7 @@ class SimRecovery(Actor):
                 self.meta, self.version = store.read(self.ledger)
                 self._mark_in_recovery(attempts - 1)
                 return
-            self.meta, self.version = meta.start_recovery(), result  # type: ignore[assignment]
+            self.meta, self.version = meta.start_recovery(), cast(int, result)  # a CAS answers the new version
             self._fence_round(0, {})
 
         self.meta_call(lambda: store.cas(meta.start_recovery(), version), then, f"mark {self.ledger} IN_RECOVERY")
@@ -136,7 +138,7 @@ class SimRecovery(Actor):
                 lac = bookie.fence(self.ledger)
                 if lac is not None:
                     respond(lac)
-            self.call_bookie(b, request, lambda lac, b=b: arrived(b, lac), lambda b=b: arrived(b, None),
+            self.call_bookie(b, request, functools.partial(arrived, b), functools.partial(arrived, b, None),
                              RPC_TIMEOUT_S, f"fence {self.ledger}")
 
     def _fence_round_done(self, round_: int, answered: dict[str, int]) -> None:
@@ -190,7 +192,7 @@ class SimRecovery(Actor):
         def arrived(b: str, reply: object) -> None:
             waiting.discard(b)
             if reply is not None:
-                answers = answers_of(reply)  # type: ignore[arg-type]
+                answers = answers_of(cast("list[tuple[int, str, SimEntry | None]]", reply))  # a bookie read's rows
                 if len(answers) < window.last - window.first + 1 and answers[max(answers)][0] is not Answer.ABSENT:
                     self.world.stats["recovery_short_answers"] += 1
                 reader.on_answers(b, answers)
@@ -202,7 +204,7 @@ class SimRecovery(Actor):
                 reply = bookie.read(self.ledger, window.first, window.last, window.max_bytes, fence=True)
                 if reply is not None:
                     respond(reply)
-            self.call_bookie(b, request, lambda r, b=b: arrived(b, r), lambda b=b: arrived(b, None),
+            self.call_bookie(b, request, functools.partial(arrived, b), functools.partial(arrived, b, None),
                              RPC_TIMEOUT_S, f"read {self.ledger}/{window.first}-{window.last}")
 
     # ---- 4. re-replication, 5. close -----------------------------------------------------------
@@ -257,7 +259,7 @@ class SimRecovery(Actor):
 
         def read(result: object) -> None:
             assert self.meta is not None
-            meta, version = result  # type: ignore[misc]
+            meta, version = cast("tuple[LedgerMeta, int]", result)  # the store's (meta, version)
             verdict = recovery_close_verdict(meta.state, _pairs(meta), _pairs(self.meta))
             if verdict is RecoveryCloseVerdict.ADOPT:
                 self._adopt(meta)

@@ -5,7 +5,8 @@ a failed or timed-out batch names its bookie as failed."""
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import functools
+from collections.abc import Callable, Sequence
 
 from pyspark_ledger.protocol.distribution import byte_bounded_chunks
 from pyspark_ledger.testing.sim.actor import Actor
@@ -56,6 +57,6 @@ def replicate(actor: Actor, ledger: int, copies: Sequence[tuple[SimEntry, tuple[
             for c in batch:
                 bookie.add(c, True, one)
 
-        actor.call_bookie(b, request, lambda ok, b=b, batch=batch: answered(b, batch, ok),
-                          lambda b=b, batch=batch: answered(b, batch, False), REPLICATE_TIMEOUT_S,
+        actor.call_bookie(b, request, functools.partial(answered, b, batch),
+                          functools.partial(answered, b, batch, False), REPLICATE_TIMEOUT_S,
                           f"recovery add {ledger} x{len(batch)}")

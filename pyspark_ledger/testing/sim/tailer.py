@@ -3,7 +3,8 @@ W-A+1 bookies of every write set: covers_every_write_set), a closed one up to it
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+import functools
+from collections.abc import Callable, Mapping
 
 from pyspark_ledger.protocol.distribution import covers_every_write_set
 from pyspark_ledger.testing.sim.actor import Actor, Cluster
@@ -70,7 +71,7 @@ class SimTailer(Actor):
                 answer = bookie.read_lac(meta.ledger)
                 if answer is not None:
                     respond(answer)
-            self.call_bookie(b, request, lambda a, b=b: arrived(b, a), lambda b=b: arrived(b, None),
+            self.call_bookie(b, request, functools.partial(arrived, b), functools.partial(arrived, b, None),
                              RPC_TIMEOUT_S, f"read lac {meta.ledger}")
 
     def _read_entries(self, meta: LedgerMeta, through: int) -> None:

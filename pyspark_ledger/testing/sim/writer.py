@@ -8,7 +8,8 @@ an ensemble change with no way to reach the ack quorum stops it with a clear err
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import cast
 
 from pyspark_ledger.protocol.close_rules import CloseVerdict, writer_close_verdict
 from pyspark_ledger.protocol.distribution import write_sets
@@ -27,7 +28,7 @@ CAS_ATTEMPTS_MAX = 20
 
 class SimWriter(Actor):
     def __init__(self, cluster: Cluster, name: str, meta: LedgerMeta, version: int, entries_total: int,
-                 on_end: Callable[["SimWriter", str | None], None]):
+                 on_end: Callable[[SimWriter, str | None], None]):
         super().__init__(cluster, name)
         self.ledger = meta.ledger
         self.meta, self.version = meta, version
@@ -159,7 +160,7 @@ class SimWriter(Actor):
                 else:
                     self._record_fragment(plan, attempts - 1)
                 return
-            meta, version = result  # type: ignore[misc]
+            meta, version = cast("tuple[LedgerMeta, int]", result)  # the store's (meta, version)
             if version < 0:
                 self._stop(f"ledger {self.ledger} is {meta.state}: another client is recovering it")
                 return
@@ -213,7 +214,7 @@ class SimWriter(Actor):
                 else:
                     self._close(attempts - 1)
                 return
-            verdict, meta, version = result  # type: ignore[misc]
+            verdict, meta, version = cast("tuple[CloseVerdict, LedgerMeta, int]", result)  # the close's answer
             if verdict is CloseVerdict.FENCED:
                 self._stop(f"ledger {self.ledger} is {meta.state} (closed at {meta.last_entry}) by another "
                            f"client; this writer acknowledged up to {lac}")
