@@ -40,7 +40,7 @@ def _cli(args: list[str], env: dict[str, str], pids: list[int], ps_seen: list[st
     try:
         ps_seen.append(_ps_args([proc.pid]))  # while it runs (it imports for about a second)
     except AssertionError:
-        ps_seen.append(" ".join(proc.args))  # type: ignore[arg-type]  # already gone: its argv then
+        ps_seen.append(" ".join(proc.args))  # already gone: its argv then
     out, err = proc.communicate(timeout=CLI_TIMEOUT_S)
     pids.append(proc.pid)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
