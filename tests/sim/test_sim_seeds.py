@@ -11,8 +11,8 @@ import os
 
 from pyspark_ledger.testing.sim.cli import replay_command, run_many
 
-SEEDS = int(os.environ.get("LEDGER_SIM_SEEDS", os.environ.get("SIM_CI_SEEDS", "5000")))
-JOBS = int(os.environ.get("LEDGER_SIM_JOBS", "1"))
+SEEDS = int(os.environ.get("LEDGER_SIM_SEEDS", os.environ.get("SIM_CI_SEEDS", "2000")))
+JOBS = int(os.environ.get("LEDGER_SIM_JOBS", "2"))
 
 FAULTS_EXPECTED = ("crash", "partition", "read_only", "fsync_failure", "corrupt", "slow", "meta_conflict",
                    "session_expiry", "zombie_pause", "loss", "duplicate",
