@@ -189,7 +189,7 @@ def _clean_up(context: LedgerContext, meta: LedgerMetadata, plan: ReshapePlan, c
     """Drop the copies on bookies the ledger left (best effort: a bookie that is down keeps them
     until the ledger is deleted), then the record."""
     key = (meta.ledger_id.scope_id, meta.ledger_id.id)
-    master_key = credentials.master_key if isinstance(credentials, LedgerKeys) else resolve_keys(meta, credentials).master_key
+    master_key = resolve_keys(meta, credentials).master_key  # keys pass through; a password is checked
     for bookie_id in plan.leaving:
         if bookie_id in meta.bookies():
             continue  # named again (a later change): keep

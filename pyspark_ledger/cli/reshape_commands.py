@@ -16,6 +16,7 @@ from pyspark_ledger.cli.output import print_json
 from pyspark_ledger.cli.passwords import add_password_args
 
 if TYPE_CHECKING:
+    from metadata import LedgerMetadata
     from pyspark_ledger.client import LedgerClient
 
 
@@ -41,8 +42,7 @@ def add_parsers(sub: Any, ledger_args: Any) -> None:
     add_password_args(p)
 
 
-def _shape(client: LedgerClient, args: argparse.Namespace, contract: bool) -> tuple[int, int, int, list[str]]:
-    meta = client.ledger_metadata(ledger_id(args))
+def _shape(meta: LedgerMetadata, args: argparse.Namespace, contract: bool) -> tuple[int, int, int, list[str]]:
     if contract:
         remove = list(dict.fromkeys(args.remove_bookie))
         e = args.ensemble_size if args.ensemble_size is not None else meta.ensemble_size - len(remove)
@@ -59,8 +59,8 @@ def _run(client: LedgerClient, args: argparse.Namespace, contract: bool) -> int:
     from pyspark_ledger.ledger.keys import CredentialSource
 
     lid = ledger_id(args)
-    e, w, a, remove = _shape(client, args, contract)
     meta = client.ledger_metadata(lid)
+    e, w, a, remove = _shape(meta, args, contract)
     credentials = CredentialSource(client.context, args.password).for_ledger(meta, avoid=remove)
     with tqdm(desc=f"reshaping {lid}", unit="B", unit_scale=True, file=sys.stderr,
               disable=args.json or not sys.stderr.isatty()) as bar:

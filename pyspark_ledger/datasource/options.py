@@ -27,6 +27,7 @@ from metadata.errors import InvalidUriError
 from metadata.paths import check_name
 from metadata.uri import parse_uri, with_client_params, zk_auth
 from pyspark_ledger.datasource.errors import OptionError, did_you_mean
+from pyspark_ledger.datasource.option_values import int_option, text_option
 from pyspark_ledger.datasource.positions import Bound
 from pyspark_ledger.datasource.read_options import ReadOptions, parse_read_options
 
@@ -125,27 +126,6 @@ class LedgerSourceOptions:
         return self.log
 
 
-def _int(options: Mapping[str, str], key: str, default: int, lo: int, hi: int) -> int:
-    raw = options.get(key.lower())
-    if raw is None:
-        return default
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise OptionError(key, f"expected an integer, got {raw!r}") from None
-    if not lo <= value <= hi:
-        raise OptionError(key, f"must be between {lo} and {hi}, got {value}")
-    return value
-
-
-def _text(options: Mapping[str, str], key: str) -> str | None:
-    raw = options.get(key.lower())
-    if raw is None:
-        return None
-    value = str(raw).strip()
-    return value or None
-
-
 def _owner(raw: str) -> Party:
     """`enterprise/system/service/instance`, any prefix of it (BP-44 createdOnBehalfOf)."""
     parts = [p.strip() for p in raw.split("/")]
@@ -159,7 +139,7 @@ def _owner(raw: str) -> Party:
 
 def _metadata_uri(opts: Mapping[str, str]) -> str:
     """metadataServiceUri with the client security options (CLIENT_URI_OPTIONS) as parameters."""
-    uri = _text(opts, "metadataServiceUri") or default_metadata_uri()
+    uri = text_option(opts, "metadataServiceUri") or default_metadata_uri()
     try:
         parse_uri(uri)
         uri = with_client_params(uri, {k: str(opts[k]) for k in CLIENT_URI_OPTIONS if opts.get(k)})
@@ -171,12 +151,12 @@ def _metadata_uri(opts: Mapping[str, str]) -> str:
 
 def _target(opts: Mapping[str, str]) -> tuple[str | None, LedgerId | None]:
     """What is read or written: a log (option log, or the load/save path) or one ledger."""
-    log_name = _text(opts, "log")
-    path = _text(opts, "path")
+    log_name = text_option(opts, "log")
+    path = text_option(opts, "path")
     if log_name is not None and path is not None and path != log_name:
         raise OptionError("log", f"given twice, as log={log_name!r} and as the path {path!r}")
     log_name = log_name or path
-    ledger_text = _text(opts, "ledger")
+    ledger_text = text_option(opts, "ledger")
     if log_name is not None:
         try:
             check_name("log", log_name)
@@ -216,37 +196,37 @@ def parse_options(options: Mapping[str, str]) -> LedgerSourceOptions:
     if log_name is None and len(read.logs) == 1:
         log_name = read.logs[0]
 
-    digest = _text(opts, "digestType") or DigestType.CRC32C.value
+    digest = text_option(opts, "digestType") or DigestType.CRC32C.value
     try:
         digest = DigestType.parse(digest).value
     except InvalidMetadataError as exc:
         raise OptionError("digestType", str(exc)) from None
 
-    e = _int(opts, "ensembleSize", 3, 1, 64)
-    w = _int(opts, "writeQuorumSize", min(3, e), 1, 64)
-    a = _int(opts, "ackQuorumSize", min(2, w), 1, 64)
+    e = _int_set(opts, "ensembleSize", 3, 1, 64)
+    w = _int_set(opts, "writeQuorumSize", min(3, e), 1, 64)
+    a = _int_set(opts, "ackQuorumSize", min(2, w), 1, 64)
     try:
         validate_quorum(e, w, a)
     except InvalidQuorumError as exc:
         culprit = "writeQuorumSize" if w > e else "ackQuorumSize"
         raise OptionError(culprit, f"{exc} (ensembleSize={e}, writeQuorumSize={w}, ackQuorumSize={a})") from None
 
-    fmt = _text(opts, "payloadFormat")
+    fmt = text_option(opts, "payloadFormat")
     if fmt is not None:
         fmt = fmt.lower()
         if fmt not in PAYLOAD_FORMATS:
             raise OptionError("payloadFormat", f"expected one of {', '.join(PAYLOAD_FORMATS)}, got {fmt!r}")
 
-    compression = (_text(opts, "arrowCompression") or ARROW_COMPRESSION_DEFAULT).lower()
+    compression = (text_option(opts, "arrowCompression") or ARROW_COMPRESSION_DEFAULT).lower()
     if compression not in ARROW_COMPRESSIONS:
         raise OptionError("arrowCompression", f"expected one of {', '.join(ARROW_COMPRESSIONS)}, got {compression!r}")
 
-    data_set = _text(opts, "dataSet")
+    data_set = text_option(opts, "dataSet")
     if data_set is not None and len(data_set.encode()) > CONTEXT_TEXT_BYTES_MAX:
         raise OptionError("dataSet", f"longer than {CONTEXT_TEXT_BYTES_MAX} bytes")
-    owner_text = _text(opts, "owner")
+    owner_text = text_option(opts, "owner")
 
-    mode = (_text(opts, "testFailMode") or "raise").lower()
+    mode = (text_option(opts, "testFailMode") or "raise").lower()
     if mode not in TEST_FAIL_MODES:
         raise OptionError("testFailMode", f"expected one of {', '.join(TEST_FAIL_MODES)}, got {mode!r}")
 
@@ -256,7 +236,7 @@ def parse_options(options: Mapping[str, str]) -> LedgerSourceOptions:
         log=log_name,
         ledger=ledger,
         read=read,
-        max_entries_per_partition=_int(opts, "maxEntriesPerPartition", MAX_ENTRIES_PER_PARTITION_DEFAULT, 1,
+        max_entries_per_partition=_int_set(opts, "maxEntriesPerPartition", MAX_ENTRIES_PER_PARTITION_DEFAULT, 1,
                                        MAX_ENTRIES_PER_PARTITION_MAX),
         password=password,
         digest_type=digest,
@@ -264,11 +244,11 @@ def parse_options(options: Mapping[str, str]) -> LedgerSourceOptions:
         write_quorum_size=w,
         ack_quorum_size=a,
         payload_format=fmt,
-        arrow_batch_rows=_int(opts, "arrowBatchRows", ARROW_BATCH_ROWS_DEFAULT, 1, ARROW_BATCH_ROWS_MAX),
+        arrow_batch_rows=_int_set(opts, "arrowBatchRows", ARROW_BATCH_ROWS_DEFAULT, 1, ARROW_BATCH_ROWS_MAX),
         arrow_compression=compression,
         data_set=data_set,
         owner=None if owner_text is None else _owner(owner_text),
-        test_fail_attempts=_int(opts, "testFailAttempts", 0, 0, TEST_FAIL_ATTEMPTS_MAX),
+        test_fail_attempts=_int_set(opts, "testFailAttempts", 0, 0, TEST_FAIL_ATTEMPTS_MAX),
         test_fail_mode=mode,
     )
 
@@ -276,7 +256,7 @@ def parse_options(options: Mapping[str, str]) -> LedgerSourceOptions:
 def _password(opts: Mapping[str, str]) -> bytes:
     """Option password, or the content of the file option password_file names (read where the
     options are parsed: the driver; the executors get the parsed options)."""
-    text, path = opts.get("password"), _text(opts, "password_file")
+    text, path = opts.get("password"), text_option(opts, "password_file")
     if text is not None and path is not None:
         raise OptionError("password_file", "give either password or password_file, not both")
     if path is None:
@@ -291,3 +271,9 @@ def this_host() -> str:
     """The executor's name for BP-44 createdBy (bounded to the field's size)."""
     name = f"{socket.gethostname()}:{os.getpid()}"
     return name[:CONTEXT_TEXT_BYTES_MAX]
+
+
+def _int_set(options: Mapping[str, str], key: str, default: int, lo: int, hi: int) -> int:
+    """int_option with a default, so never None."""
+    value = int_option(options, key, default, lo, hi)
+    return default if value is None else value

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from metadata import InvalidMetadataError
 from metadata.paths import check_name
 from pyspark_ledger.datasource.errors import OptionError, did_you_mean
+from pyspark_ledger.datasource.option_values import int_option, text_option
 from pyspark_ledger.datasource.positions import (
     Bound,
     BoundError,
@@ -56,14 +57,6 @@ class ReadOptions:
         return log in self.logs
 
 
-def _text(opts: Mapping[str, str], key: str) -> str | None:
-    raw = opts.get(key.lower())
-    if raw is None:
-        return None
-    value = str(raw).strip()
-    return value or None
-
-
 def _checked_name(option: str, name: str) -> str:
     try:
         check_name("log", name)
@@ -74,8 +67,8 @@ def _checked_name(option: str, name: str) -> str:
 
 def _selection(opts: Mapping[str, str], log: str | None, ledger: bool) -> tuple[tuple[str, ...], str | None]:
     """The logs named (log / path / logs) and the pattern; exactly one way of saying it."""
-    listed = _text(opts, "logs")
-    pattern = _text(opts, "logPattern")
+    listed = text_option(opts, "logs")
+    pattern = text_option(opts, "logPattern")
     given = [name for name, value in (("log", log), ("logs", listed), ("logPattern", pattern), ("ledger", ledger))
              if value]
     if len(given) != 1:
@@ -100,13 +93,13 @@ def _selection(opts: Mapping[str, str], log: str | None, ledger: bool) -> tuple[
 def _end(opts: Mapping[str, str], which: str, default: str) -> tuple[Bound, tuple[tuple[str, Bound], ...]]:
     """One end (which = "starting" or "ending"): the bound for every log and the per-log ones."""
     single, per_log, at_time = f"{which}Position", f"{which}Positions", f"{which}Timestamp"
-    given = [name for name in (single, per_log, at_time) if _text(opts, name) is not None]
+    given = [name for name in (single, per_log, at_time) if text_option(opts, name) is not None]
     if at_time in given and len(given) > 1:
         raise OptionError(at_time, f"give one of {at_time} and {' / '.join(n for n in given if n != at_time)}")
     try:
         if at_time in given:
-            return parse_timestamp(str(_text(opts, at_time))), ()
-        bound = parse_bound(str(_text(opts, single))) if single in given else Bound(default)
+            return parse_timestamp(str(text_option(opts, at_time))), ()
+        bound = parse_bound(str(text_option(opts, single))) if single in given else Bound(default)
     except BoundError as exc:
         raise OptionError(at_time if at_time in given else single, str(exc)) from None
     if per_log not in given:
@@ -114,7 +107,7 @@ def _end(opts: Mapping[str, str], which: str, default: str) -> tuple[Bound, tupl
     if bound.kind == "position":
         raise OptionError(single, f"a single position with {per_log} is ambiguous: put it in {per_log}, under its log")
     try:
-        return bound, parse_log_bounds(str(_text(opts, per_log)))
+        return bound, parse_log_bounds(str(text_option(opts, per_log)))
     except BoundError as exc:
         raise OptionError(per_log, str(exc)) from None
 
@@ -139,20 +132,11 @@ def _check_bounds_fit(read: ReadOptions, ledger: bool) -> None:
 
 
 def _min_partitions(opts: Mapping[str, str]) -> int | None:
-    raw = _text(opts, "minPartitions")
-    if raw is None:
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise OptionError("minPartitions", f"expected a positive integer, got {raw!r}") from None
-    if not 1 <= value <= MIN_PARTITIONS_MAX:
-        raise OptionError("minPartitions", f"must be between 1 and {MIN_PARTITIONS_MAX}, got {value}")
-    return value
+    return int_option(opts, "minPartitions", None, 1, MIN_PARTITIONS_MAX)
 
 
 def _fail_on_data_loss(opts: Mapping[str, str]) -> bool:
-    raw = (_text(opts, "failOnDataLoss") or "true").lower()
+    raw = (text_option(opts, "failOnDataLoss") or "true").lower()
     if raw not in ("true", "false"):
         raise OptionError("failOnDataLoss", f"expected true or false, got {raw!r}")
     return raw == "true"
