@@ -56,8 +56,9 @@ def free_port() -> int:
     except (OSError, ValueError, IndexError):
         ephemeral_low = 0
     if ephemeral_low > PORT_FLOOR + 1_000:
+        low, high = _worker_slice(PORT_FLOOR, ephemeral_low)
         for _ in range(_PORT_PICKS_MAX):
-            port = random.randrange(PORT_FLOOR, ephemeral_low)
+            port = random.randrange(low, high)
             with _handed_out_lock:
                 if port in _handed_out or not _bindable(port):
                     continue
@@ -66,6 +67,17 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _worker_slice(low: int, high: int) -> tuple[int, int]:
+    """This pytest-xdist worker's share of [low, high): workers never hand out the same port, so a
+    server one worker stops and restarts on its port (a bookie, ZooKeeper) cannot lose it to a
+    server of another worker in between. Outside xdist: the whole range."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not (worker.startswith("gw") and worker[2:].isdigit() and count.isdigit() and int(count) > 1):
+        return low, high
+    index, width = int(worker[2:]), (high - low) // int(count)
+    return low + index * width, low + (index + 1) * width
 
 
 def _bindable(port: int) -> bool:
