@@ -155,14 +155,12 @@ def parse_read_options(opts: Mapping[str, str], log: str | None, ledger: bool) -
 
 
 def check_stream_read(read: ReadOptions) -> None:
-    """A stream reads one log from one start: its offsets are one position (streaming.Offset)."""
-    if read.log_pattern is not None or len(read.logs) != 1:
-        raise OptionError("logPattern" if read.log_pattern else "logs",
-                          "a stream reads one log (option log); several logs are for batch reads")
-    given = [name for name, present in (("startingPositions", read.starting_by_log), ("endingPositions", read.ending_by_log),
-                                        ("startingTimestamp", read.starting.kind == "timestamp"))
-             if present]
-    if given:
-        raise OptionError(given[0], "is for batch reads; a stream starts at startingPosition")
-    if read.starting.index:
-        raise OptionError("startingPosition", "a stream starts at an entry: index is for batch reads")
+    """A stream reads logs (not one ledger) from their starts and has no end: Trigger.AvailableNow
+    is how a stream stops (stream_read.py has the rest: starts, index, new logs)."""
+    if not read.logs and read.log_pattern is None:
+        raise OptionError("ledger", "a stream reads logs (option log, logs or logPattern); one ledger is for batch reads")
+    ending = "endingTimestamp" if read.ending.kind == "timestamp" else "endingPosition"
+    for name, given in ((ending, read.ending.kind != "latest"), ("endingPositions", bool(read.ending_by_log))):
+        if given:
+            raise OptionError(name, "is for batch reads: a stream has no end (Trigger.AvailableNow stops at what is "
+                              "readable when the query starts)")

@@ -35,16 +35,16 @@ from pyspark_ledger.datasource.options import LedgerSourceOptions
 from pyspark_ledger.datasource.planning import LedgerRange, LedgerSourceError, open_client, shape_of
 from pyspark_ledger.datasource.read_options import check_stream_read
 from pyspark_ledger.datasource.reader import ReadSpec, read_partition
+from pyspark_ledger.datasource.stream_admission import Limit
+from pyspark_ledger.datasource.stream_offsets import StreamOffset, offset_from_json, offset_to_json
+from pyspark_ledger.datasource.stream_plan import plan_batch
+from pyspark_ledger.datasource.stream_read import available_now_target, initial_offsets, next_batch, single_log
 from pyspark_ledger.datasource.streaming import (
-    Offset,
     StreamSettings,
     StreamTaskResult,
     abort_stream_batch,
     check_columns,
     commit_stream_batch,
-    initial_offset,
-    latest_offset,
-    plan_stream_ranges,
     spark_run_id,
     stream_write_task,
 )
@@ -119,7 +119,24 @@ class StreamPartition(InputPartition):
     range: LedgerRange
 
 
+def _limit(limit: ReadLimit, settings: StreamSettings) -> Limit:
+    """Spark's ReadLimit as ours. Spark's Python API passes one bound (ReadMaxRows or ReadMaxBytes,
+    and no composite of both), so getDefaultReadLimit names one and the other comes from the
+    options; ReadAllAvailable (Trigger.Once, or a trigger that asks for all) overrides both."""
+    if isinstance(limit, ReadAllAvailable):
+        return Limit()
+    entries, size = settings.max_entries_per_trigger, settings.max_bytes_per_trigger
+    if isinstance(limit, ReadMaxRows):
+        entries = limit.max_rows if entries is None else min(entries, limit.max_rows)
+    if isinstance(limit, ReadMaxBytes):
+        size = limit.max_bytes if size is None else min(size, limit.max_bytes)
+    return Limit(entries, size)
+
+
 class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Lives in one Python process on the driver for the whole query run: the AvailableNow target
+    and the last lag report stay in memory between Spark's calls."""
+
     def __init__(self, opts: LedgerSourceOptions, settings: StreamSettings, schema: StructType, arrow_schema: pa.Schema):
         check_stream_read(opts.read)
         self.opts = opts
@@ -127,13 +144,18 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.schema = schema
         self.arrow_schema = arrow_schema
         with open_client(opts) as client:
-            self.payload_format = shape_of(client, opts).payload_format
-        self._target: Offset | None = None  # Trigger.AvailableNow's end
+            self.shape = shape_of(client, opts)
+        self.payload_format = self.shape.payload_format
+        self._target: StreamOffset | None = None  # Trigger.AvailableNow's end
+        self._report: dict[str, Any] | None = None  # the last latestOffset's lag, for the progress
+
+    def _offset(self, d: dict[str, Any]) -> StreamOffset:
+        return offset_from_json(d, single_log(self.opts))
 
     @user_errors
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's API
         with open_client(self.opts) as client:
-            return initial_offset(client, self.opts).to_dict()
+            return offset_to_json(initial_offsets(client, self.opts, self.payload_format))
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - Spark's API
         if self.settings.max_entries_per_trigger is not None:
@@ -144,24 +166,24 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @user_errors
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802 - Spark's API
-        begin = Offset.from_dict(start)
-        max_entries = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
         with open_client(self.opts) as client:
-            end = latest_offset(client, self.opts, begin, max_entries, max_bytes)
-        if self._target is not None and end > self._target:
-            end = max(begin, self._target)
-        return end.to_dict()
+            batch = next_batch(client, self.opts, self.shape, self._offset(start), _limit(limit, self.settings), self._target)
+        self._report = batch.report()
+        return offset_to_json(batch.end)
 
+    def reportLatestOffset(self) -> dict[str, Any] | None:  # noqa: N802 - Spark's API
+        return self._report
+
+    @user_errors
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's API
         with open_client(self.opts) as client:
-            self._target = latest_offset(client, self.opts, Offset(-1, 0), None, None)
-        log.info("Trigger.AvailableNow target offset=%s", self._target)
+            self._target = available_now_target(client, self.opts)
+        log.info("Trigger.AvailableNow target offset=%s", offset_to_json(self._target))
 
     @user_errors
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         with open_client(self.opts) as client:
-            ranges = plan_stream_ranges(client, self.opts, self.settings, Offset.from_dict(start), Offset.from_dict(end))
+            ranges = plan_batch(client, self.opts, self._offset(start), self._offset(end))
         return [StreamPartition(r) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -175,4 +197,3 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def stop(self) -> None:
         return None
-

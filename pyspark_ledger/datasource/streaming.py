@@ -1,4 +1,4 @@
-"""Structured streaming on logs: the exactly-once sink and the LAC-bounded source (no pyspark here;
+"""Structured streaming on logs: the streaming options and the exactly-once sink (no pyspark here;
 stream_source.py wraps these in Spark's classes).
 
 Sink, per micro-batch: every task attempt writes its own ledger exactly as a batch write does
@@ -9,40 +9,27 @@ re-runs the last batch after a crash, with the same batchId) finds its batch id 
 nothing is appended, and the replay's ledgers are deleted. Staging left by crashed runs of the
 same query is swept at every commit; ledgers that are in the log are never deleted.
 
-Source: offsets are log positions {"seq", "ledger", "entry"} naming the next entry to read. A
-micro-batch ends at the log's readable end (closed ledgers to their last entry, the open one to
-its LAC), optionally limited by maxEntriesPerTrigger / maxBytesPerTrigger (Spark read limits).
+The source lives in stream_read.py (offsets, admission, lag) and stream_plan.py (a batch's
+ranges, data loss); this module parses the options both sides share.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from metadata import LedgerId, MetadataError, NodeExistsError, NoNodeError, NoSuchLedgerError
-from metadata.log_record import LogLedger, LogRecord
-from metadata.log_segments import LogHead
+from metadata import MetadataError, NodeExistsError, NoNodeError
+from metadata.log_record import LogRecord
 from metadata.logs import NoSuchLogError
 from metadata.store import join
 from pyspark_ledger.datasource.options import LedgerSourceOptions, OptionError, parse_options
-from pyspark_ledger.datasource.planning import (
-    LedgerRange,
-    LedgerSourceError,
-    add_fragment_ranges,
-    first_ledger,
-    last_readable,
-    log_ledgers,
-    open_client,
-    read_log_head,
-)
-from pyspark_ledger.datasource.ranges import Span
-from pyspark_ledger.datasource.rows import RowPlace
+from pyspark_ledger.datasource.planning import LedgerSourceError, open_client
 from pyspark_ledger.datasource.sink_epoch import hold_query_epoch
+from pyspark_ledger.datasource.sink_progress import record_batch
 from pyspark_ledger.datasource.write_task import write_task
 from pyspark_ledger.datasource.writer import (
     JOB_COMMITTED,
@@ -66,9 +53,6 @@ log = logging.getLogger(__name__)
 STREAM_OPTIONS = ("maxentriespertrigger", "maxbytespertrigger", "testfailcommit",
                   # Spark passes the query's checkpoint location to sinks as an option: not ours.
                   "checkpointlocation")
-# Bytes per entry assumed for an open ledger when a byte limit applies (its sizes are unknown
-# until it is sealed); sealed ledgers use their real average.
-ASSUMED_ENTRY_BYTES = 1024
 
 
 # ---- options -----------------------------------------------------------------------------------------
@@ -110,149 +94,6 @@ def parse_stream_options(raw: Mapping[str, str]) -> tuple[LedgerSourceOptions, S
         fail_commit,
     )
     return opts, settings
-
-
-# ---- offsets -----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, order=True)
-class Offset:
-    """The next entry to read: entry `entry` of the ledger with sequence number `seq`."""
-
-    seq: int
-    entry: int
-    ledger: str = ""  # qualified name of that ledger when known (for people and checks)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"seq": self.seq, "entry": self.entry, "ledger": self.ledger}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | str) -> Offset:
-        if isinstance(d, str):
-            d = json.loads(d)
-        try:
-            return cls(int(d["seq"]), int(d["entry"]), str(d.get("ledger", "")))  # type: ignore[union-attr, index]  # bad JSON: TypeError below
-        except (KeyError, TypeError, ValueError) as exc:
-            raise LedgerSourceError(f"not a ledger stream offset: {d!r}") from exc
-
-
-def _readable_ends(client: LedgerClient, head: LogHead, opts: LedgerSourceOptions,
-                   from_seq: int) -> Iterator[tuple[int, LedgerId, int, int | None, bool]]:
-    """For each ledger from `from_seq`: (seq, id, last readable entry, average entry bytes or None,
-    closed?). Stops after the first ledger that is not closed yet: what follows it must wait
-    until it is (its last entries may still be confirmed). Lazy: a segment of the log is fetched
-    only if the caller goes on that far."""
-    for lg in log_ledgers(client, head, from_seq):
-        if lg.sealed:
-            count = lg.entry_count or 0
-            avg = (lg.size_bytes or 0) // count if count else None
-            yield (lg.seq, lg.ledger_id, count - 1, avg, True)
-            continue
-        try:
-            meta, version = client.ledgers.read(lg.ledger_id)
-        except NoSuchLedgerError:
-            continue
-        last = last_readable(client, meta, version, opts)
-        avg = (meta.length_bytes or 0) // (last + 1) if meta.is_closed and last >= 0 else None
-        yield (lg.seq, lg.ledger_id, last, avg, meta.is_closed)
-        if not meta.is_closed:
-            return
-
-
-def initial_offset(client: LedgerClient, opts: LedgerSourceOptions) -> Offset:
-    head = read_log_head(client, opts)
-    rec = head.record
-    if opts.starting.kind == "position":
-        p = opts.starting.position
-        assert p is not None
-        return Offset(p.seq, p.entry_id, p.ledger_id.qualified_name)
-    if opts.starting.kind == "latest":
-        # From the head's tail: the readable end is found there (segments hold only sealed ledgers
-        # before it), so a stream starting at the latest position never walks the log.
-        since = rec.ledgers[0].seq if rec.ledgers else max(rec.next_seq - 1, rec.trim_seq)
-        return latest_offset(client, opts, Offset(since, 0), None, None)
-    first = first_ledger(client, head)
-    if first is not None:
-        return Offset(first.seq, 0, first.ledger_id.qualified_name)
-    return Offset(rec.next_seq, 0)  # an empty log: the first ledger appended gets this seq or later
-
-
-def latest_offset(client: LedgerClient, opts: LedgerSourceOptions, start: Offset,
-                  max_entries: int | None, max_bytes: int | None) -> Offset:
-    """The end of the next micro-batch: the readable end of the log, limited (if asked) to
-    max_entries / about max_bytes after `start`. Never before `start`."""
-    head = read_log_head(client, opts)
-    end = start
-    entries_left = max_entries
-    bytes_left = max_bytes
-    for seq, lid, last, avg, _closed in _readable_ends(client, head, opts, start.seq):
-        first = start.entry if seq == start.seq else 0
-        available = last + 1 - first
-        if available <= 0:
-            # Nothing new here; a later ledger starts a new position only once it has data.
-            end = max(end, Offset(seq, max(first, last + 1), lid.qualified_name)) if seq == start.seq else end
-            continue
-        take = available
-        if entries_left is not None:
-            take = min(take, entries_left)
-        if bytes_left is not None:
-            per = avg or ASSUMED_ENTRY_BYTES
-            take = min(take, max(1, bytes_left // max(per, 1)))
-        end = Offset(seq, first + take, lid.qualified_name)
-        if entries_left is not None:
-            entries_left -= take
-        if bytes_left is not None:
-            bytes_left -= take * (avg or ASSUMED_ENTRY_BYTES)
-        if take < available or (entries_left is not None and entries_left <= 0) or (bytes_left is not None and bytes_left <= 0):
-            break
-    return end
-
-
-def check_data_loss(rec: LogRecord, first: LogLedger | None, start: Offset, settings: StreamSettings) -> Offset:
-    """A start before the log's first ledger (`first`) means trimmed data: fail (like Kafka's
-    failOnDataLoss=true) or skip ahead to what remains."""
-    if first is None or start.seq >= first.seq:
-        return start
-    message = (f"log {rec.name!r}: entries from position seq {start.seq} entry {start.entry} were trimmed "
-               f"(the log now starts at seq {first.seq}); set failOnDataLoss=false to skip them")
-    if settings.fail_on_data_loss:
-        raise LedgerSourceError(message)
-    log.warning("data loss: %s; skipping to the earliest remaining entry", message)
-    return Offset(first.seq, 0, first.ledger_id.qualified_name)
-
-
-def plan_stream_ranges(client: LedgerClient, opts: LedgerSourceOptions, settings: StreamSettings,
-                       start: Offset, end: Offset) -> list[LedgerRange]:
-    """Ranges covering [start, end) in log order, per fragment, split to maxEntriesPerPartition."""
-    if end <= start:
-        return []
-    head = read_log_head(client, opts)
-    rec = head.record
-    start = check_data_loss(rec, first_ledger(client, head), start, settings)
-    ranges: list[LedgerRange] = []
-    for lg in log_ledgers(client, head, start.seq):  # only the segments covering [start, end]
-        if lg.seq > end.seq:
-            break
-        try:
-            meta, version = client.ledgers.read(lg.ledger_id)
-        except NoSuchLedgerError:
-            if settings.fail_on_data_loss:
-                raise LedgerSourceError(f"ledger {lg.ledger_id} of log {rec.name!r} was deleted before it was read; "
-                                        "set failOnDataLoss=false to skip it") from None
-            continue
-        first = start.entry if lg.seq == start.seq else 0
-        if lg.seq == end.seq:
-            last = end.entry - 1
-        elif lg.sealed:
-            last = (lg.entry_count or 0) - 1
-        else:
-            # A ledger before the end ledger is finished for this stream: it was sealed (or
-            # recovered) before the later ledger appeared; read it to its end.
-            last = last_readable(client, meta, version, opts)
-        place = RowPlace(rec.name, lg.seq, lg.ledger_id.qualified_name, lg.ctime_ms)
-        add_fragment_ranges(ranges, lg.seq, lg.ledger_id, meta, version, Span(first, last), opts.max_entries_per_partition,
-                            place)
-    return ranges
 
 
 # ---- sink --------------------------------------------------------------------------------------------
@@ -380,8 +221,7 @@ def commit_stream_batch(base: WriteJob, run_id: str, messages: list[StreamTaskRe
             log.info("micro-batch already committed (a replay): not appending it again log=%s query=%s batch=%d",
                         base.log_name, query_id, batch_id)
         else:
-            log.info("micro-batch committed log=%s query=%s batch=%d ledgers=%d rows=%d", base.log_name, query_id,
-                     batch_id, len(ids), sum(r.rows for r in committed))
+            _record_progress(client, base.log_name, query_id, batch_id, committed, sizes)
         try:
             node = client.store.get(job.staging_path)
             if node is not None:
@@ -389,6 +229,19 @@ def commit_stream_batch(base: WriteJob, run_id: str, messages: list[StreamTaskRe
         except (MetadataError, NoNodeError) as exc:
             log.debug("could not mark the batch committed in staging error=%s", exc)
         _clean_batch_staging(client, base, job, query_id, batch_id)
+
+
+def _record_progress(client: LedgerClient, log_name: str, query_id: str, batch_id: int, committed: list[TaskResult],
+                     sizes: list[tuple[int, int]]) -> None:
+    """The sink's rows and bytes where users can read them (sink_progress.py); best effort: the
+    batch is committed whatever happens here."""
+    rows, entries, size = sum(r.rows for r in committed), sum(n for n, _ in sizes), sum(b for _, b in sizes)
+    log.info("micro-batch committed log=%s query=%s batch=%d ledgers=%d rows=%d entries=%d bytes=%d", log_name,
+             query_id, batch_id, len(committed), rows, entries, size)
+    try:
+        record_batch(client, log_name, query_id, batch_id, rows, entries, size, len(committed))
+    except (MetadataError, LedgerError) as exc:
+        log.warning("could not record the sink's progress log=%s batch=%d error=%s", log_name, batch_id, exc)
 
 
 def _clean_batch_staging(client: LedgerClient, base: WriteJob, job: WriteJob, query_id: str, batch_id: int) -> None:
@@ -416,6 +269,6 @@ def abort_stream_batch(base: WriteJob, run_id: str, messages: list[StreamTaskRes
 
 
 __all__ = [
-    "Offset", "StreamSettings", "StreamTaskResult", "abort_stream_batch", "check_columns", "commit_stream_batch",
-    "initial_offset", "latest_offset", "parse_stream_options", "plan_stream_ranges", "spark_run_id", "stream_write_task",
+    "StreamSettings", "StreamTaskResult", "abort_stream_batch", "check_columns", "commit_stream_batch",
+    "parse_stream_options", "spark_run_id", "stream_write_task",
 ]

@@ -133,12 +133,13 @@ def test_did_you_mean_is_case_insensitive_and_quiet_when_nothing_is_close() -> N
     assert did_you_mean("qqq", ["endingPositions", "log"]) == ""
 
 
-def test_a_stream_reads_one_log_from_one_start() -> None:
-    check_stream_read(parse_options({"log": "a", "startingPosition": json.dumps(POS)}).read)
-    for given, option in [({"logs": "a,b"}, "logs"), ({"logPattern": "a"}, "logPattern"),
-                          ({"log": "a", "startingTimestamp": "1"}, "startingTimestamp"),
-                          ({"log": "a", "startingPositions": json.dumps({"a": POS})}, "startingPositions"),
-                          ({"log": "a", "startingPosition": json.dumps({**POS, "index": 1})}, "startingPosition")]:
+def test_a_stream_reads_logs_and_has_no_end() -> None:
+    for given in ({"log": "a", "startingPosition": json.dumps(POS)}, {"logs": "a,b"}, {"logPattern": "a.*"},
+                  {"log": "a", "startingTimestamp": "1"}, {"log": "a", "startingPositions": json.dumps({"a": POS})}):
+        check_stream_read(parse_options(given).read)
+    for given, option in [({"ledger": "7"}, "ledger"), ({"log": "a", "endingPosition": "earliest"}, "endingPosition"),
+                          ({"log": "a", "endingTimestamp": "1"}, "endingTimestamp"),
+                          ({"log": "a", "endingPositions": json.dumps({"a": POS})}, "endingPositions")]:
         with pytest.raises(OptionError) as err:
             check_stream_read(parse_options(given).read)
         assert err.value.option == option

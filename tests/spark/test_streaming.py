@@ -17,7 +17,10 @@ from pyspark.sql import functions as F
 
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.datasource.options import OptionError
-from pyspark_ledger.datasource.streaming import Offset, StreamSettings, latest_offset, parse_stream_options
+from pyspark_ledger.datasource.stream_admission import Limit, admit, offset_after
+from pyspark_ledger.datasource.stream_offsets import LogOffset
+from pyspark_ledger.datasource.stream_scan import scan_log
+from pyspark_ledger.datasource.streaming import StreamSettings, parse_stream_options
 
 REPO = Path(__file__).resolve().parents[2]
 # Each kill starts a Spark driver (~30 s here): 3 in CI keeps the suite's time; LEDGER_STREAM_KILLS=10 for a
@@ -58,12 +61,15 @@ def test_offsets_follow_rollovers_and_limits(client: LedgerClient, uri: str, log
     produce(client, log_name, 1000, rollover=300)
     opts, _ = parse_stream_options({"metadataserviceuri": uri, "log": log_name})
     rec = client.describe_log(log_name)
-    start = Offset(rec.ledgers[0].seq, 0)
-    end = latest_offset(client, opts, start, None, None)
-    assert (end.seq, end.entry) == (rec.ledgers[-1].seq, rec.ledgers[-1].entry_count)
-    limited = latest_offset(client, opts, start, 450, None)
-    assert (limited.seq, limited.entry) == (rec.ledgers[1].seq, 150)
-    assert latest_offset(client, opts, end, None, None) == end  # nothing new: the batch is empty
+    head = client.logs.read_head(log_name)[0]
+    start = LogOffset(rec.ledgers[0].seq, 0)
+    scan = scan_log(client, opts, head, start)
+    assert scan.entries == 1000 and scan.complete
+    end = offset_after(scan, admit({log_name: scan}, Limit())[log_name])
+    assert end == LogOffset(rec.next_seq, 0)  # after the last sealed ledger: where the next one goes
+    limited = offset_after(scan, admit({log_name: scan}, Limit(max_entries=450))[log_name])
+    assert (limited.seq, limited.entry, limited.ledger) == (rec.ledgers[1].seq, 150, rec.ledgers[1].ledger_id.qualified_name)
+    assert scan_log(client, opts, head, end).entries == 0  # nothing new: the batch is empty
 
 
 def test_sink_and_source_exactly_once_in_order_with_a_live_producer(spark: SparkSession, client: LedgerClient, uri: str,
