@@ -3,6 +3,8 @@
 #   - Debian's zookeeper package and a JRE 17 (for ZooKeeper and Spark), only when missing
 #   - this package with its test extra
 # Extra arguments go to pytest (e.g. `bash tests/install_and_run.sh -k metadata`).
+# LEDGER_PYSPARK=lowest installs the lowest supported PySpark (tests/constraints-lowest.txt)
+# instead of the newest, to test the lower bound of pyproject.toml's pin.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -20,5 +22,11 @@ fi
 
 # compat editable mode: the repository goes on sys.path, so Spark's workers find the
 # `pyspark_ledger` data source by listing modules (the default mode's import hook hides it).
-"$PYTHON" -m pip install -q --disable-pip-version-check -e '.[test]' --config-settings editable_mode=compat
+constraints=()
+case "${LEDGER_PYSPARK:-}" in
+    "") ;;
+    lowest) constraints=(-c tests/constraints-lowest.txt) ;;
+    *) echo "LEDGER_PYSPARK=${LEDGER_PYSPARK}: unknown value (use lowest, or leave it unset for the newest)" >&2; exit 2 ;;
+esac
+"$PYTHON" -m pip install -q --disable-pip-version-check "${constraints[@]}" -e '.[test]' --config-settings editable_mode=compat
 exec "$PYTHON" -m pytest "$@"

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+# The server is the driver of its own session (and, with local[N], its executor too).
+DRIVER_MEMORY = "1g"
 START_TIMEOUT_S = 180.0  # a JVM and a SparkSession; ~15 s idle, far more on a loaded machine
 
 
@@ -64,6 +66,7 @@ class ConnectServer:
     def command(self) -> list[str]:
         confs = [arg for key, value in self.conf.items() for arg in ("--conf", f"{key}={value}")]
         return [str(spark_home() / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--master", self.master,
+                "--driver-memory", DRIVER_MEMORY,
                 "--name", "pyspark-ledger connect server", *confs]
 
     def _listening(self) -> bool:

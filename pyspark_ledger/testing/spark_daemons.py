@@ -51,7 +51,7 @@ def repo_root() -> Path:
 
 def daemon_env(work_dir: Path, **extra: str) -> dict[str, str]:
     """The environment of a Spark daemon: loopback only, this interpreter for Python workers,
-    this repository importable, logs and pid files under work_dir, small daemon heaps."""
+    this repository importable, logs and pid files under work_dir."""
     env = dict(os.environ)
     python_path = [str(repo_root()), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     env.update({
@@ -59,7 +59,6 @@ def daemon_env(work_dir: Path, **extra: str) -> dict[str, str]:
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_LOG_DIR": str(work_dir / "logs"),
         "SPARK_PID_DIR": str(work_dir),
-        "SPARK_DAEMON_MEMORY": "256m",
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "PYTHONPATH": os.pathsep.join(dict.fromkeys(python_path)),

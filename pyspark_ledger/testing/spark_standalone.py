@@ -28,6 +28,8 @@ WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 START_TIMEOUT_S = 120.0
 # The master's REST submission server listens on a fixed port (6066) unless turned off; workers
 # keep finished applications' directories (the test's tmp dir removes them).
+# The master's and workers' own heaps (executors get the worker's memory).
+DAEMON_MEMORY = "256m"
 DAEMON_PROPERTIES = "spark.master.rest.enabled false\nspark.worker.cleanup.enabled false\n"
 
 
@@ -61,7 +63,7 @@ class StandaloneSpark:
     def start(self) -> StandaloneSpark:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         (self.work_dir / "daemon.properties").write_text(DAEMON_PROPERTIES)
-        env = daemon_env(self.work_dir)
+        env = daemon_env(self.work_dir, SPARK_DAEMON_MEMORY=DAEMON_MEMORY)
         try:
             self.master = SparkDaemon("spark master", self._spark_class(
                 MASTER_CLASS, "--host", "127.0.0.1", "--port", str(self.master_port),

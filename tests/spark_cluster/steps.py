@@ -84,7 +84,13 @@ def stream_copy(spark: SparkSession, uri: str, source: str, sink: str, checkpoin
     if not query.awaitTermination(timeout_s):
         query.stop()
         raise TimeoutError(f"the streaming query did not catch up within {timeout_s:g} s")
-    return [int(p["numInputRows"]) for p in query.recentProgress]
+    # The property, not ["numInputRows"]: over Connect the progress JSON may leave the key out.
+    return [int(p.numInputRows) for p in query.recentProgress]
+
+
+def count_with_options(spark: SparkSession, uri: str, options: dict[str, str]) -> int:
+    """A batch read with options of the test's choosing (user mistakes included)."""
+    return int(spark.read.format("ledger").option("metadataServiceUri", uri).options(**options).load().count())
 
 
 def _is_connect(spark: SparkSession) -> bool:
@@ -93,6 +99,6 @@ def _is_connect(spark: SparkSession) -> bool:
 
 def steps_for(spark: SparkSession) -> dict[str, Callable[..., Any]]:
     named: list[Callable[..., Any]] = [write_raw, read_raw, write_arrow, read_arrow, task_processes, driver_processes,
-                                       wait_for_executors, stream_copy]
+                                       wait_for_executors, stream_copy, count_with_options]
     return {f.__name__: (lambda f: lambda **kw: f(spark, **kw))(f) for f in named}
 
