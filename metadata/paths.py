@@ -6,6 +6,8 @@
     /bookies/cookies/<bookie id>                       bookie cookies (identity; persistent)
     /logs/<log name>                                   named logs (later issue)
     /orphans/<qualified name>                          orphaned ledgers found by the auditor (BP-44)
+    /staging/<log>/<job id>/<qualified name>           a Spark write's task ledgers before its commit
+    /staging-routes/<job id>/<log>                     the logs a Spark write routed rows to (its `log` column)
     /underreplicated/<qualified name>                  under-replication marks (metadata.underreplication)
     /autorecovery/auditor                              ephemeral: the elected autorecovery auditor
     /autorecovery/locks/<qualified name>               ephemeral: a replication worker's claim on a mark
@@ -42,6 +44,8 @@ AUDITED_BOOKIES = "/autorecovery/bookies"
 AUDITOR_SCAN = "/autorecovery/scan"
 REPLICA_SWAPS = "/autorecovery/swaps"
 LEDGER_RESHAPES = "/autorecovery/reshapes"  # expand / contract records (pyspark_ledger/autorecovery/reshape.py)
+STAGING = "/staging"  # Spark writes (pyspark_ledger/datasource/writer.py, streaming.py)
+STAGING_ROUTES = "/staging-routes"  # Spark writes with a `log` column (pyspark_ledger/datasource/routed_writer.py)
 
 LEDGER_PATH_LEVELS = 8
 SCOPE_PATH_LEVELS = 4
@@ -134,3 +138,27 @@ def ledger_reshape_path(lid: LedgerId) -> str:
 
 def replica_swap_path(lid: LedgerId, fragment: int, bookie_id: str) -> str:
     return f"{ledger_swaps_path(lid)}/{fragment:06d}_{check_name('bookie id', bookie_id)}"
+
+
+def staging_log_path(log: str) -> str:
+    """Parent of every Spark write job staging ledgers for `log`."""
+    return f"{STAGING}/{check_name('log', log)}"
+
+
+def staging_job_path(log: str, job_id: str) -> str:
+    """One write job's (or micro-batch's) staging node for `log`: its state, and its task ledgers as children."""
+    return f"{staging_log_path(log)}/{check_name('write job id', job_id)}"
+
+
+def staging_ledger_path(log: str, job_id: str, lid: LedgerId) -> str:
+    """A task attempt's ledger, registered before anything is written to it."""
+    return f"{staging_job_path(log, job_id)}/{lid.qualified_name}"
+
+
+def staging_routes_path(job_id: str) -> str:
+    """A write job with a `log` column: its state, and the logs its tasks met as children."""
+    return f"{STAGING_ROUTES}/{check_name('write job id', job_id)}"
+
+
+def staging_route_path(job_id: str, log: str) -> str:
+    return f"{staging_routes_path(job_id)}/{check_name('log', log)}"

@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 
 from bookie.crc_batch import PIECES_MIN, all_match, byte_tables, shift
 from metadata import DigestType
+from pyspark_ledger.datasource import keyed_entries
 from pyspark_ledger.datasource.rows import META_NAMES, RowPlace, entry_meta, raw_meta, raw_read_schema
 from pyspark_ledger.protocol.digest import Digest
 from pyspark_ledger.protocol.entry_format import (  # the one header layout
@@ -284,8 +285,13 @@ def decode_each(digest: Digest, scope_id: int, ledger_id: int, first_entry_id: i
 
 def raw_batch(place: RowPlace, first_entry_id: int, payloads: pa.Array,
               schema: pa.Schema = RAW_ARROW_SCHEMA) -> pa.RecordBatch:
-    """Raw entries first_entry_id.. as rows: the payload, then where each is (rows.py)."""
-    return pa.RecordBatch.from_arrays([payloads, *raw_meta(place, first_entry_id, len(payloads))], schema=schema)
+    """Raw entries first_entry_id.. as rows: the payload, then where each is (rows.py). A keyed
+    raw log (its schema has a key before the payload) has each entry's key cut off its front."""
+    data = [payloads]
+    if len(schema) > len(RAW_ARROW_SCHEMA):
+        keys, payloads = keyed_entries.unframe(payloads)
+        data = [keys.cast(schema.field(0).type), payloads]
+    return pa.RecordBatch.from_arrays([*data, *raw_meta(place, first_entry_id, len(payloads))], schema=schema)
 
 
 # ---- Arrow logs ---------------------------------------------------------------------------------------

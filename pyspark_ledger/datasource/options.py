@@ -186,13 +186,15 @@ def _check_known(opts: Mapping[str, str]) -> None:
                       f"{', '.join(sorted(KNOWN_OPTIONS.values(), key=str.lower))}")
 
 
-def parse_options(options: Mapping[str, str]) -> LedgerSourceOptions:
-    """Parse Spark's option map (keys in any case, values strings) or raise OptionError."""
+def parse_options(options: Mapping[str, str], target_required: bool = True) -> LedgerSourceOptions:
+    """Parse Spark's option map (keys in any case, values strings) or raise OptionError.
+    target_required=False: a write whose rows name their logs (a `log` column) may name none."""
     opts = {str(k).lower(): v for k, v in options.items()}
     _check_known(opts)
     uri = _metadata_uri(opts)
     log_name, ledger = _target(opts)
-    read = parse_read_options(opts, log_name, ledger is not None)
+    named = log_name is not None or ledger is not None or "logs" in opts or "logpattern" in opts
+    read = parse_read_options(opts, log_name, ledger is not None) if named or target_required else ReadOptions()
     if log_name is None and len(read.logs) == 1:
         log_name = read.logs[0]
 

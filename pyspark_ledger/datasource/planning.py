@@ -120,7 +120,8 @@ def _log_shape(rec: LogRecord, opts: LedgerSourceOptions) -> SourceShape:
         raise LedgerSourceError(f"log {rec.name!r} holds raw entries, not Arrow (option payloadFormat)")
     if fmt == "arrow" and rec.schema is None:
         raise LedgerSourceError(f"Arrow log {rec.name!r} has no recorded schema yet (nothing was written)")
-    return SourceShape(fmt, rec.schema if fmt == "arrow" else None)
+    # A raw log records a schema only when its entries carry keys (key, payload: write_columns.py).
+    return SourceShape(fmt, rec.schema if fmt == "arrow" or rec.payload_format == "raw" else None)
 
 
 def shape_of(client: LedgerClient, opts: LedgerSourceOptions) -> SourceShape:

@@ -31,7 +31,7 @@ from pyspark.sql.types import StructField, StructType
 
 from pyspark_ledger.datasource import SOURCE_NAME
 from pyspark_ledger.datasource.errors import user_errors, user_errors_in_iterator
-from pyspark_ledger.datasource.options import LedgerSourceOptions
+from pyspark_ledger.datasource.options import LedgerSourceOptions, parse_options
 from pyspark_ledger.datasource.planning import (
     LedgerRange,
     LedgerSourceError,
@@ -40,8 +40,10 @@ from pyspark_ledger.datasource.planning import (
     shape_of,
 )
 from pyspark_ledger.datasource.reader import ReadSpec, read_partition
+from pyspark_ledger.datasource.routed_writer import abort_routed_job, commit_routed_job, prepare_routed_job
 from pyspark_ledger.datasource.rows import meta_fields, raw_read_schema
-from pyspark_ledger.datasource.write_task import write_task
+from pyspark_ledger.datasource.write_columns import ROUTE_COLUMN, WriteLayout, plan_layout
+from pyspark_ledger.datasource.write_task import write_routed_task, write_task
 from pyspark_ledger.datasource.writer import (
     TaskResult,
     WriteJob,
@@ -98,8 +100,8 @@ class LedgerDataSource(DataSource):
         opts = self._options()
         with open_client(opts) as client:
             shape = shape_of(client, opts)
-            if shape.payload_format == "raw":
-                return RAW_SCHEMA
+            if shape.payload_format == "raw" and shape.schema_json is None:
+                return RAW_SCHEMA  # a keyed raw log records (key, payload) and goes on below
             if shape.schema_json is not None:
                 data = StructType.fromJson(json.loads(shape.schema_json))
             else:
@@ -114,6 +116,8 @@ class LedgerDataSource(DataSource):
 
     @user_errors
     def writer(self, schema: StructType, overwrite: bool) -> LedgerWriter:
+        if ROUTE_COLUMN in schema.fieldNames():  # rows name their logs: option log is not needed
+            return LedgerWriter(parse_options(dict(self.options), target_required=False), schema, overwrite)
         return LedgerWriter(self._options(), schema, overwrite)
 
     @user_errors
@@ -189,28 +193,40 @@ class LedgerReader(DataSourceReader):
 
 @dataclass(frozen=True)
 class LedgerCommitMessage(WriterCommitMessage):
-    result: TaskResult
+    results: tuple[TaskResult, ...]  # one per log the attempt wrote (one-log jobs: exactly one)
 
 
 class LedgerWriter(DataSourceArrowWriter):
-    """Created once on the driver (the job is prepared then); pickled to tasks and to commit/abort."""
+    """Created once on the driver (the job is prepared then); pickled to tasks and to commit/abort.
+    A DataFrame with a `log` column is a routed write (routed_writer.py)."""
 
     def __init__(self, opts: LedgerSourceOptions, schema: StructType, overwrite: bool):
         names = schema.fieldNames()
-        types = {f.name: f.dataType.typeName() for f in schema.fields}
-        self.job: WriteJob = prepare_job(opts, new_job_id(), log_schema_json(schema), names, types, overwrite)
+        types = {f.name: f.dataType.simpleString() for f in schema.fields}
 
+        def layout_of(fmt: str) -> WriteLayout:
+            return plan_layout(fmt, names, types, log_schema_json(schema), opts.log)
+
+        self.routed = ROUTE_COLUMN in names
+        prepare = prepare_routed_job if self.routed else prepare_job
+        self.job: WriteJob = prepare(opts, new_job_id(), layout_of, overwrite)
+
+    @user_errors
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LedgerCommitMessage:
         ctx = TaskContext.get()
         if ctx is None:
             raise LedgerSourceError("write() must run inside a Spark task")
-        result = write_task(self.job, iterator, ctx.partitionId(), ctx.attemptNumber(), ctx.taskAttemptId())
-        return LedgerCommitMessage(result)
+        ids = (ctx.partitionId(), ctx.attemptNumber(), ctx.taskAttemptId())
+        if self.routed:
+            return LedgerCommitMessage(tuple(write_routed_task(self.job, iterator, *ids)))
+        return LedgerCommitMessage((write_task(self.job, iterator, *ids),))
 
+    @user_errors
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        commit_job(self.job, [m.result if isinstance(m, LedgerCommitMessage) else None for m in messages])
+        results = [r for m in messages if isinstance(m, LedgerCommitMessage) for r in m.results]
+        (commit_routed_job if self.routed else commit_job)(self.job, list(results))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         # The messages are not enough (failed attempts that wrote data arrive as None): the
-        # job's staging node lists every attempt's ledger.
-        abort_job(self.job)
+        # job's staging nodes list every attempt's ledger.
+        (abort_routed_job if self.routed else abort_job)(self.job)

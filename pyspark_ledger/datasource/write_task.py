@@ -7,6 +7,10 @@ batch of rows = one entry, an Arrow IPC stream), seals the ledger, checks every 
 acknowledged, and returns a TaskResult naming it. A failing attempt seals its ledger with a BP-44
 close context marking it for deletion, deletes it, and unregisters it. The job and the driver's
 commit and abort are in writer.py.
+
+A routed write (a `log` column, routed_writer.py) does the same per log the attempt meets: one
+ledger per (attempt, log), each registered under /staging/<log>/<job id>, the log first listed
+under /staging-routes/<job id>, and the job-wide node's state checked instead of the log's.
 """
 
 from __future__ import annotations
@@ -16,23 +20,25 @@ import logging
 import os
 from collections import deque
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from metadata import CloseContext, CreateContext, LedgerState, MetadataError, NoNodeError
+from metadata import CloseContext, CreateContext, LedgerState, MetadataError, NodeExistsError, NoNodeError
 from metadata.context import now_ms
-from metadata.store import join
-from pyspark_ledger.datasource import codec
+from metadata.paths import staging_ledger_path, staging_log_path, staging_route_path
+from pyspark_ledger.datasource import codec, encode
 from pyspark_ledger.datasource.options import this_host
 from pyspark_ledger.datasource.planning import LedgerSourceError, open_client
+from pyspark_ledger.datasource.write_columns import RoutingError, check_against_log
 from pyspark_ledger.datasource.writer import (
     JOB_OPEN,
-    STAGING,
     TaskResult,
     WriteJob,
     _job_state,
+    _job_value,
     abnormal_close_context,
     delete_or_mark,
 )
@@ -55,6 +61,8 @@ ADD_WAIT_TIMEOUT_S = 120.0
 TASK_ADD_TIMEOUT_S = 30.0
 # BP-44 hints for a task's ledger: an attempt that is open longer than this is an orphan.
 TASK_LEDGER_MAX_OPEN = timedelta(hours=24)
+# A routed task keeps one ledger open per log it meets (each with its adds in flight).
+ROUTED_LOGS_PER_TASK_MAX = 64
 
 
 class _TaskLedger:
@@ -75,14 +83,14 @@ class _TaskLedger:
             create_context=ctx.build(),
         )
         self.ledger_id = self.handle.ledger_id
-        self.node = join(job.staging_path, self.ledger_id.qualified_name)
+        self.node = staging_ledger_path(job.log_name, job.job_id, self.ledger_id)
         info = {"partition": partition_id, "attempt": attempt_number, "taskAttemptId": task_attempt_id,
                 "host": this_host(), "timeMs": now_ms()}
         try:
             client.store.create(self.node, json.dumps(info).encode())
             # Registered first, checked second: either commit/abort sees this node, or this
             # attempt sees the job is no longer open. A linearizable store rules out both missing.
-            job_node = client.store.get(job.staging_path)
+            job_node = client.store.get(job.gate)
             state = None if job_node is None else _job_state(job_node.value)
             if state != JOB_OPEN:
                 raise LedgerSourceError(
@@ -153,23 +161,22 @@ def _remove_implicit_parents(client: LedgerClient, job: WriteJob) -> None:
     """After a late attempt unregistered itself: the job is finished, and the driver may have
     failed to delete the job node because this attempt's node was there, or this attempt's
     registration re-created it (create makes missing parents, with empty values). Remove the
-    job node and the log's staging node if they are empty and not an open job."""
-    for path in (job.staging_path, join(STAGING, job.log_name)):
+    job node and the log's staging node if they are empty and the job is not open (a routed
+    job: its log's node and its entry in the job's list of logs, if the job is not open)."""
+    gate = client.store.get(job.gate)
+    if gate is not None and _job_state(gate.value) == JOB_OPEN:
+        return
+    paths = [job.staging_path, staging_log_path(job.log_name)]
+    if job.gate_path is not None:
+        paths += [staging_route_path(job.job_id, job.log_name), job.gate_path]
+    for path in paths:
         try:
             got = client.store.get(path)
-            if got is None or client.store.children(path) or _job_state(got.value) == JOB_OPEN:
-                return
+            if got is None or client.store.children(path) or (path == job.gate and _job_state(got.value) == JOB_OPEN):
+                continue
             client.store.delete(path, got.version)
         except MetadataError as exc:
             log.debug("staging node left in place path=%s reason=%s", path, exc)
-            return
-
-
-def _raw_payloads(batch: pa.RecordBatch) -> list[bytes]:
-    col = batch.column(batch.schema.get_field_index("payload"))
-    if col.null_count:
-        raise LedgerSourceError("raw writes need a payload in every row; the payload column has nulls")
-    return col.to_pylist()
 
 
 def _inject_failure(job: WriteJob, partition_id: int, attempt_number: int, ledger: _TaskLedger) -> None:
@@ -185,42 +192,116 @@ def _inject_failure(job: WriteJob, partition_id: int, attempt_number: int, ledge
     raise LedgerSourceError(f"injected failure (testFailAttempts) in partition {partition_id} attempt {attempt_number}")
 
 
+class _LogOutput:
+    """What one task attempt writes to one log: its ledger (made at the first row) and, for
+    Arrow, the packer that cuts its rows into entries."""
+
+    def __init__(self, client: LedgerClient, job: WriteJob, ids: tuple[int, int, int]):
+        self.client = client
+        self.job = job
+        self.ids = ids  # partition id, attempt number, task attempt id
+        self.ledger: _TaskLedger | None = None
+        self.packer: codec.ArrowEntryPacker | None = None
+        self.rows = 0
+
+    def write(self, batch: pa.RecordBatch) -> _TaskLedger:
+        job = self.job
+        if self.ledger is None:
+            self.ledger = _TaskLedger(self.client, job, *self.ids)
+        ledger = self.ledger
+        self.rows += batch.num_rows
+        if job.payload_format == "raw":
+            for payload in encode.raw_entries(batch, job.key_type is not None):
+                ledger.add(payload)
+            return ledger
+        if self.packer is None:
+            self.packer = codec.ArrowEntryPacker(batch.schema, job.opts.arrow_batch_rows, job.opts.arrow_compression)
+        for entry in self.packer.add(batch):
+            ledger.add(entry.to_pybytes())  # the one copy the client would make anyway
+        return ledger
+
+    def finish(self) -> TaskResult:
+        """Flush, seal, and say what was written (no ledger: the task met no row for this log)."""
+        partition_id, attempt_number, task_attempt_id = self.ids
+        ledger = self.ledger
+        if ledger is None:
+            return TaskResult(partition_id, attempt_number, task_attempt_id, None, 0, 0, 0, self.job.log_name)
+        if self.packer is not None:
+            for entry in self.packer.flush():
+                ledger.add(entry.to_pybytes())
+        entries, size = ledger.seal()
+        log.info("task wrote ledger=%s log=%s partition=%d attempt=%d rows=%d entries=%d bytes=%d", ledger.ledger_id,
+                 self.job.log_name, partition_id, attempt_number, self.rows, entries, size)
+        return TaskResult(partition_id, attempt_number, task_attempt_id, ledger.ledger_id, entries, size, self.rows,
+                          self.job.log_name)
+
+    def discard(self, reason: str) -> None:
+        if self.ledger is not None:
+            self.ledger.discard(reason)
+
+
 def write_task(job: WriteJob, batches: Iterator[pa.RecordBatch], partition_id: int, attempt_number: int,
                task_attempt_id: int) -> TaskResult:
     """Executor side: write this attempt's rows to a new ledger and seal it."""
     client = open_client(job.opts, add_timeout_s=TASK_ADD_TIMEOUT_S)
-    ledger: _TaskLedger | None = None
-    packer: codec.ArrowEntryPacker | None = None
-    rows = 0
+    out = _LogOutput(client, job, (partition_id, attempt_number, task_attempt_id))
     try:
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            if ledger is None:
-                ledger = _TaskLedger(client, job, partition_id, attempt_number, task_attempt_id)
-            rows += batch.num_rows
-            if job.payload_format == "raw":
-                for payload in _raw_payloads(batch):
-                    ledger.add(payload)
-            else:
-                if packer is None:
-                    packer = codec.ArrowEntryPacker(batch.schema, job.opts.arrow_batch_rows, job.opts.arrow_compression)
-                for entry in packer.add(batch):
-                    ledger.add(entry.to_pybytes())  # the one copy the client would make anyway
+            ledger = out.write(batch)
             if job.opts.test_fail_attempts:
                 _inject_failure(job, partition_id, attempt_number, ledger)
-        if packer is not None and ledger is not None:
-            for entry in packer.flush():
-                ledger.add(entry.to_pybytes())
-        if ledger is None:
-            return TaskResult(partition_id, attempt_number, task_attempt_id, None, 0, 0, 0)
-        entries, size = ledger.seal()
-        log.info("task wrote ledger=%s partition=%d attempt=%d rows=%d entries=%d bytes=%d",
-                 ledger.ledger_id, partition_id, attempt_number, rows, entries, size)
-        return TaskResult(partition_id, attempt_number, task_attempt_id, ledger.ledger_id, entries, size, rows)
+        return out.finish()
     except BaseException as exc:
-        if ledger is not None:
-            ledger.discard(f"spark task attempt failed: {exc!r}")
+        out.discard(f"spark task attempt failed: {exc!r}")
+        raise
+    finally:
+        client.close()
+
+
+def _met_log(client: LedgerClient, job: WriteJob) -> None:
+    """A routed task's first row for a log: list the log in the job (before any ledger of it is
+    registered, so the commit finds it), make the log's staging node, and check the log can take
+    these rows (the commit checks again, in its compare-and-set)."""
+    for path, value in ((staging_route_path(job.job_id, job.log_name), b""), (job.staging_path, _job_value(JOB_OPEN, job))):
+        try:
+            client.store.create(path, value)
+        except NodeExistsError:
+            pass
+    existing = client.logs.get_tail(job.log_name)
+    if existing is not None and not job.overwrite:
+        check_against_log(existing[0], job.layout)
+
+
+def write_routed_task(base: WriteJob, batches: Iterator[pa.RecordBatch], partition_id: int, attempt_number: int,
+                      task_attempt_id: int) -> list[TaskResult]:
+    """Executor side of a routed write (a `log` column): one ledger per log this attempt meets,
+    each sealed at the end; at most ROUTED_LOGS_PER_TASK_MAX logs."""
+    client = open_client(base.opts, add_timeout_s=TASK_ADD_TIMEOUT_S)
+    outs: dict[str, _LogOutput] = {}
+    ids = (partition_id, attempt_number, task_attempt_id)
+    try:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            for name, rows in encode.split_by_log(batch):
+                out = outs.get(name)
+                if out is None:
+                    if len(outs) >= ROUTED_LOGS_PER_TASK_MAX:
+                        raise RoutingError(
+                            f"a task met more than {ROUTED_LOGS_PER_TASK_MAX} logs in column `log` (each gets a ledger "
+                            "open until the task ends): write fewer logs per job, or repartition by log")
+                    job = replace(base, log_name=name)
+                    _met_log(client, job)
+                    out = outs[name] = _LogOutput(client, job, ids)
+                ledger = out.write(rows)
+                if base.opts.test_fail_attempts:
+                    _inject_failure(out.job, partition_id, attempt_number, ledger)
+        return [out.finish() for out in outs.values()]
+    except BaseException as exc:
+        for out in outs.values():
+            out.discard(f"spark task attempt failed: {exc!r}")
         raise
     finally:
         client.close()

@@ -21,6 +21,9 @@ marked for deletion if it cannot be. abort: the same cleanup, and the log is nev
 
 Spark passes commit() only one message per partition and abort() None for failed tasks that
 wrote data; the staging nodes are how the driver finds every ledger regardless.
+
+A DataFrame with a `log` column (write_columns.py) is a routed write: routed_writer.py runs one
+such job per log its tasks met, committed log by log.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Container
+from collections.abc import Callable, Container
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +48,8 @@ from metadata import (
 from metadata.context import now_ms
 from metadata.log_record import LogRecord
 from metadata.logs import NoSuchLogError
+from metadata.paths import STAGING as STAGING  # re-exported for streaming.py and tests: the staging root
+from metadata.paths import staging_job_path, staging_log_path
 from metadata.store import join
 from pyspark_ledger.datasource import codec
 from pyspark_ledger.datasource.options import (
@@ -53,6 +58,7 @@ from pyspark_ledger.datasource.options import (
     this_host,
 )
 from pyspark_ledger.datasource.planning import LedgerSourceError, open_client
+from pyspark_ledger.datasource.write_columns import WriteLayout, check_against_log
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.log.errors import StaleEpochError
 from pyspark_ledger.log.takeover import check_epoch, take_over
@@ -62,7 +68,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STAGING = "/staging"
 DELETE_ATTEMPTS_MAX = 3
 ABNORMAL_MESSAGE_CHARS_MAX = 200
 JOB_OPEN, JOB_COMMITTING, JOB_COMMITTED, JOB_ABORTING = "open", "committing", "committed", "aborting"
@@ -82,10 +87,25 @@ class WriteJob:
     # while the epoch is still its own. None: the job holds no epoch (the streaming sink's base
     # job: the query takes its epoch on its first commit, see streaming.py).
     epoch: int | None = None
+    # Raw writes with a `key` column: its type ("binary" | "string"); each entry frames the key
+    # (keyed_entries.py). None: entries are the payload alone.
+    key_type: str | None = None
+    # A routed write (a `log` column): the job-wide node whose state tasks check, instead of
+    # this log's staging node (routed_writer.py). None: an ordinary one-log job.
+    gate_path: str | None = None
 
     @property
     def staging_path(self) -> str:
-        return join(STAGING, self.log_name, self.job_id)
+        return staging_job_path(self.log_name, self.job_id)
+
+    @property
+    def gate(self) -> str:
+        """The node whose state says whether the job still takes task output ("open")."""
+        return self.gate_path or self.staging_path
+
+    @property
+    def layout(self) -> WriteLayout:
+        return WriteLayout(self.payload_format, self.gate_path is not None, self.key_type, self.schema_json)
 
 
 @dataclass(frozen=True)
@@ -99,6 +119,7 @@ class TaskResult:
     entry_count: int
     size_bytes: int
     rows: int
+    log_name: str = ""  # the log it is for (routed writes; "" in a one-log job)
 
 
 # ---- driver: preparing a job --------------------------------------------------------------------------
@@ -123,19 +144,9 @@ def check_columns(payload_format: str, names: list[str], types: dict[str, str]) 
 
 
 def _check_compatible(rec: LogRecord, job: WriteJob) -> None:
-    """Appending to a log with data: same payload format and (Arrow) the same schema."""
-    if not rec.ledgers or job.overwrite:
-        return
-    if rec.payload_format != job.payload_format:
-        raise OptionError(
-            "payloadFormat", f"log {rec.name!r} holds {rec.payload_format} entries; cannot append {job.payload_format} "
-            "(use mode overwrite to replace it)"
-        )
-    if job.payload_format == "arrow" and rec.schema != job.schema_json:
-        raise LedgerSourceError(
-            f"the DataFrame's schema differs from the schema of log {rec.name!r} "
-            f"(log: {rec.schema}; DataFrame: {job.schema_json}); use mode overwrite to replace it"
-        )
+    """Appending to a log with data: same payload format and recorded schema (write_columns.py)."""
+    if not job.overwrite:
+        check_against_log(rec, job.layout)
 
 
 def _check_overwritable(rec: LogRecord) -> None:
@@ -159,16 +170,17 @@ def _job_state(value: bytes) -> str | None:
         return None
 
 
-def prepare_job(opts: LedgerSourceOptions, job_id: str, schema_json: str | None, names: list[str],
-                types: dict[str, str], overwrite: bool) -> WriteJob:
-    """Driver side, when Spark creates the writer: validate, create the log and the job node."""
+def prepare_job(opts: LedgerSourceOptions, job_id: str, layout_of: Callable[[str], WriteLayout],
+                overwrite: bool) -> WriteJob:
+    """Driver side, when Spark creates the writer: validate, create the log and the job node.
+    layout_of(payload format) checks the DataFrame's columns for that format (write_columns.py)."""
     name = opts.require_log("writing")
     with open_client(opts) as client:
         existing = client.logs.get_tail(name)  # the head view: format, schema, the open tail
         rec = existing[0] if existing is not None else None
         fmt = opts.payload_format or (rec.payload_format if rec is not None and rec.ledgers else "raw")
-        check_columns(fmt, names, types)
-        job = WriteJob(opts, name, job_id, fmt, schema_json if fmt == "arrow" else None, overwrite)
+        layout = layout_of(fmt)
+        job = WriteJob(opts, name, job_id, fmt, layout.schema_json, overwrite, key_type=layout.key_type)
         if rec is not None:
             _check_compatible(rec, job)
             if overwrite:
@@ -251,7 +263,7 @@ def _clean_staging(client: LedgerClient, job: WriteJob, keep: Container[LedgerId
         except NoNodeError:
             pass
     if leftovers == 0:
-        for path in (job.staging_path, join(STAGING, job.log_name)):
+        for path in (job.staging_path, staging_log_path(job.log_name)):
             try:
                 client.store.delete(path)
             except NoNodeError:

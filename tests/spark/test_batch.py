@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from metadata import CloseReason, LedgerId, LedgerState, NoSuchLedgerError
+from metadata.paths import staging_log_path
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.datasource.rows import META_NAMES
 from tests.spark.conftest import ledger_opts
@@ -58,7 +59,7 @@ def assert_gone_or_marked(client: LedgerClient, ledgers: set[LedgerId]) -> None:
 
 
 def staging_of(client: LedgerClient, name: str) -> list[str]:
-    return client.store.children(f"/staging/{name}")
+    return client.store.children(staging_log_path(name))
 
 
 def eventually(check: Any, timeout_s: float = 30.0) -> None:
@@ -141,7 +142,7 @@ def test_overwrite_replaces_the_log_atomically_and_deletes_old_ledgers(spark: Sp
 
 def test_append_refuses_another_schema(spark: SparkSession, uri: str, log_name: str) -> None:
     write(spark.range(10), uri, log_name, payloadFormat="arrow")
-    with pytest.raises(Exception, match="schema differs"):
+    with pytest.raises(Exception, match=f"column `id` is string but log '{log_name}' holds bigint for it"):
         write(spark.range(10).select(F.col("id").cast("string").alias("id")), uri, log_name)
     with pytest.raises(Exception, match="payloadFormat"):
         write(spark.range(10).select(F.col("id").cast("string").cast("binary").alias("payload")), uri, log_name,
