@@ -25,6 +25,7 @@ import pyarrow as pa
 from metadata import MetadataError, NodeExistsError, NoNodeError
 from metadata.log_record import LogRecord
 from metadata.logs import NoSuchLogError
+from metadata.paths import staging_log_path
 from metadata.store import join
 from pyspark_ledger.datasource.options import LedgerSourceOptions, OptionError, parse_options
 from pyspark_ledger.datasource.planning import LedgerSourceError, open_client
@@ -34,7 +35,6 @@ from pyspark_ledger.datasource.write_task import write_task
 from pyspark_ledger.datasource.writer import (
     JOB_COMMITTED,
     JOB_OPEN,
-    STAGING,
     TaskResult,
     WriteJob,
     _clean_staging,
@@ -139,7 +139,7 @@ def stream_write_task(base: WriteJob, run_id: str, batches: Iterator[pa.RecordBa
 
 def _sweep_query_staging(client: LedgerClient, base: WriteJob, query_id: str, keep_dir: str) -> None:
     """Delete what crashed runs of this query left in staging (never a ledger that is in the log)."""
-    root = join(STAGING, base.log_name)
+    root = staging_log_path(base.log_name)
     published = client.logs.lookup(base.log_name)  # bounded walk from the newest; unknown counts as in
     for name in client.store.children(root):
         if not name.startswith(query_id + ".") or name == keep_dir:
@@ -261,7 +261,7 @@ def abort_stream_batch(base: WriteJob, run_id: str, messages: list[StreamTaskRes
         published = client.logs.lookup(base.log_name)  # bounded walk from the newest; unknown counts as in
         prefixes = {m.query_id for m in got}
         runs = {m.run_id for m in got if m.run_id} or {run_id}  # the runs whose tasks staged ledgers
-        root = join(STAGING, base.log_name)
+        root = staging_log_path(base.log_name)
         for name in client.store.children(root):
             parts = name.split(".")
             if len(parts) == 3 and parts[1] == str(batch_id) and parts[2] in runs and (not prefixes or parts[0] in prefixes):
