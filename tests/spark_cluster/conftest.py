@@ -95,7 +95,7 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Connect
 def connect_client(connect_server: ConnectServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DriverProcess]:
     """A Connect client that registered the `ledger` source (spark.dataSource.register)."""
     log_path = tmp_path_factory.mktemp("connect-client") / "client.log"
-    driver = start_driver(log_path, "connect", connect_server.url, "register")
+    driver = start_driver(log_path, "connect", connect_server.url)
     try:
         yield driver
     finally:

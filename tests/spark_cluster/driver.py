@@ -1,10 +1,10 @@
 """A driver process for the cluster tests (pyspark_ledger.testing.driver_process):
 
     python -m tests.spark_cluster.driver standalone MASTER_URL CONF_JSON
-    python -m tests.spark_cluster.driver connect SC_URL register|plain
+    python -m tests.spark_cluster.driver connect SC_URL
 
 It starts one session (a classic driver on a standalone master, or a Spark Connect client that
-registers the `ledger` source, or not: `plain`), answers with its process ids, then runs the
+registers the `ledger` source), answers with its process ids, then runs the
 steps of tests/spark_cluster/steps.py that the test asks for, until its stdin closes.
 """
 
@@ -32,7 +32,7 @@ def main() -> None:
     elif mode == "connect":
         from pyspark_ledger.testing.spark_connect import connect_session
 
-        spark = connect_session(target, register=sys.argv[3] == "register")
+        spark = connect_session(target)
     else:
         raise SystemExit(f"unknown mode {mode!r}: standalone or connect")
     try:

@@ -88,6 +88,15 @@ def stream_copy(spark: SparkSession, uri: str, source: str, sink: str, checkpoin
     return [int(p.numInputRows) for p in query.recentProgress]
 
 
+def read_raw_unregistered(spark: SparkSession, url: str, uri: str, log: str) -> list[str]:
+    """read_raw in a new Connect session of the same client, one that registered nothing."""
+    fresh = SparkSession.builder.remote(url).create()
+    try:
+        return read_raw(fresh, uri, log)
+    finally:
+        fresh.stop()
+
+
 def count_with_options(spark: SparkSession, uri: str, options: dict[str, str]) -> int:
     """A batch read with options of the test's choosing (user mistakes included)."""
     return int(spark.read.format("ledger").option("metadataServiceUri", uri).options(**options).load().count())
@@ -99,6 +108,7 @@ def _is_connect(spark: SparkSession) -> bool:
 
 def steps_for(spark: SparkSession) -> dict[str, Callable[..., Any]]:
     named: list[Callable[..., Any]] = [write_raw, read_raw, write_arrow, read_arrow, task_processes, driver_processes,
-                                       wait_for_executors, stream_copy, count_with_options]
+                                       wait_for_executors, stream_copy, count_with_options,
+                                       read_raw_unregistered]
     return {f.__name__: (lambda f: lambda **kw: f(spark, **kw))(f) for f in named}
 
