@@ -92,7 +92,8 @@ def _heads(client: LedgerClient, opts: LedgerSourceOptions, start: Mapping[str, 
             _gone(name, at, opts.read.fail_on_data_loss)
     if opts.read.log_pattern is None:
         return out
-    for name in sorted(set(select_logs(client, opts)) - set(start)):
+    # Listed here rather than by select_logs: a running stream whose logs all went is no option mistake.
+    for name in sorted(n for n in client.logs.names() if opts.read.includes(n) and n not in start):
         try:
             head = client.logs.read_head(name)[0]
         except NoSuchLogError:

@@ -30,7 +30,7 @@ from pyspark.sql.types import StructType
 
 from metadata.log_record import LogRecord
 from metadata.logs import LogExistsError
-from pyspark_ledger.datasource.errors import user_errors
+from pyspark_ledger.datasource.errors import LedgerUserError, user_errors
 from pyspark_ledger.datasource.options import LedgerSourceOptions
 from pyspark_ledger.datasource.planning import LedgerRange, LedgerSourceError, open_client, shape_of
 from pyspark_ledger.datasource.read_options import check_stream_read
@@ -138,26 +138,41 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     and the last lag report stay in memory between Spark's calls."""
 
     def __init__(self, opts: LedgerSourceOptions, settings: StreamSettings, schema: StructType, arrow_schema: pa.Schema):
-        check_stream_read(opts.read)
         self.opts = opts
         self.settings = settings
         self.schema = schema
         self.arrow_schema = arrow_schema
-        with open_client(opts) as client:
-            self.shape = shape_of(client, opts)
-        self.payload_format = self.shape.payload_format
         self._target: StreamOffset | None = None  # Trigger.AvailableNow's end
         self._report: dict[str, Any] | None = None  # the last latestOffset's lag, for the progress
+        # Spark's stream runner (pyspark 4.2-4.3) masks an error raised while the reader is made
+        # (its `finally: reader.stop()` then fails on the unbound name): a user mistake found
+        # here is raised by the first call instead, where it reaches the user as one line.
+        self._error: LedgerUserError | None = None
+        try:
+            check_stream_read(opts.read)
+            with open_client(opts) as client:
+                self.shape = shape_of(client, opts)
+        except LedgerUserError as exc:
+            self._error = exc
+            return
+        self.payload_format = self.shape.payload_format
+
+    def _ready(self) -> None:
+        if self._error is not None:
+            raise self._error
 
     def _offset(self, d: dict[str, Any]) -> StreamOffset:
         return offset_from_json(d, single_log(self.opts))
 
     @user_errors
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's API
+        self._ready()
         with open_client(self.opts) as client:
             return offset_to_json(initial_offsets(client, self.opts, self.payload_format))
 
+    @user_errors
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - Spark's API
+        self._ready()
         if self.settings.max_entries_per_trigger is not None:
             return ReadMaxRows(self.settings.max_entries_per_trigger)
         if self.settings.max_bytes_per_trigger is not None:
@@ -166,6 +181,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @user_errors
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802 - Spark's API
+        self._ready()
         with open_client(self.opts) as client:
             batch = next_batch(client, self.opts, self.shape, self._offset(start), _limit(limit, self.settings), self._target)
         self._report = batch.report()
@@ -176,12 +192,14 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @user_errors
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's API
+        self._ready()
         with open_client(self.opts) as client:
             self._target = available_now_target(client, self.opts)
         log.info("Trigger.AvailableNow target offset=%s", offset_to_json(self._target))
 
     @user_errors
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        self._ready()
         with open_client(self.opts) as client:
             ranges = plan_batch(client, self.opts, self._offset(start), self._offset(end))
         return [StreamPartition(r) for r in ranges]

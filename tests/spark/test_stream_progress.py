@@ -41,12 +41,26 @@ def run_available_now(df: DataFrame, table: str, checkpoint: Path) -> StreamingQ
     return q
 
 
-def copy_available_now(df: DataFrame, uri: str, sink: str, checkpoint: Path) -> StreamingQuery:
+def start_copy(df: DataFrame, uri: str, sink: str, checkpoint: Path) -> StreamingQuery:
     """Into a log (the ledger sink restarts from its checkpoint, exactly once)."""
-    q = (df.select("payload").writeStream.format("ledger").option("metadataServiceUri", uri).option("log", sink)
-         .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    return (df.select("payload").writeStream.format("ledger").option("metadataServiceUri", uri).option("log", sink)
+            .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+
+
+def copy_available_now(df: DataFrame, uri: str, sink: str, checkpoint: Path) -> StreamingQuery:
+    q = start_copy(df, uri, sink, checkpoint)
     assert q.awaitTermination(WAIT_S), "the AvailableNow query did not stop"
     return q
+
+
+def failure(q: StreamingQuery) -> str:
+    """The first line of the error that stops the query, after Spark's prefix naming the query."""
+    with pytest.raises(StreamingQueryException) as err:
+        q.awaitTermination(WAIT_S)
+    first = str(err.value).splitlines()[0]
+    prefix = f"[STREAM_FAILED] Query [id = {q.id}, runId = {q.runId}] terminated with exception: "
+    assert first.startswith(prefix) and "Traceback" not in first, first
+    return first[len(prefix):]
 
 
 def entry_count(client: LedgerClient, name: str) -> int:
@@ -136,13 +150,12 @@ def test_data_trimmed_between_batches_fails_naming_what_is_gone(spark: SparkSess
     produce(client, log_name, 200, first=100)  # seq 1 and 2, then seq 1 is trimmed unread
     rec = client.describe_log(log_name)
     client.trim_log(log_name, before=Position(rec.ledgers[2].seq, 0, rec.ledgers[2].ledger_id))
-    with pytest.raises(StreamingQueryException) as err:
-        copy_available_now(df, uri, f"{log_name}-fail", tmp_path / "fail")
-    lines = [line for line in str(err.value).splitlines() if "DataLossError" in line]
-    assert lines and lines[0].split("DataLossError: ", 1)[1] == (
-        f"log '{log_name}': the read starts at seq 1 entry 0 (the stream's position), but ledgers with seq below 2 "
-        "were trimmed (data lost: seq 1 entry 0 up to seq 2); the next data is at seq 2 entry 0. "
-        "Set failOnDataLoss=false to read what remains"), str(err.value)[:2000]
+    line = failure(start_copy(df, uri, f"{log_name}-fail", tmp_path / "fail"))
+    assert line == (
+        "[PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming data source perform planPartitions: "
+        f"pyspark_ledger.datasource.cuts.DataLossError: log '{log_name}': the read starts at seq 1 entry 0 (the "
+        "stream's position), but ledgers with seq below 2 were trimmed (data lost: seq 1 entry 0 up to seq 2); the next "
+        "data is at seq 2 entry 0. Set failOnDataLoss=false to read what remains")
     copy_available_now(source(spark, uri, log=log_name, failOnDataLoss="false"), uri, f"{log_name}-skip",
                        tmp_path / "skip")
     assert entry_count(client, f"{log_name}-skip") == 200  # seq 0, then seq 2: seq 1 is gone
@@ -164,3 +177,15 @@ def test_sink_reports_rows_and_bytes(spark: SparkSession, client: LedgerClient, 
     assert (got.total_rows, got.total_entries, got.total_bytes, got.batches) == (
         500, 500, sum(lg.size_bytes or 0 for lg in written.ledgers), 3)
     assert (got.batch_id, got.rows, got.size_bytes) == (2, 100, 100 * PAYLOAD_BYTES)
+
+
+def test_a_stream_has_no_end_and_says_so_in_one_line(spark: SparkSession, client: LedgerClient, uri: str,
+                                                     log_name: str, tmp_path: Path) -> None:
+    produce(client, log_name, 10)
+    line = failure(start_copy(source(spark, uri, log=log_name, endingPosition="earliest"), uri, log_name + "-out",
+                              tmp_path / "e"))
+    assert line == ("[PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming data source perform "
+                    "prepareForTriggerAvailableNow: "
+                    'pyspark_ledger.datasource.errors.OptionError: ledger data source option "endingPosition": is for '
+                    "batch reads: a stream has no end (Trigger.AvailableNow stops at what is readable when the query "
+                    "starts)")
