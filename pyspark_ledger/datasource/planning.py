@@ -244,6 +244,15 @@ def _plan_ledger(client: LedgerClient, opts: LedgerSourceOptions, fmt: str, out:
     _ranges_of(client, opts, None, iter([LogLedger(0, opts.ledger, 0)]), start, end, out)
 
 
+def first_entry_range(client: LedgerClient, opts: LedgerSourceOptions) -> LedgerRange | None:
+    """Entry 0 of the lone ledger a read names (option ledger), checked as a read checks it (it
+    exists, the password fits), for reader.arrow_schema_of; None when it has no readable entry."""
+    assert opts.ledger is not None
+    out: list[LedgerRange] = []
+    _ranges_of(client, opts, None, iter([LogLedger(0, opts.ledger, 0)]), Cut(0, 0), Cut(0, 1), out)
+    return out[0] if out else None
+
+
 def plan_ranges(client: LedgerClient, opts: LedgerSourceOptions, payload_format: str | None = None) -> list[LedgerRange]:
     """The ranges a batch read covers: log by log (in the order named, or sorted for a pattern),
     each in log order; then cut to at least minPartitions."""

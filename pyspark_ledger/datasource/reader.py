@@ -3,8 +3,8 @@
 Fast path (every bookie of the fragment holds every entry, i.e. W == E, the common case):
 range-read windows of entries from one replica with the bookie client, answered as runs
 (bookie.proto EntryRun: one buffer plus lengths per run of consecutive entries, so no side
-builds a message or object per entry), verify each run in bulk (codec.decode_blob) and build
-each batch from contiguous buffers. Windows are fetched and
+builds a message or object per entry), verify each run in bulk (entry_decode.decode_blob, the
+one decoder of the read path) and build each batch from contiguous buffers. Windows are fetched and
 verified by a small pool ahead of the consumer (bounded: WINDOWS_AHEAD_MAX), so bookie I/O,
 verification and Spark's socket writes overlap. Any trouble in a window (transport error,
 bad status, missing or corrupt entry) hands the rest of that window to the client's
@@ -12,6 +12,8 @@ ReadHandle.read_planned, which fails over inside each entry's write set, and lat
 start from the next replica. Striped fragments (W < E) use read_planned throughout.
 
 The planner already bounded every range by the LAC or last entry, so nothing here reads past it.
+Every entry the data source reads goes through here: batch and streaming partitions
+(read_partition) and the driver's look at a lone Arrow ledger's first entry (arrow_schema_of).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import functools
 import logging
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -31,6 +33,7 @@ import pyarrow as pa
 from bookie.malloc_tuning import tune_malloc
 from bookie.status import Status
 from pyspark_ledger.datasource import codec
+from pyspark_ledger.datasource.entry_decode import DecodedRun, decode_blob
 from pyspark_ledger.datasource.planning import LedgerRange, open_client
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.ledger.read_handle import ReadHandle
@@ -103,7 +106,7 @@ class RangeReader:
 
     # ---- fetching (pool threads) ----------------------------------------------------------------
 
-    def _slow(self, first: int, last: int) -> list[codec.DecodedRun]:
+    def _slow(self, first: int, last: int) -> list[DecodedRun]:
         """first..last through the client's failover reads (each entry from its write set)."""
         with self._handle_lock:
             if self._handle is None:
@@ -111,14 +114,14 @@ class RangeReader:
             handle = self._handle
         payloads = [e.payload for e in handle.read_planned(first, last)]
         if self.spec.payload_format == "raw":
-            return [codec.DecodedRun(first, pa.array(payloads, pa.binary()))]
-        return [codec.DecodedRun(first, [pa.py_buffer(p) for p in payloads])]
+            return [DecodedRun(first, pa.array(payloads, pa.binary()))]
+        return [DecodedRun(first, [pa.py_buffer(p) for p in payloads])]
 
-    def _fetch(self, window_no: int, first: int, last: int) -> list[codec.DecodedRun]:
+    def _fetch(self, window_no: int, first: int, last: int) -> list[DecodedRun]:
         """Entries first..last, verified, as runs of consecutive entries."""
         if not self.fast:
             return self._slow(first, last)
-        runs: list[codec.DecodedRun] = []
+        runs: list[DecodedRun] = []
         nxt = first
         ensemble = self.rng.ensemble
         for _ in range(WINDOW_RPCS_MAX):
@@ -140,7 +143,7 @@ class RangeReader:
             return runs
         raise LedgerError(f"ledger {self.rng.ledger_id}: window {first}..{last} needed more than {WINDOW_RPCS_MAX} reads")
 
-    def _read_runs(self, bookie: str, first: int, last: int) -> tuple[list[codec.DecodedRun], str | None]:
+    def _read_runs(self, bookie: str, first: int, last: int) -> tuple[list[DecodedRun], str | None]:
         """One run-encoded range read (bookie.proto ReadRequest.entry_runs) of first..last from
         `bookie`: the verified runs from `first` on, and what stopped them (None when the
         answer just ended early, at the bookie's count or byte bound)."""
@@ -157,11 +160,11 @@ class RangeReader:
             return [], f"status {_status_name(resp.status)}"
         return self._decode_answer(resp, first, last)
 
-    def _decode_answer(self, resp: RunResponse, first: int, last: int) -> tuple[list[codec.DecodedRun], str | None]:
+    def _decode_answer(self, resp: RunResponse, first: int, last: int) -> tuple[list[DecodedRun], str | None]:
         """Verify a run answer's runs in id order from `first`; stop at the first entry that is
         not OK, fails verification, or that the answer skips (a malformed answer)."""
         others = dict(zip(resp.entry_ids, resp.entry_status))  # the entries that are not OK
-        out: list[codec.DecodedRun] = []
+        out: list[DecodedRun] = []
         nxt = first
         for run in resp.runs:
             if run.first_entry_id != nxt:
@@ -179,26 +182,19 @@ class RangeReader:
             return out, f"malformed answer: entry {nxt} is missing from it"
         return out, None
 
-    def _decode(self, run: Run, room: int) -> codec.DecodedRun:
-        """Verify one EntryRun (at most `room` entries: what was asked for)."""
+    def _decode(self, run: Run, room: int) -> DecodedRun:
+        """Verify one EntryRun (at most `room` entries: what was asked for). Raw payloads become
+        one contiguous array (the payload column); Arrow ones stay zero-copy views of the
+        received message, each opened as an IPC stream."""
         lengths = np.array(run.lengths, dtype=np.int64)
         if len(lengths) > room:
-            return codec.DecodedRun(run.first_entry_id, [],
-                                    f"malformed answer: a run of {len(lengths)} entries, {room} asked for")
-        data = run.data  # a view of the received message (no copy)
-        if self.spec.payload_format == "raw":
-            return codec.decode_blob(self.digest, self.key[0], self.key[1], run.first_entry_id, data, lengths)
-        # Few large entries (Arrow): verify one by one, payloads stay zero-copy views of `data`.
-        malformed = codec.check_run(data, lengths)
-        if malformed is not None:
-            return codec.DecodedRun(run.first_entry_id, [], malformed)
-        bufs, error = codec.decode_each(self.digest, self.key[0], self.key[1], run.first_entry_id,
-                                        codec.run_views(data, lengths))
-        return codec.DecodedRun(run.first_entry_id, bufs, error)
+            return DecodedRun(run.first_entry_id, [], f"malformed answer: a run of {len(lengths)} entries, {room} asked for")
+        return decode_blob(self.digest, self.key[0], self.key[1], run.first_entry_id, run.data, lengths,
+                           views=self.spec.payload_format != "raw")
 
     # ---- output (the consumer thread) ----------------------------------------------------------------
 
-    def _batches(self, run: codec.DecodedRun) -> Iterator[pa.RecordBatch]:
+    def _batches(self, run: DecodedRun) -> Iterator[pa.RecordBatch]:
         place = self.rng.place
         if self.spec.payload_format == "raw":
             yield codec.raw_batch(place, run.first_entry_id, run.payloads, self.spec.schema)
@@ -208,12 +204,17 @@ class RangeReader:
             yield from codec.decode_arrow_entry(buf, place, entry_id, self.spec.schema, *self.rng.rows_of(entry_id))
 
     def batches(self) -> Iterator[pa.RecordBatch]:
+        for run in self.runs():
+            yield from self._batches(run)
+
+    def runs(self) -> Generator[DecodedRun, None, None]:
+        """The range's entries, verified, in order, as runs of consecutive entries."""
         rng = self.rng
         step = _window_entries(rng)
         windows = [(i, lo, min(rng.last_entry_id, lo + step - 1))
                    for i, lo in enumerate(range(rng.first_entry_id, rng.last_entry_id + 1, step))]
         pool = ThreadPoolExecutor(max_workers=FETCH_THREADS, thread_name_prefix="ledger-fetch")
-        ahead: deque[Future[list[codec.DecodedRun]]] = deque()
+        ahead: deque[Future[list[DecodedRun]]] = deque()
         try:
             todo = iter(windows)
             for w in todo:
@@ -225,8 +226,7 @@ class RangeReader:
                 nxt = next(todo, None)
                 if nxt is not None:
                     ahead.append(pool.submit(self._fetch, *nxt))
-                for run in runs:
-                    yield from self._batches(run)
+                yield from runs
         finally:
             for f in ahead:
                 f.cancel()
@@ -238,6 +238,20 @@ class RangeReader:
 def read_range(client: LedgerClient, rng: LedgerRange, spec: ReadSpec) -> Iterator[pa.RecordBatch]:
     _tune_malloc_once()
     yield from RangeReader(client, rng, spec).batches()
+
+
+def arrow_schema_of(client: LedgerClient, rng: LedgerRange, password: bytes) -> pa.Schema:
+    """The schema of the Arrow IPC stream in the range's first entry (a lone Arrow ledger records
+    its schema nowhere else)."""
+    spec = ReadSpec("arrow", pa.schema([]), password)
+    runs = RangeReader(client, rng.piece(rng.first_entry_id, rng.first_entry_id), spec).runs()
+    try:
+        for run in runs:
+            for payload in run.buffers():
+                return pa.ipc.open_stream(payload).schema
+    finally:
+        runs.close()  # stops its fetch threads now, not when it is collected
+    raise LedgerError(f"ledger {rng.ledger_id}: entry {rng.first_entry_id} was not returned")
 
 
 def read_partition(opts: LedgerSourceOptions, rng: LedgerRange, spec: ReadSpec) -> Iterator[pa.RecordBatch]:

@@ -35,11 +35,12 @@ from pyspark_ledger.datasource.options import LedgerSourceOptions, parse_options
 from pyspark_ledger.datasource.planning import (
     LedgerRange,
     LedgerSourceError,
+    first_entry_range,
     open_client,
     plan_ranges,
     shape_of,
 )
-from pyspark_ledger.datasource.reader import ReadSpec, read_partition
+from pyspark_ledger.datasource.reader import ReadSpec, arrow_schema_of, read_partition
 from pyspark_ledger.datasource.routed_writer import abort_routed_job, commit_routed_job, prepare_routed_job
 from pyspark_ledger.datasource.rows import meta_fields, raw_read_schema
 from pyspark_ledger.datasource.write_columns import ROUTE_COLUMN, WriteLayout, plan_layout
@@ -145,14 +146,10 @@ def _single_ledger_arrow_schema(client: Any, opts: LedgerSourceOptions) -> pa.Sc
     entry 0 says what the columns are."""
     if opts.ledger is None:
         raise LedgerSourceError("the schema of a single ledger needs option ledger")
-    handle = client.open_ledger(opts.ledger, password=opts.password)
-    try:
-        if handle.last_add_confirmed() < 0:
-            raise LedgerSourceError(f"ledger {opts.ledger} is empty: give the schema with spark.read.schema(...)")
-        payload = handle.read_entry(0).payload
-    finally:
-        handle.close()
-    return pa.ipc.open_stream(pa.py_buffer(payload)).schema
+    rng = first_entry_range(client, opts)  # read as every entry is read: reader.py
+    if rng is None:
+        raise LedgerSourceError(f"ledger {opts.ledger} is empty: give the schema with spark.read.schema(...)")
+    return arrow_schema_of(client, rng, opts.password)
 
 
 # ---- reading -----------------------------------------------------------------------------------------

@@ -14,9 +14,10 @@ import pytest
 from bookie.status import Status
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.datasource import codec
+from pyspark_ledger.datasource.errors import OptionError
 from pyspark_ledger.datasource.options import parse_options
-from pyspark_ledger.datasource.planning import LedgerRange, plan_ranges
-from pyspark_ledger.datasource.reader import ReadSpec, read_range
+from pyspark_ledger.datasource.planning import LedgerRange, first_entry_range, plan_ranges
+from pyspark_ledger.datasource.reader import ReadSpec, arrow_schema_of, read_range
 from pyspark_ledger.datasource.rows import arrow_read_schema
 from pyspark_ledger.testing.local_cluster import LocalCluster
 from pyspark_ledger.transport.run_response import parse_run_response
@@ -205,3 +206,30 @@ def test_arrow_entries_come_back_as_the_written_columns(client: LedgerClient, lo
     assert rows.column("id").to_pylist() == list(range(2000))
     assert rows.column("entry").to_pylist() == [i // 250 for i in range(2000)]
     assert rows.column("index").to_pylist() == [i % 250 for i in range(2000)]
+
+
+def test_a_lone_arrow_ledger_tells_its_schema_through_the_same_reader(client: LedgerClient) -> None:
+    """Option ledger on an Arrow ledger: the driver reads entry 0 as every entry is read
+    (planned as a range, verified by entry_decode), checked as a read checks the ledger."""
+    schema = pa.schema([("id", pa.int64()), ("name", pa.string())])
+    packer = codec.ArrowEntryPacker(schema, rows_max=100)
+    batch = pa.record_batch([pa.array(range(300), pa.int64()), pa.array([f"n{i}" for i in range(300)])], schema=schema)
+    handle = client.create_ledger(password=b"pw")
+    for entry in list(packer.add(batch)) + list(packer.flush()):
+        handle.add_entry(entry.to_pybytes())
+    handle.close()
+
+    def opts(password: str) -> dict[str, str]:
+        return {"metadataServiceUri": client.metadata_uri, "ledger": handle.ledger_id.qualified_name, "password": password}
+
+    rng = first_entry_range(client, parse_options(opts("pw")))
+    assert rng is not None and (rng.first_entry_id, rng.last_entry_id) == (0, 0)
+    assert arrow_schema_of(client, rng, b"pw") == schema
+    with pytest.raises(OptionError) as err:
+        first_entry_range(client, parse_options(opts("wrong")))
+    assert str(err.value).splitlines()[0].startswith(
+        f'ledger data source option "password": wrong password for ledger {handle.ledger_id}')
+    empty = client.create_ledger()
+    empty.close()
+    assert first_entry_range(client, parse_options({"metadataServiceUri": client.metadata_uri,
+                                                    "ledger": empty.ledger_id.qualified_name})) is None
