@@ -119,6 +119,14 @@ def test_several_logs_with_their_own_starts(spark: SparkSession, client: LedgerC
                       f"multi_{log_name[2:]}", tmp_path / "m")
     got = {r["log"]: r["count"] for r in spark.table(f"multi_{log_name[2:]}").groupBy("log").count().collect()}
     assert got == {a: 40, c: 150}  # a from seq 1 entry 10; b from its end; c from the start
+    later = client.describe_log(a).next_seq
+    time.sleep(0.01)  # a later millisecond than every ledger so far
+    produce(client, a, 30, first=150)  # ledgers that joined the log after `since`
+    since = client.describe_log(a).ledgers[-1].ctime_ms
+    assert since > max(lg.ctime_ms for lg in client.describe_log(a).ledgers if lg.seq < later)
+    run_available_now(source(spark, uri, logs=f"{a},{b}", startingTimestamp=str(since)), f"time_{log_name[2:]}",
+                      tmp_path / "t")
+    assert spark.table(f"time_{log_name[2:]}").count() == 30
 
 
 def test_log_pattern_picks_up_a_log_that_appears_later(spark: SparkSession, client: LedgerClient, uri: str,
