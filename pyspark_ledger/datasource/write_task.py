@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 # bookies' backlog) stays far below the add timeout on a busy machine.
 INFLIGHT_ENTRIES_MAX = 4_096
 INFLIGHT_BYTES_MAX = 32 * 2**20
+ADD_RUN_ENTRIES = 256  # raw entries added between two looks at the bounds
 ADD_WAIT_TIMEOUT_S = 120.0
 # Task writers tolerate slow bookies longer than the client default: with E == W there is no
 # spare bookie, so an add timeout fails the task.
@@ -102,32 +103,49 @@ class _TaskLedger:
             _remove_implicit_parents(client, job)
             raise
         self.entries = 0
-        self._inflight: deque[tuple[AddFuture, int]] = deque()
+        # Added, not yet known acknowledged: (future of a run's last entry, entries, bytes) per run.
+        self._inflight: deque[tuple[AddFuture, int, int]] = deque()
+        self._inflight_entries = 0
         self._inflight_bytes = 0
 
     def add(self, payload: bytes) -> None:
-        size = len(payload)
-        self._inflight.append((self.handle.add_entry_async(payload), size))
-        self.entries += 1
-        self._inflight_bytes += size
-        inflight = self._inflight
-        if len(inflight) > INFLIGHT_ENTRIES_MAX or self._inflight_bytes > INFLIGHT_BYTES_MAX:
-            # Drain to half the bounds and wait once, on the newest add drained: completions are
-            # in entry order, so it succeeding means every older one did. (One wake-up per
-            # thousands of adds, not one per add.)
+        self.add_all([payload])
+
+    def add_all(self, payloads: list[bytes]) -> None:
+        """Add entries in order, in runs of ADD_RUN_ENTRIES: the bookkeeping and the bounds check
+        are per run, not per entry (a raw write adds one entry per row)."""
+        add = self.handle.add_entry_async
+        for at in range(0, len(payloads), ADD_RUN_ENTRIES):
+            run = payloads[at : at + ADD_RUN_ENTRIES]
             last = None
-            while len(inflight) > INFLIGHT_ENTRIES_MAX // 2 or self._inflight_bytes > INFLIGHT_BYTES_MAX // 2:
-                last, n = inflight.popleft()
-                self._inflight_bytes -= n
-            if last is not None:
-                last.result(timeout=ADD_WAIT_TIMEOUT_S)
+            for payload in run:
+                last = add(payload)
+            assert last is not None  # a run holds at least one entry
+            size = sum(map(len, run))
+            self._inflight.append((last, len(run), size))
+            self.entries += len(run)
+            self._inflight_entries += len(run)
+            self._inflight_bytes += size
+            if self._inflight_entries > INFLIGHT_ENTRIES_MAX or self._inflight_bytes > INFLIGHT_BYTES_MAX:
+                self._drain()
+
+    def _drain(self) -> None:
+        """Wait until at most half the bounds are in flight, once, on the newest run drained:
+        completions are in entry order, so it succeeding means every older one did."""
+        inflight, last = self._inflight, None
+        while inflight and (self._inflight_entries > INFLIGHT_ENTRIES_MAX // 2 or self._inflight_bytes > INFLIGHT_BYTES_MAX // 2):
+            last, n, size = inflight.popleft()
+            self._inflight_entries -= n
+            self._inflight_bytes -= size
+        if last is not None:
+            last.result(timeout=ADD_WAIT_TIMEOUT_S)
 
     def wait_acknowledged(self) -> None:
         """Completions are in entry order: the last add acknowledged means all of them were."""
         if self._inflight:
             self._inflight[-1][0].result(timeout=ADD_WAIT_TIMEOUT_S)
             self._inflight.clear()
-            self._inflight_bytes = 0
+            self._inflight_entries = self._inflight_bytes = 0
 
     def seal(self) -> tuple[int, int]:
         """Close the ledger; check that exactly the entries this attempt added are in it."""
@@ -211,8 +229,7 @@ class _LogOutput:
         ledger = self.ledger
         self.rows += batch.num_rows
         if job.payload_format == "raw":
-            for payload in encode.raw_entries(batch, job.key_type is not None):
-                ledger.add(payload)
+            ledger.add_all(encode.raw_entries(batch, job.key_type is not None))
             return ledger
         if self.packer is None:
             self.packer = codec.ArrowEntryPacker(batch.schema, job.opts.arrow_batch_rows, job.opts.arrow_compression)
