@@ -19,6 +19,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from pyspark_ledger.datasource import keyed_entries
+from pyspark_ledger.datasource.meta_columns import MetaColumns
 from pyspark_ledger.datasource.rows import META_NAMES, RowPlace, entry_meta, raw_meta, raw_read_schema
 
 # An Arrow entry aims at this size: far below the client's 4 MiB entry limit, large enough
@@ -40,22 +41,26 @@ RAW_ARROW_SCHEMA = raw_read_schema()
 
 
 def raw_batch(place: RowPlace, first_entry_id: int, payloads: pa.Array,
-              schema: pa.Schema = RAW_ARROW_SCHEMA) -> pa.RecordBatch:
-    """Raw entries first_entry_id.. as rows: the payload, then where each is (rows.py). A keyed
-    raw log (its schema has a key before the payload) has each entry's key cut off its front."""
+              schema: pa.Schema = RAW_ARROW_SCHEMA, *, meta: MetaColumns | None = None) -> pa.RecordBatch:
+    """Raw entries first_entry_id.. as rows: the payload, then where each is (rows.py; from
+    `meta`'s cached columns when given). A keyed raw log (its schema has a key before the
+    payload) has each entry's key cut off its front."""
     data = [payloads]
     if len(schema) > len(RAW_ARROW_SCHEMA):
         keys, payloads = keyed_entries.unframe(payloads)
         data = [keys.cast(schema.field(0).type), payloads]
-    return pa.RecordBatch.from_arrays([*data, *raw_meta(place, first_entry_id, len(payloads))], schema=schema)
+    where = meta.raw(first_entry_id, len(payloads)) if meta is not None else raw_meta(place, first_entry_id, len(payloads))
+    return pa.RecordBatch.from_arrays([*data, *where], schema=schema)
 
 
 # ---- Arrow logs ---------------------------------------------------------------------------------------
 
 
 def decode_arrow_entry(payload: pa.Buffer, place: RowPlace, entry_id: int, target: pa.Schema,
-                       skip_rows: int = 0, keep_rows: int | None = None) -> Iterator[pa.RecordBatch]:
-    """The record batches of one Arrow entry, with the metadata columns added (rows.py), in the
+                       skip_rows: int = 0, keep_rows: int | None = None, *,
+                       meta: MetaColumns | None = None) -> Iterator[pa.RecordBatch]:
+    """The record batches of one Arrow entry, with the metadata columns added (rows.py; from
+    `meta`'s cached columns when given), in the
     exact target schema (Spark checks it). Only the entry's rows with skip_rows <= index <
     keep_rows (a read that starts or ends inside this entry). Zero-copy unless a column's type
     must be cast."""
@@ -80,7 +85,9 @@ def decode_arrow_entry(payload: pa.Buffer, place: RowPlace, entry_id: int, targe
         for i, f in enumerate(data_fields):
             if cols[i].type != f.type:
                 cols[i] = cols[i].cast(f.type)
-        yield pa.RecordBatch.from_arrays(cols + entry_meta(place, entry_id, at - n + lo, hi - lo), schema=target)
+        where = meta.entry(entry_id, at - n + lo, hi - lo) if meta is not None else \
+            entry_meta(place, entry_id, at - n + lo, hi - lo)
+        yield pa.RecordBatch.from_arrays(cols + where, schema=target)
 
 
 class ArrowEntryPacker:

@@ -34,6 +34,7 @@ from bookie.malloc_tuning import tune_malloc
 from bookie.status import Status
 from pyspark_ledger.datasource import codec
 from pyspark_ledger.datasource.entry_decode import DecodedRun, decode_blob
+from pyspark_ledger.datasource.meta_columns import MetaColumns
 from pyspark_ledger.datasource.planning import LedgerRange, open_client
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.ledger.read_handle import ReadHandle
@@ -103,6 +104,7 @@ class RangeReader:
         self.replica = rng.index % len(rng.ensemble)  # spread concurrent partitions over the replicas
         self._handle: ReadHandle | None = None
         self._handle_lock = threading.Lock()
+        self.meta = MetaColumns(rng.place)  # the rows' metadata columns, made once (consumer thread only)
 
     # ---- fetching (pool threads) ----------------------------------------------------------------
 
@@ -197,11 +199,12 @@ class RangeReader:
     def _batches(self, run: DecodedRun) -> Iterator[pa.RecordBatch]:
         place = self.rng.place
         if self.spec.payload_format == "raw":
-            yield codec.raw_batch(place, run.first_entry_id, run.payloads, self.spec.schema)
+            yield codec.raw_batch(place, run.first_entry_id, run.payloads, self.spec.schema, meta=self.meta)
             return
         for i, buf in enumerate(run.buffers()):
             entry_id = run.first_entry_id + i
-            yield from codec.decode_arrow_entry(buf, place, entry_id, self.spec.schema, *self.rng.rows_of(entry_id))
+            yield from codec.decode_arrow_entry(buf, place, entry_id, self.spec.schema, *self.rng.rows_of(entry_id),
+                                                meta=self.meta)
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         for run in self.runs():
