@@ -48,9 +48,8 @@ from metadata import (
 from metadata.context import now_ms
 from metadata.log_record import LogRecord
 from metadata.logs import NoSuchLogError
-from metadata.paths import STAGING as STAGING  # re-exported for streaming.py and tests: the staging root
-from metadata.paths import staging_job_path, staging_log_path
-from metadata.store import join
+from metadata.paths import STAGING as STAGING  # re-exported for tests (test_one_writer.py): the staging root
+from metadata.paths import staging_job_path, staging_ledger_path, staging_log_path
 from pyspark_ledger.datasource import codec
 from pyspark_ledger.datasource.options import (
     LedgerSourceOptions,
@@ -246,13 +245,13 @@ def _clean_staging(client: LedgerClient, job: WriteJob, keep: Container[LedgerId
     deleted: list[LedgerId] = []
     leftovers = 0
     for qname in client.store.children(job.staging_path):
-        node = join(job.staging_path, qname)
         try:
             lid = LedgerId.from_qualified_name(qname)
         except MetadataError:
-            log.warning("unexpected node in staging, leaving it path=%s", node)
+            log.warning("unexpected node in staging, leaving it path=%s/%s", job.staging_path, qname)
             leftovers += 1
             continue
+        node = staging_ledger_path(job.log_name, job.job_id, lid)
         if lid not in keep:
             if not delete_or_mark(client, lid, reason, job.opts.password):
                 leftovers += 1
