@@ -98,8 +98,12 @@ class ArrowEntryPacker:
     def __init__(self, schema: pa.Schema, rows_max: int, compression: str = "none",
                  bytes_target: int = ENTRY_PAYLOAD_BYTES_TARGET):
         self.schema = schema
-        self.plain_options = pa.ipc.IpcWriteOptions(compression=None)
-        self.compressed_options = None if compression == "none" else pa.ipc.IpcWriteOptions(compression=compression)
+        # use_threads=False: Arrow would compress an entry's buffers on its CPU thread pool, and
+        # handing a few MiB to pool threads cost 5x the compression itself here (2 cores, each
+        # busy with a Spark task or a bookie): 5.3 ms against 1.1 ms for an 8,192-row LZ4 entry.
+        self.plain_options = pa.ipc.IpcWriteOptions(compression=None, use_threads=False)
+        self.compressed_options = None if compression == "none" else \
+            pa.ipc.IpcWriteOptions(compression=compression, use_threads=False)
         self.rows_max = rows_max
         self.bytes_target = bytes_target
         self.entries_compressed = 0
