@@ -6,7 +6,7 @@ the batch leaves is the log's lag.
 Bytes come from the log's metadata, without reading entries: a sealed ledger's size is exact;
 part of a ledger is counted pro rata (exact when its entries have one size); an open ledger's
 size is unknown until it is sealed, so its entries count at the average entry size of the log's
-most recent sealed ledger.
+most recent sealed ledger (ASSUMED_ENTRY_BYTES when it has none).
 
 A scan stops after the first ledger that is not closed (what follows it must wait: its last
 entries may still be confirmed), and after SCAN_LEDGERS_MAX ledgers (a stream far behind then
@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from metadata import NoSuchLedgerError
+from metadata.log_record import LogLedger
 from metadata.log_segments import LogHead
 from pyspark_ledger.datasource.options import LedgerSourceOptions
 from pyspark_ledger.datasource.planning import last_readable, log_ledgers
 from pyspark_ledger.datasource.stream_offsets import LogOffset
 
 if TYPE_CHECKING:
-    from metadata.log_record import LogLedger
     from pyspark_ledger.client import LedgerClient
 
 # Bytes per entry assumed for an open ledger of a log that has no sealed ledger to learn from.
@@ -84,9 +84,16 @@ class _Seen:
     closed: bool
 
 
-def _recent_entry_bytes(head: LogHead) -> int:
-    """The average entry size of the most recent sealed ledger in the head (no further reads)."""
-    for lg in reversed(head.record.ledgers):
+def _recent_entry_bytes(client: LedgerClient, head: LogHead, seen: list[_Seen]) -> int:
+    """The average entry size of the log's most recent sealed ledger: one the scan saw, else in the
+    head's tail, else the last segment's last (one segment read, cached by the client)."""
+    for s in reversed(seen):
+        if s.closed and s.size is not None and s.last >= 0:
+            return max(1, s.size // (s.last + 1))
+    ledgers: tuple[LogLedger, ...] = head.record.ledgers
+    if not any(lg.sealed for lg in ledgers) and head.seg_next > head.seg_first:
+        ledgers = client.logs.segment(head.record.name, head.seg_next - 1)
+    for lg in reversed(ledgers):
         if lg.sealed and lg.entry_count:
             return max(1, (lg.size_bytes or 0) // lg.entry_count)
     return ASSUMED_ENTRY_BYTES
@@ -122,7 +129,7 @@ def _walk(client: LedgerClient, opts: LedgerSourceOptions, head: LogHead, start:
 
 def scan_log(client: LedgerClient, opts: LedgerSourceOptions, head: LogHead, start: LogOffset) -> LogScan:
     seen, beyond, complete = _walk(client, opts, head, start)
-    per_entry = _recent_entry_bytes(head)
+    per_entry = _recent_entry_bytes(client, head, seen)
     chunks: list[Chunk] = []
     for i, s in enumerate(seen):
         if s.last < s.first:
