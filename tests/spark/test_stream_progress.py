@@ -14,7 +14,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from pyspark_ledger.client import LedgerClient
+from pyspark_ledger.datasource.options import parse_options
+from pyspark_ledger.datasource.planning import shape_of
 from pyspark_ledger.datasource.sink_progress import read_sink_progress
+from pyspark_ledger.datasource.stream_admission import Limit
+from pyspark_ledger.datasource.stream_offsets import LogOffset
+from pyspark_ledger.datasource.stream_plan import plan_batch
+from pyspark_ledger.datasource.stream_read import available_now_target, initial_offsets, next_batch
 from pyspark_ledger.log import Position
 
 PAYLOAD_BYTES = 11  # b"event-%05d"
@@ -197,3 +203,26 @@ def test_a_stream_has_no_end_and_says_so_in_one_line(spark: SparkSession, client
                     'pyspark_ledger.datasource.errors.OptionError: ledger data source option "endingPosition": is for '
                     "batch reads: a stream has no end (Trigger.AvailableNow stops at what is readable when the query "
                     "starts)")
+
+
+def test_available_now_stops_at_what_was_there_when_it_began(client: LedgerClient, uri: str, log_name: str) -> None:
+    produce(client, log_name, 250)
+    opts = parse_options({"metadataServiceUri": uri, "log": log_name})
+    shape = shape_of(client, opts)
+    target = available_now_target(client, opts)
+    produce(client, log_name, 100, first=250)  # appended after the query began: not for this run
+    at, read, batches = initial_offsets(client, opts, shape.payload_format), 0, 0
+    while batches < 20:  # bounded: 250 entries at 60 a batch end in 5
+        batch = next_batch(client, opts, shape, at, Limit(max_entries=60), target)
+        if batch.end == at:
+            break
+        read, at, batches = read + sum(batch.taken.values()), batch.end, batches + 1
+    assert (read, batches) == (250, 5)
+
+
+def test_min_partitions_cuts_each_micro_batch(client: LedgerClient, uri: str, log_name: str) -> None:
+    produce(client, log_name, 100)
+    opts = parse_options({"metadataServiceUri": uri, "log": log_name, "minPartitions": "4"})
+    first = client.describe_log(log_name).ledgers[0]
+    ranges = plan_batch(client, opts, {log_name: LogOffset(first.seq, 0)}, {log_name: LogOffset(first.seq, 100)})
+    assert [(r.first_entry_id, r.last_entry_id) for r in ranges] == [(0, 24), (25, 49), (50, 74), (75, 99)]
