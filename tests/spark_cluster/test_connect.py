@@ -12,7 +12,7 @@ import pytest
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.testing.driver_process import DriverError, DriverProcess
 from pyspark_ledger.testing.spark_connect import ConnectServer
-from tests.spark_cluster.test_standalone import STEP_S, log_payloads, produce
+from tests.spark_cluster.log_io import STEP_S, log_payloads, produce
 
 
 def test_tasks_run_in_the_server_not_the_client(connect_server: ConnectServer, connect_client: DriverProcess) -> None:

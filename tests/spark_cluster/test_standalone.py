@@ -9,20 +9,9 @@ from pathlib import Path
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.testing.driver_process import DriverProcess
 from pyspark_ledger.testing.spark_standalone import StandaloneSpark
+from tests.spark_cluster.log_io import STEP_S, log_payloads, produce
 
-STEP_S = 300.0  # one step's answer; the step's own waits are shorter
 EXECUTOR = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
-
-
-def produce(client: LedgerClient, name: str, payloads: list[bytes], rollover: int) -> None:
-    with client.open_log_writer(name, rollover_entries=rollover) as w:
-        for f in [w.append_async(p) for p in payloads]:
-            f.result(timeout=60)
-
-
-def log_payloads(client: LedgerClient, name: str) -> list[bytes]:
-    with client.open_log_reader(name) as r:
-        return [e.payload for e in r.read()]
 
 
 def test_tasks_run_in_the_executors_the_workers_started(standalone: StandaloneSpark,
