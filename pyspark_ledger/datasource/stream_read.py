@@ -141,14 +141,14 @@ def next_batch(client: LedgerClient, opts: LedgerSourceOptions, shape: SourceSha
     if target is not None:  # AvailableNow reads nothing of logs that appeared after it began
         heads = {name: got for name, got in heads.items() if name in target}
     scans = {name: scan_log(client, opts, head, at) for name, (head, at) in heads.items()}
-    if target is not None:
-        scans = {name: _within(scan, target[name]) for name, scan in scans.items()}
-    taken = admit(scans, limit)
+    # What this run may read; the lag reported stays the distance to each log's readable end.
+    readable = scans if target is None else {name: _within(scan, target[name]) for name, scan in scans.items()}
+    taken = admit(readable, limit)
     end: StreamOffset = {}
     for name, (_, at) in heads.items():
         n = taken.get(name, 0)
         if name in start or n:
-            end[name] = _clamped(offset_after(scans[name], n), at, None if target is None else target.get(name))
+            end[name] = _clamped(offset_after(readable[name], n), at, None if target is None else target.get(name))
     return NextBatch(end, scans, taken)
 
 
