@@ -15,7 +15,11 @@ Workloads:
   raw    M rows of payload binary(100): one row = one 100-byte entry
 
 "payload MB/s" counts the DataFrame's data bytes (8 + 100 per arrow row);
-the stored bytes (Arrow IPC, after LZ4 if on) are printed too. --data random makes payloads
+the stored bytes (Arrow IPC, after LZ4 if on) are printed too. The column "ratio" is ledger /
+Parquet of the same run. The disk's own bound is measured in the same run, in the bookies'
+directory (machine_speed.write_fsync_mb_s: sequential 1 MiB writes, each with fdatasync, as a
+journal writes): three bookies on one disk store every byte three times, so the Arrow write is
+also shown against a third of it. --data random makes payloads
 incompressible (SHA-512 bytes); --data text makes them padded decimal ids (very compressible).
 
     python bench/spark_bench.py [--rows 2000000] [--raw-rows 1000000] [--rounds 3]
@@ -38,14 +42,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from machine_speed import machine_speed_line
+from machine_speed import machine_speed_line, write_fsync_mb_s
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.testing.local_cluster import LocalCluster, local_spark_session
 
-TARGETS = {"arrow write": "75 MB/s", "arrow read": "2.9M rows/s", "raw read": "1.5M rows/s"}
+# Issue 22's acceptance: reads against Parquet's in the same run, writes against the disk.
+TARGETS = {"arrow write": ">= 0.8 of disk / 3", "arrow read": ">= 0.9 of Parquet", "raw read": ">= 0.8 of Parquet",
+           "raw write": ">= 0.3M rows/s"}
 
 
 def payload_column(kind: str) -> F.Column:
@@ -86,11 +92,12 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
 
     work = Path(tempfile.mkdtemp(prefix="spark-bench-"))
+    disk_mb_s = write_fsync_mb_s(str(work))  # before anything else runs: the disk alone
     cluster = LocalCluster(3, work_dir=work / "cluster").start()
     spark = local_spark_session("spark-bench")
     uri = cluster.metadata_uri
     opts = {"metadataServiceUri": uri, "ensembleSize": "3", "writeQuorumSize": "3", "ackQuorumSize": "2"}
-    rows: list[tuple[str, str, str, str]] = []
+    rows: list[tuple[str, str, str, str, str]] = []
     try:
         arrow_df = spark.range(args.rows, numPartitions=2).select(F.col("id"), payload_column(args.data).alias("payload")).cache()
         raw_df = spark.range(args.raw_rows, numPartitions=2).select(payload_column(args.data).alias("payload")).cache()
@@ -124,13 +131,20 @@ def main() -> None:
         def rps(n: float, t: float) -> str:
             return f"{n / t / 1e6:,.2f}M rows/s"
 
+        def ratio(t_ledger: float, t_parquet: float) -> str:
+            return f"{t_parquet / t_ledger:.2f}"  # ledger's throughput / Parquet's, from the same work's times
+
+        disk_third = disk_mb_s / 3
         rows = [
-            ("arrow write (payload)", mb(arrow_bytes, t_aw), mb(arrow_bytes, t_pw), TARGETS["arrow write"]),
-            ("arrow write (rows)", rps(args.rows, t_aw), rps(args.rows, t_pw), ""),
-            ("arrow read", rps(args.rows, t_ar), rps(args.rows, t_pr), TARGETS["arrow read"]),
-            ("raw write (100 B entries)", rps(args.raw_rows, t_rw), rps(args.raw_rows, t_prw), ""),
-            ("raw read (100 B entries)", rps(args.raw_rows, t_rr), rps(args.raw_rows, t_prr), TARGETS["raw read"]),
-            ("stored bytes (arrow)", f"{stored / 1e6:,.1f} MB", f"{pq_size / 1e6:,.1f} MB", ""),
+            ("arrow write (payload)", mb(arrow_bytes, t_aw), mb(arrow_bytes, t_pw), ratio(t_aw, t_pw), ""),
+            ("arrow write / (disk / 3)", f"{arrow_bytes / t_aw / 1e6 / disk_third:.2f}", "", "", TARGETS["arrow write"]),
+            ("arrow write (rows)", rps(args.rows, t_aw), rps(args.rows, t_pw), ratio(t_aw, t_pw), ""),
+            ("arrow read", rps(args.rows, t_ar), rps(args.rows, t_pr), ratio(t_ar, t_pr), TARGETS["arrow read"]),
+            ("raw write (100 B entries)", rps(args.raw_rows, t_rw), rps(args.raw_rows, t_prw), ratio(t_rw, t_prw),
+             TARGETS["raw write"]),
+            ("raw read (100 B entries)", rps(args.raw_rows, t_rr), rps(args.raw_rows, t_prr), ratio(t_rr, t_prr),
+             TARGETS["raw read"]),
+            ("stored bytes (arrow)", f"{stored / 1e6:,.1f} MB", f"{pq_size / 1e6:,.1f} MB", "", ""),
         ]
     finally:
         spark.stop()
@@ -141,11 +155,11 @@ def main() -> None:
     print(f"local[2], 3 bookies (fsync on), E=3 W=3 A=2, {os.cpu_count()} cores; arrow: {args.rows:,} rows of "
           f"id + 100 B {args.data} payload, arrowCompression={args.compression}; raw: {args.raw_rows:,} entries of "
           f"100 B; median of {args.rounds} runs after a warm-up")
-    print(f"| {'workload':<27} | {'ledger':>18} | {'Parquet':>18} | {'target (ledger)':>15} |")
-    print(f"|{'-' * 29}|{'-' * 20}:|{'-' * 20}:|{'-' * 17}|")
-    for name, ours, theirs, target in rows:
-        print(f"| {name:<27} | {ours:>18} | {theirs:>18} | {target:>15} |")
-
+    print(f"disk: sequential 1 MiB write + fdatasync {disk_mb_s:,.0f} MB/s, a third of it {disk_mb_s / 3:,.0f} MB/s")
+    print(f"| {'workload':<27} | {'ledger':>18} | {'Parquet':>18} | {'ratio':>5} | {'target':>18} |")
+    print(f"|{'-' * 29}|{'-' * 19}:|{'-' * 19}:|{'-' * 6}:|{'-' * 20}|")
+    for name, ours, theirs, r, target in rows:
+        print(f"| {name:<27} | {ours:>18} | {theirs:>18} | {r:>5} | {target:>18} |")
 
 if __name__ == "__main__":
     main()
