@@ -43,11 +43,11 @@ from pyspark_ledger.datasource.streaming import (
     StreamSettings,
     StreamTaskResult,
     abort_stream_batch,
-    check_columns,
     commit_stream_batch,
     spark_run_id,
     stream_write_task,
 )
+from pyspark_ledger.datasource.write_columns import ROUTE_COLUMN, WriteSchemaError, check_against_log, plan_layout
 from pyspark_ledger.datasource.writer import WriteJob
 
 log = logging.getLogger(__name__)
@@ -70,20 +70,26 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
         if overwrite:
             raise LedgerSourceError(
                 "a streaming sink only appends: use outputMode append (complete/update would rewrite the log)")
-        name = opts.require_log("writing")
         names = schema.fieldNames()
-        types = {f.name: f.dataType.typeName() for f in schema.fields}
+        if ROUTE_COLUMN in names:
+            raise WriteSchemaError("a streaming sink writes one log (option log): a `log` column routes rows only in "
+                                   "batch writes; drop the column, or write each micro-batch with foreachBatch")
+        name = opts.require_log("writing")
+        types = {f.name: f.dataType.simpleString() for f in schema.fields}
         with open_client(opts) as client:
-            existing = client.logs.get_tail(name)  # the head view: format and the open tail
+            existing = client.logs.get_tail(name)  # the head view: format, schema and the open tail
             rec = existing[0] if existing is not None else None
             fmt = opts.payload_format or (rec.payload_format if rec is not None and rec.ledgers else "raw")
-            check_columns(fmt, names, types)
-            if rec is None:
+            # The same columns, key and schema rules as a batch append (write_columns.py).
+            layout = plan_layout(fmt, names, types, schema_json or "{}", opts.log)
+            if rec is not None:
+                check_against_log(rec, layout)
+            else:
                 try:
                     client.logs.create(LogRecord(name))
                 except LogExistsError:
                     pass
-        self.job = WriteJob(opts, name, "stream", fmt, schema_json if fmt == "arrow" else None, False)
+        self.job = WriteJob(opts, name, "stream", fmt, layout.schema_json, False, key_type=layout.key_type)
         self.run_id = uuid.uuid4().hex[:12]
         self.fail_commit = settings.test_fail_commit
 

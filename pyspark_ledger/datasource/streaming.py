@@ -31,6 +31,7 @@ from pyspark_ledger.datasource.options import LedgerSourceOptions, OptionError, 
 from pyspark_ledger.datasource.planning import LedgerSourceError, open_client
 from pyspark_ledger.datasource.sink_epoch import hold_query_epoch
 from pyspark_ledger.datasource.sink_progress import record_batch
+from pyspark_ledger.datasource.write_columns import check_against_log
 from pyspark_ledger.datasource.write_task import write_task
 from pyspark_ledger.datasource.writer import (
     JOB_COMMITTED,
@@ -39,7 +40,6 @@ from pyspark_ledger.datasource.writer import (
     WriteJob,
     _clean_staging,
     _job_value,
-    check_columns,
 )
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.log.errors import StaleEpochError
@@ -198,9 +198,7 @@ def commit_stream_batch(base: WriteJob, run_id: str, messages: list[StreamTaskRe
                 replayed[0] = True
                 return None
             replayed[0] = False
-            if rec.ledgers and rec.payload_format != base.payload_format:
-                raise LedgerSourceError(
-                    f"log {rec.name!r} holds {rec.payload_format} entries; the stream writes {base.payload_format}")
+            check_against_log(rec, base.layout)  # changed since the query started (an overwrite): refuse
             return (rec.with_ledgers_appended(ids, sizes).with_schema(base.schema_json, base.payload_format)
                     .with_committed_batch(query_id, batch_id))
 
@@ -269,6 +267,6 @@ def abort_stream_batch(base: WriteJob, run_id: str, messages: list[StreamTaskRes
 
 
 __all__ = [
-    "StreamSettings", "StreamTaskResult", "abort_stream_batch", "check_columns", "commit_stream_batch",
+    "StreamSettings", "StreamTaskResult", "abort_stream_batch", "commit_stream_batch",
     "parse_stream_options", "spark_run_id", "stream_write_task",
 ]

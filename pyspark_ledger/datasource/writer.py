@@ -48,12 +48,9 @@ from metadata import (
 from metadata.context import now_ms
 from metadata.log_record import LogRecord
 from metadata.logs import NoSuchLogError
-from metadata.paths import STAGING as STAGING  # re-exported for tests (test_one_writer.py): the staging root
 from metadata.paths import staging_job_path, staging_ledger_path, staging_log_path
-from pyspark_ledger.datasource import codec
 from pyspark_ledger.datasource.options import (
     LedgerSourceOptions,
-    OptionError,
     this_host,
 )
 from pyspark_ledger.datasource.planning import LedgerSourceError, open_client
@@ -122,24 +119,6 @@ class TaskResult:
 
 
 # ---- driver: preparing a job --------------------------------------------------------------------------
-
-
-def check_columns(payload_format: str, names: list[str], types: dict[str, str]) -> None:
-    """Refuse, before any task runs, a DataFrame the format cannot store."""
-    if payload_format == "raw":
-        if "payload" not in names:
-            raise OptionError(
-                "payloadFormat", f"raw writes store one binary column named payload per entry; the DataFrame has "
-                f"{names}. Select a binary payload column, or write with payloadFormat=arrow"
-            )
-        if types["payload"] != "binary":
-            raise OptionError("payloadFormat", f"raw writes need payload to be binary, it is {types['payload']}")
-        extra = [n for n in names if n not in codec.RAW_COLUMNS]
-        if extra:
-            raise OptionError(
-                "payloadFormat", f"raw writes store only the payload column; drop {extra} or write with payloadFormat=arrow"
-            )
-    # Arrow: any column names; a read renames a metadata column that a written one shadows (rows.py).
 
 
 def _check_compatible(rec: LogRecord, job: WriteJob) -> None:

@@ -25,11 +25,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from metadata import LedgerId, NoSuchLedgerError
+from metadata.paths import STAGING
 from metadata.store import join
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.datasource.sink_epoch import read_query_epoch
 from pyspark_ledger.datasource.streaming import spark_run_id
-from pyspark_ledger.datasource.writer import STAGING
 from pyspark_ledger.log import LogFencedError, LogWriter, Position
 from pyspark_ledger.log.takeover import open_ledgers_of
 
