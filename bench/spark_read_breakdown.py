@@ -1,7 +1,8 @@
 """Where a Spark read of format("ledger") spends its time, in one run on one machine.
 
 Writes the Arrow workload of spark_bench.py (N rows of id bigint + 100 B random payload; --raw:
-N entries of 100 B) once, then times, each as the median of --rounds runs after a warm-up, with
+N entries of 100 B) once, then times (after one untimed run of every query, so that the JVM's JIT has compiled the shared
+path before any query is timed), each as the median of --rounds runs after a warm-up, with
 the CPU each kind of process (the JVM, its Python workers, the bookies) spent per run:
 
   spark ledger      spark.read.format("ledger") ... noop sink: the whole query
@@ -214,6 +215,8 @@ def spark_figures(spark: SparkSession, uri: str, work: Path, parts: int, columns
         ("parquet of the read's rows", lambda: noop(spark.read.parquet(pq8))),
         ("spark empty ledger log", lambda: ledger("empty")),
     ]
+    for _, fn in queries:  # warm the JVM's JIT on every query first: else later queries look faster
+        fn()
     return {name: median_s(fn, rounds, name) for name, fn in queries}
 
 

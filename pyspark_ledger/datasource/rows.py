@@ -29,34 +29,29 @@ META_TYPES: tuple[tuple[str, pa.DataType], ...] = (
     ("timestamp", pa.timestamp("us", tz="UTC")),  # what Spark's TimestampType is in Arrow
 )
 META_NAMES = tuple(name for name, _ in META_TYPES)
-NULL_IN_A_LONE_LEDGER = frozenset({"log", "seq"})  # the only metadata columns ever null
 PAYLOAD_FIELD = pa.field("payload", pa.binary())
 
 
-def meta_fields(taken: Iterable[str] = (), *, lone_ledger: bool = False) -> list[pa.Field]:
-    """The metadata fields, each renamed with leading underscores while a data column has its
-    name. They are declared non-null, except log and seq of a lone ledger's rows (option
-    ledger), which are null: Spark then skips a null check per value when it turns the Arrow
-    batches into rows, a fifth of its CPU for a read (bench/spark_read_breakdown.py)."""
+def meta_fields(taken: Iterable[str] = ()) -> list[pa.Field]:
+    """The metadata fields, each renamed with leading underscores while a data column has its name."""
     used = set(taken)
     out = []
     for name, typ in META_TYPES:
-        nullable = lone_ledger and name in NULL_IN_A_LONE_LEDGER
         while name in used:
             name = "_" + name
         used.add(name)
-        out.append(pa.field(name, typ, nullable=nullable))
+        out.append(pa.field(name, typ))
     return out
 
 
-def raw_read_schema(*, lone_ledger: bool = False) -> pa.Schema:
+def raw_read_schema() -> pa.Schema:
     """A raw log as read: the payload, then the metadata columns."""
-    return pa.schema([PAYLOAD_FIELD, *meta_fields(["payload"], lone_ledger=lone_ledger)])
+    return pa.schema([PAYLOAD_FIELD, *meta_fields(["payload"])])
 
 
-def arrow_read_schema(data_schema: pa.Schema, *, lone_ledger: bool = False) -> pa.Schema:
+def arrow_read_schema(data_schema: pa.Schema) -> pa.Schema:
     """An Arrow log as read: the written columns, then the metadata columns."""
-    return pa.schema([*data_schema, *meta_fields(data_schema.names, lone_ledger=lone_ledger)])
+    return pa.schema([*data_schema, *meta_fields(data_schema.names)])
 
 
 @dataclass(frozen=True, slots=True)

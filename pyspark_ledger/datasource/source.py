@@ -102,15 +102,13 @@ class LedgerDataSource(DataSource):
         with open_client(opts) as client:
             shape = shape_of(client, opts)
             if shape.payload_format == "raw" and shape.schema_json is None:
-                # A keyed raw log records (key, payload) and goes on below.
-                return RAW_SCHEMA if opts.ledger is None else from_arrow_schema(raw_read_schema(lone_ledger=True))
+                return RAW_SCHEMA  # a keyed raw log records (key, payload) and goes on below
             if shape.schema_json is not None:
                 data = StructType.fromJson(json.loads(shape.schema_json))
             else:
                 data = from_arrow_schema(_single_ledger_arrow_schema(client, opts))
         # The written columns as recorded, then the metadata columns (renamed where a written one shadows them).
-        meta = [StructField(f.name, from_arrow_type(f.type), f.nullable)
-                for f in meta_fields(data.fieldNames(), lone_ledger=opts.ledger is not None)]
+        meta = [StructField(f.name, from_arrow_type(f.type)) for f in meta_fields(data.fieldNames())]
         return StructType(list(data.fields) + meta)
 
     @user_errors

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from pyspark_ledger.datasource import codec
-from pyspark_ledger.datasource.rows import META_NAMES, RowPlace, arrow_read_schema, raw_read_schema
+from pyspark_ledger.datasource.rows import META_NAMES, RowPlace, arrow_read_schema
 
 PLACE = RowPlace("events", 3, "f" * 32, 1_700_000_000_123)
 
@@ -21,8 +21,7 @@ def test_raw_batch_rows_say_where_they_are() -> None:
         "payload": [b"a", b"b"], "log": ["events"] * 2, "seq": [3, 3], "ledger": ["f" * 32] * 2, "entry": [5, 6],
         "index": [0, 0], "timestamp": [datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=UTC)] * 2,
     }
-    alone = codec.raw_batch(RowPlace(None, None, "0" * 32, 0), 0, pa.array([b"x"], pa.binary()),
-                            raw_read_schema(lone_ledger=True))
+    alone = codec.raw_batch(RowPlace(None, None, "0" * 32, 0), 0, pa.array([b"x"], pa.binary()))
     assert alone.column("log").to_pylist() == [None] and alone.column("seq").to_pylist() == [None]
 
 

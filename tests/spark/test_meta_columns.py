@@ -7,7 +7,7 @@ import pytest
 
 from pyspark_ledger.datasource import meta_columns
 from pyspark_ledger.datasource.meta_columns import MetaColumns
-from pyspark_ledger.datasource.rows import META_NAMES, RowPlace, arrow_read_schema, entry_meta, raw_meta, raw_read_schema
+from pyspark_ledger.datasource.rows import RowPlace, entry_meta, raw_meta
 
 PLACES = [RowPlace("events", 3, "f" * 32, 1_700_000_000_123), RowPlace(None, None, "0" * 32, 0)]
 
@@ -32,14 +32,3 @@ def test_batches_past_the_bound_get_columns_of_their_own(monkeypatch: pytest.Mon
     assert meta._rows == 0  # nothing cached past the bound
     meta.raw(9, 100)
     assert meta._rows == 100
-
-
-def test_metadata_columns_are_non_null_but_a_lone_ledgers_log_and_seq() -> None:
-    """Declared non-null, Spark skips a null check per value; only a lone ledger's log and seq are null."""
-    data = pa.schema([("log", pa.string()), ("v", pa.int64())])  # a data column shadows one
-    of_log = arrow_read_schema(data)
-    assert [f.name for f in of_log] == ["log", "v", "_log", "seq", "ledger", "entry", "index", "timestamp"]
-    assert [f.nullable for f in of_log] == [True, True] + [False] * 6
-    lone = raw_read_schema(lone_ledger=True)
-    assert {f.name: f.nullable for f in lone} == {"payload": True, **{n: n in ("log", "seq") for n in META_NAMES}}
-    assert not any(f.nullable for f in raw_read_schema() if f.name != "payload")
