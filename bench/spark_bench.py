@@ -6,9 +6,11 @@ README recommends for reads (spark.executorEnv.MALLOC_ARENA_MAX=1; Parquet runs 
 The same cached DataFrame is written and read through the ledger source and as Parquet (local
 disk, Spark's default snappy), side by side. Reads are forced in full with the `noop` sink (a
 count() on Parquet would read only footers). Each figure is the median of --rounds timed runs
-after one warm-up run (Python workers start on first use); after each workload's runs, an
-untimed sync writes back what it left dirty, so the next workload is not measured during the
-kernel's writeback of the last one.
+after one warm-up run (Python workers start on first use). The ledger's and Parquet's runs of
+one workload alternate (ledger first in even rounds, Parquet first in odd ones), so a change in
+the shared machine's load and the JVM's warming reach both alike; after every run an untimed
+sync writes back what it left dirty, so no run is measured during the kernel's writeback of
+the one before.
 
 Workloads:
   arrow  N rows of (id bigint, payload binary(100)) as Arrow entries (arrowBatchRows rows each)
@@ -63,18 +65,22 @@ def payload_column(kind: str) -> F.Column:
                   "unhex(sha2(concat('b', cast(id as string)), 512))), 1, 100)")
 
 
-def timed(fn: Callable[[], None], rounds: int) -> float:
-    fn()  # warm-up: Python workers, JIT, page cache
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    # Write back what this workload left dirty in the page cache (Parquet's files, the
-    # bookies' entry logs), untimed, so the kernel's writeback of one workload does not land
-    # in the next one's figures.
-    os.sync()
-    return statistics.median(times)
+def timed_pair(ours: Callable[[], None], theirs: Callable[[], None], rounds: int) -> tuple[float, float]:
+    """Median seconds of `ours` and of `theirs`, run alternately after a warm-up of each."""
+    fns = (ours, theirs)
+    times: tuple[list[float], list[float]] = ([], [])
+    for fn in fns:
+        fn()  # warm-up: Python workers, JIT, page cache
+        os.sync()
+    for r in range(rounds):
+        for k in (0, 1) if r % 2 == 0 else (1, 0):
+            start = time.perf_counter()
+            fns[k]()
+            times[k].append(time.perf_counter() - start)
+            # Write back what the run left dirty in the page cache (Parquet's files, the bookies'
+            # entry logs), untimed, so that no run is measured during the kernel's writeback of another.
+            os.sync()
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
 def noop(df: DataFrame) -> None:
@@ -112,14 +118,12 @@ def main() -> None:
         def ledger_read(name: str) -> None:
             noop(spark.read.format("ledger").option("metadataServiceUri", uri).option("log", name).load())
 
-        t_aw = timed(lambda: ledger_write(arrow_df, "bench-arrow", "arrow"), args.rounds)
-        t_pw = timed(lambda: arrow_df.write.mode("overwrite").parquet(pq_arrow), args.rounds)
-        t_ar = timed(lambda: ledger_read("bench-arrow"), args.rounds)
-        t_pr = timed(lambda: noop(spark.read.parquet(pq_arrow)), args.rounds)
-        t_rw = timed(lambda: ledger_write(raw_df, "bench-raw", "raw"), args.rounds)
-        t_prw = timed(lambda: raw_df.write.mode("overwrite").parquet(pq_raw), args.rounds)
-        t_rr = timed(lambda: ledger_read("bench-raw"), args.rounds)
-        t_prr = timed(lambda: noop(spark.read.parquet(pq_raw)), args.rounds)
+        t_aw, t_pw = timed_pair(lambda: ledger_write(arrow_df, "bench-arrow", "arrow"),
+                                lambda: arrow_df.write.mode("overwrite").parquet(pq_arrow), args.rounds)
+        t_ar, t_pr = timed_pair(lambda: ledger_read("bench-arrow"), lambda: noop(spark.read.parquet(pq_arrow)), args.rounds)
+        t_rw, t_prw = timed_pair(lambda: ledger_write(raw_df, "bench-raw", "raw"),
+                                 lambda: raw_df.write.mode("overwrite").parquet(pq_raw), args.rounds)
+        t_rr, t_prr = timed_pair(lambda: ledger_read("bench-raw"), lambda: noop(spark.read.parquet(pq_raw)), args.rounds)
 
         with LedgerClient(uri) as client:
             stored = client.describe_log("bench-arrow").size_bytes
