@@ -27,6 +27,7 @@ from metadata.log_record import LogRecord
 from metadata.logs import NoSuchLogError
 from metadata.paths import staging_log_path
 from metadata.store import join
+from pyspark_ledger.datasource.option_values import int_option
 from pyspark_ledger.datasource.options import LedgerSourceOptions, OptionError, parse_options
 from pyspark_ledger.datasource.planning import LedgerSourceError, open_client
 from pyspark_ledger.datasource.sink_epoch import hold_query_epoch
@@ -67,29 +68,21 @@ class StreamSettings:
     test_fail_commit: str | None = None
 
 
+_TRIGGER_MAX = 2**62  # the per-trigger limits: any positive integer
+
+
 def parse_stream_options(raw: Mapping[str, str]) -> tuple[LedgerSourceOptions, StreamSettings]:
     """Split the streaming-only options off, parse both halves; errors name the option."""
     lower = {k.lower(): v for k, v in raw.items()}
     rest = {k: v for k, v in raw.items() if k.lower() not in STREAM_OPTIONS}
-
-    def positive(key: str, name: str) -> int | None:
-        if key not in lower:
-            return None
-        try:
-            value = int(str(lower[key]).strip())
-        except ValueError:
-            raise OptionError(name, f"expected a positive integer, got {lower[key]!r}") from None
-        if value <= 0:
-            raise OptionError(name, f"expected a positive integer, got {value}")
-        return value
 
     opts = parse_options(rest)  # failOnDataLoss is a reading option of batch and stream alike
     fail_commit = lower.get("testfailcommit")
     if fail_commit is not None and fail_commit not in ("before", "after"):
         raise OptionError("testFailCommit", f"expected before or after, got {fail_commit!r}")
     settings = StreamSettings(
-        positive("maxentriespertrigger", "maxEntriesPerTrigger"),
-        positive("maxbytespertrigger", "maxBytesPerTrigger"),
+        int_option(lower, "maxEntriesPerTrigger", None, 1, _TRIGGER_MAX),
+        int_option(lower, "maxBytesPerTrigger", None, 1, _TRIGGER_MAX),
         opts.read.fail_on_data_loss,
         fail_commit,
     )
