@@ -114,7 +114,7 @@ class SourceShape:
         self.schema_json = schema_json
 
 
-def _log_shape(rec: LogRecord, opts: LedgerSourceOptions) -> SourceShape:
+def log_shape(rec: LogRecord, opts: LedgerSourceOptions) -> SourceShape:
     fmt = opts.payload_format or rec.payload_format
     if fmt == "arrow" and rec.payload_format != "arrow":
         raise LedgerSourceError(f"log {rec.name!r} holds raw entries, not Arrow (option payloadFormat)")
@@ -131,7 +131,7 @@ def shape_of(client: LedgerClient, opts: LedgerSourceOptions) -> SourceShape:
         return SourceShape(opts.payload_format or "raw", None)
     first: tuple[str, SourceShape] | None = None
     for name in select_logs(client, opts):
-        shape = _log_shape(read_log_head(client, opts, name).record, opts)
+        shape = log_shape(read_log_head(client, opts, name).record, opts)
         if first is None:
             first = (name, shape)
         elif (shape.payload_format, shape.schema_json) != (first[1].payload_format, first[1].schema_json):
@@ -187,7 +187,7 @@ def _ledger_meta(client: LedgerClient, opts: LedgerSourceOptions, name: str | No
     return meta, version
 
 
-def _ranges_of(client: LedgerClient, opts: LedgerSourceOptions, name: str | None, ledgers: Iterator[LogLedger],
+def ranges_of(client: LedgerClient, opts: LedgerSourceOptions, name: str | None, ledgers: Iterator[LogLedger],
                start: Cut, end: Cut | None, out: list[LedgerRange]) -> None:
     for lg in ledgers:
         if lg.seq < start.seq:
@@ -207,7 +207,7 @@ def _ranges_of(client: LedgerClient, opts: LedgerSourceOptions, name: str | None
                             limit=PARTITIONS_MAX)
 
 
-def _bound_option(opts: LedgerSourceOptions, which: str, name: str) -> str:
+def bound_option(opts: LedgerSourceOptions, which: str, name: str) -> str:
     """The option a log's bound came from, for messages."""
     by_log = opts.read.starting_by_log if which == "starting" else opts.read.ending_by_log
     bound = opts.read.starting if which == "starting" else opts.read.ending
@@ -219,15 +219,15 @@ def _bound_option(opts: LedgerSourceOptions, which: str, name: str) -> str:
 def plan_log(client: LedgerClient, opts: LedgerSourceOptions, name: str, fmt: str, out: list[LedgerRange]) -> None:
     """Append the ranges of one log's read. Of a log, only the segments covering it are fetched."""
     view = HeadView(client, read_log_head(client, opts, name))
-    start = start_cut(view, _bound_option(opts, "starting", name), opts.read.starting_for(name),
+    start = start_cut(view, bound_option(opts, "starting", name), opts.read.starting_for(name),
                       opts.read.fail_on_data_loss)
-    end = end_cut(view, _bound_option(opts, "ending", name), opts.read.ending_for(name))
+    end = end_cut(view, bound_option(opts, "ending", name), opts.read.ending_for(name))
     if fmt == "raw":
         start = start.for_raw() if start is not None else None
         end = end.for_raw() if end is not None else None
     if start is None or (end is not None and end <= start):
         return  # starts after the end (latest, a later time) or ends before the start: empty
-    _ranges_of(client, opts, name, view.ledgers(start.seq), start, end, out)
+    ranges_of(client, opts, name, view.ledgers(start.seq), start, end, out)
 
 
 def _plan_ledger(client: LedgerClient, opts: LedgerSourceOptions, fmt: str, out: list[LedgerRange]) -> None:
@@ -241,7 +241,7 @@ def _plan_ledger(client: LedgerClient, opts: LedgerSourceOptions, fmt: str, out:
                                                         opts.ending.index)
     if fmt == "raw":
         start, end = start.for_raw(), (end.for_raw() if end is not None else None)
-    _ranges_of(client, opts, None, iter([LogLedger(0, opts.ledger, 0)]), start, end, out)
+    ranges_of(client, opts, None, iter([LogLedger(0, opts.ledger, 0)]), start, end, out)
 
 
 def first_entry_range(client: LedgerClient, opts: LedgerSourceOptions) -> LedgerRange | None:
@@ -249,7 +249,7 @@ def first_entry_range(client: LedgerClient, opts: LedgerSourceOptions) -> Ledger
     exists, the password fits), for reader.arrow_schema_of; None when it has no readable entry."""
     assert opts.ledger is not None
     out: list[LedgerRange] = []
-    _ranges_of(client, opts, None, iter([LogLedger(0, opts.ledger, 0)]), Cut(0, 0), Cut(0, 1), out)
+    ranges_of(client, opts, None, iter([LogLedger(0, opts.ledger, 0)]), Cut(0, 0), Cut(0, 1), out)
     return out[0] if out else None
 
 

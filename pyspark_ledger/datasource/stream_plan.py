@@ -23,7 +23,7 @@ from pyspark_ledger.datasource.cuts import Cut, DataLossError, start_cut
 from pyspark_ledger.datasource.log_view import HeadView
 from pyspark_ledger.datasource.options import LedgerSourceOptions
 from pyspark_ledger.datasource.planning import (
-    _ranges_of,  # private: a batch read's ranges for one log, reused so both read alike
+    ranges_of,  # a batch read's ranges for one log: stream and batch read alike
 )
 from pyspark_ledger.datasource.positions import Bound
 from pyspark_ledger.datasource.ranges import LedgerRange, split_to_min_partitions
@@ -81,5 +81,5 @@ def plan_batch(client: LedgerClient, opts: LedgerSourceOptions, start: Mapping[s
         cut = _start(view, at, name not in start, opts.read.fail_on_data_loss)
         if cut is None:
             continue
-        _ranges_of(client, opts, name, view.ledgers(cut.seq), cut, Cut(stop.seq, stop.entry), ranges)
+        ranges_of(client, opts, name, view.ledgers(cut.seq), cut, Cut(stop.seq, stop.entry), ranges)
     return split_to_min_partitions(ranges, opts.read.min_partitions)

@@ -28,8 +28,8 @@ from pyspark_ledger.datasource.options import LedgerSourceOptions
 from pyspark_ledger.datasource.planning import (
     LedgerSourceError,
     SourceShape,
-    _bound_option,  # private: planning's own option naming, reused so messages agree
-    _log_shape,  # private: the shape check batch reads use, reused for logs found later
+    bound_option,  # planning's option naming: messages agree
+    log_shape,  # the shape check of batch reads, also for logs found later
     read_log_head,
     select_logs,
 )
@@ -49,7 +49,7 @@ def _start_of(client: LedgerClient, opts: LedgerSourceOptions, head: LogHead, fm
     if bound.kind == "latest":
         return tail_of(client, opts, head)
     view = HeadView(client, head)
-    option = _bound_option(opts, "starting", name)
+    option = bound_option(opts, "starting", name)
     if bound.kind == "position" and bound.index and fmt != "raw":
         raise OptionError(option, f"log {name!r}: a stream of Arrow entries starts at an entry (index 0), "
                           f"not inside one (index {bound.index})")
@@ -100,7 +100,7 @@ def _heads(client: LedgerClient, opts: LedgerSourceOptions, start: Mapping[str, 
             continue
         if not head.record.ledgers and head.seg_next == head.seg_first:
             continue  # no ledger yet: its format and schema are not known
-        found = _log_shape(head.record, opts)
+        found = log_shape(head.record, opts)
         if (found.payload_format, found.schema_json) != (shape.payload_format, shape.schema_json):
             raise LedgerSourceError(f"log {name!r} matches logPattern {opts.read.log_pattern!r} but holds "
                                     f"{found.schema_json or found.payload_format}, not the stream's "
