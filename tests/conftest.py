@@ -1,14 +1,20 @@
-"""Shared fixtures: a real ZooKeeper (Debian's package) on loopback, and a store per test on each backend."""
+"""Shared fixtures: a real ZooKeeper (Debian's package) on loopback, a store per test on each
+backend, and the one SparkSession of a test process (a process holds one SparkContext: a test
+that made and stopped a session of its own stopped the shared one's context too, which under
+pytest-xdist could be another file's)."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyspark  # a dependency: the test command installs it, so Spark tests always run
 import pytest
 
 from metadata import MetadataStore, open_store
+from pyspark_ledger.testing.local_cluster import local_spark_session
 from pyspark_ledger.testing.zookeeper_server import LocalZooKeeper
 
 
@@ -59,3 +65,17 @@ def store(store_uri: str) -> Iterator[MetadataStore]:
         yield s
     finally:
         s.close()
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[pyspark.sql.SparkSession]:
+    warehouse = tmp_path_factory.mktemp("spark-warehouse")
+    session = local_spark_session(
+        "pyspark-ledger-tests", master="local[2,4]",  # [cores, max failures per task]: retries happen
+        log_level="ERROR", conf={"spark.default.parallelism": "2", "spark.sql.warehouse.dir": str(warehouse)},
+    )
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    try:
+        yield session
+    finally:
+        session.stop()

@@ -62,7 +62,17 @@ class BookiePool:
         self._add_addresses[info.bookie_id] = info.add_address
 
     def _address(self, bookie_id: str) -> str:
-        info = self.registry.get(bookie_id)
+        """The bookie's address as registered now; when the registry cannot be read (the metadata
+        store is briefly unreachable), the address last seen; else BookieUnavailableError, a
+        LedgerError: callers treat it as this bookie failing (an add retried on another, an
+        explicit LAC skipped), never as the writer failing (a sender thread once died of it and
+        left its ledger OPEN)."""
+        try:
+            info = self.registry.get(bookie_id)
+        except MetadataError as exc:
+            if bookie_id in self._addresses:
+                return self._addresses[bookie_id]
+            raise BookieUnavailableError(bookie_id, f"its registration could not be read: {exc}") from exc
         if info is not None:
             self._remember(info)
             return info.address

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from pyspark.sql import SparkSession
 
 from bookie.proto import bookie_pb2 as pb
 from bookie.proto import bookie_pb2_grpc as pb_grpc
@@ -124,20 +125,14 @@ def cli_readledger(uri: str, lid: LedgerId, *extra: str) -> subprocess.Completed
                           capture_output=True, text=True, timeout=120)
 
 
-def spark_entry_ids(uri: str, lid: LedgerId, work: Path) -> list[tuple[int, bytes]]:
-    from pyspark_ledger.testing.local_cluster import local_spark_session
-
-    spark = local_spark_session("dirty-tails", master="local[2]", log_level="ERROR",
-                                conf={"spark.sql.warehouse.dir": str(work / "warehouse")})
-    try:
-        rows = (spark.read.format("ledger").option("metadataServiceUri", uri)
-                .option("ledger", lid.qualified_name).load().select("entry", "payload").collect())
-    finally:
-        spark.stop()
+def spark_entry_ids(spark: SparkSession, uri: str, lid: LedgerId) -> list[tuple[int, bytes]]:
+    rows = (spark.read.format("ledger").option("metadataServiceUri", uri)
+            .option("ledger", lid.qualified_name).load().select("entry", "payload").collect())
     return sorted((r.entry, bytes(r.payload)) for r in rows)
 
 
-def test_dirty_tail_is_never_served_and_the_cap_survives_a_restart(cluster: LocalCluster, tmp_path: Path) -> None:
+def test_dirty_tail_is_never_served_and_the_cap_survives_a_restart(cluster: LocalCluster, tmp_path: Path,
+                                                                    spark: SparkSession) -> None:
     uncapped = cluster.bookies[0]
     with LedgerClient(cluster.metadata_uri) as client:
         writer = client.create_ledger(3, 3, 2)
@@ -167,7 +162,7 @@ def test_dirty_tail_is_never_served_and_the_cap_survives_a_restart(cluster: Loca
     past = cli_readledger(cluster.metadata_uri, lid, "--format", "hex", "--last", str(TAIL[-1]))
     assert past.returncode != 0 and tail_payload(TAIL[0]).hex() not in past.stdout
 
-    assert spark_entry_ids(cluster.metadata_uri, lid, tmp_path) == [(i, payload(i)) for i in range(CLOSED_LAST + 1)]
+    assert spark_entry_ids(spark, cluster.metadata_uri, lid) == [(i, payload(i)) for i in range(CLOSED_LAST + 1)]
 
     # GC on the bookie that had not capped the ledger: after one round the tail is gone from
     # its reads, even by entry id.

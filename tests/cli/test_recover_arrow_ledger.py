@@ -7,10 +7,11 @@ import hashlib
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from pyspark_ledger.cli import main
 from pyspark_ledger.client import LedgerClient
-from pyspark_ledger.testing.local_cluster import LocalCluster, local_spark_session
+from pyspark_ledger.testing.local_cluster import LocalCluster
 
 ROWS = 400_000  # ~200 bytes of hex a row: ~80 MiB in one ledger
 ARROW_BATCH_ROWS = 10_000  # ~2 MiB entries
@@ -18,12 +19,10 @@ LEDGER_BYTES_MIN = 64 * 2**20
 
 
 def test_recover_bookie_of_an_arrow_ledger_written_by_spark(capsys: pytest.CaptureFixture[str], zk_uri: str,
-                                                             tmp_path: Path) -> None:
+                                                             tmp_path: Path, spark: SparkSession) -> None:
     from pyspark.sql import functions as F
 
     cluster = LocalCluster(4, metadata_uri=zk_uri, work_dir=tmp_path / "cluster").start()
-    spark = local_spark_session("recover-arrow", log_level="ERROR",
-                                conf={"spark.sql.warehouse.dir": str(tmp_path / "warehouse")})
     try:
         key = F.col("id").cast("string")
         df = spark.range(0, ROWS, numPartitions=1).select(
@@ -54,5 +53,4 @@ def test_recover_bookie_of_an_arrow_ledger_written_by_spark(capsys: pytest.Captu
                 for i, digest in enumerate(digests):
                     assert hashlib.sha256(reader.read_entry(i).payload).digest() == digest, f"entry {i} differs"
     finally:
-        spark.stop()
         cluster.close()

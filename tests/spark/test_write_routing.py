@@ -4,7 +4,6 @@ session's one SparkSession; every user mistake asserts the first line of the err
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +16,7 @@ from metadata.paths import STAGING_ROUTES, staging_log_path
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.datasource.rows import META_NAMES
 from tests.spark.conftest import ledger_opts
+from tests.spark.test_batch import eventually
 
 META = list(META_NAMES)
 CREATE = "[PYTHON_DATA_SOURCE_ERROR] Failed to initialize Python data source writer: "
@@ -47,17 +47,6 @@ def staging_left(client: LedgerClient, names: list[str]) -> list[str]:
         client.store.children(STAGING_ROUTES)
 
 
-def eventually(check: Callable[[], None], timeout_s: float = 30.0) -> None:
-    """Cancelled tasks of a failed job clean up after themselves within seconds (bounded retry)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            check()
-            return
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
 
 
 def routed(spark: SparkSession, names: list[str], rows: int) -> DataFrame:

@@ -13,47 +13,21 @@ from __future__ import annotations
 import json
 import os
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.testing.driver_process import DriverProcess
-from pyspark_ledger.testing.local_cluster import LocalCluster
 from pyspark_ledger.testing.spark_connect import ConnectServer
 from pyspark_ledger.testing.spark_standalone import StandaloneSpark
+from tests.spark.conftest import client, ledger_cluster, log_name, uri  # the same real bookies as tests/spark
+
+__all__ = ["client", "ledger_cluster", "log_name", "uri"]  # fixtures, used by name
 
 REPO = Path(__file__).resolve().parents[2]
 # A driver's session start: ~10 s idle, several times that when the machine is busy.
 DRIVER_START_S = 240.0
-
-
-@pytest.fixture(scope="session")
-def ledger_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    cluster = LocalCluster(3, work_dir=tmp_path_factory.mktemp("ledger-cluster"))
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.close()
-
-
-@pytest.fixture(scope="session")
-def uri(ledger_cluster: LocalCluster) -> str:
-    return ledger_cluster.metadata_uri
-
-
-@pytest.fixture
-def client(uri: str) -> Iterator[LedgerClient]:
-    with LedgerClient(uri) as c:
-        yield c
-
-
-@pytest.fixture
-def log_name() -> str:
-    return f"c-{uuid.uuid4().hex[:10]}"
 
 
 def driver_env() -> dict[str, str]:
