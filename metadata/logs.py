@@ -15,7 +15,16 @@ from metadata import log_segments as segs
 from metadata.errors import BadVersionError, MetadataError, NodeExistsError, NoNodeError
 from metadata.log_record import LogLedger, LogRecord
 from metadata.log_segments import LogHead
-from metadata.paths import LOGS, check_name, log_path, log_queries_path, log_segment_path, log_segments_path
+from metadata.paths import (
+    LOGS,
+    check_name,
+    log_path,
+    log_queries_path,
+    log_segment_path,
+    log_segments_path,
+    sink_epochs_path,
+    sink_progress_log_path,
+)
 from metadata.store import MetadataStore, RetryPolicy, Versioned, Watch, cas_update
 
 if TYPE_CHECKING:
@@ -240,21 +249,29 @@ class LogManager:
             if version != expected_version:
                 raise BadVersionError(log_path(name), expected_version, version)
         for parent in (log_segments_path(name), log_queries_path(name)):
-            for child in self.store.children(parent):
-                try:
-                    self.store.delete(f"{parent}/{child}")
-                except NoNodeError:
-                    pass
-            try:
-                self.store.delete(parent)
-            except NoNodeError:
-                pass
+            self._delete_children_and(parent)
         for key in [k for k in self._segments if k[0] == name]:
             self._segments.pop(key, None)
         try:
             self.store.delete(log_path(name), expected_version)
         except NoNodeError:
             raise NoSuchLogError(f"no such log {name!r}") from None
+        # What streaming queries kept about the log (their writer epochs, rows and bytes written)
+        # goes with it; a crash before this leaves records that a log made again with the name
+        # ignores (their epochs are stale) and the next deletion removes.
+        for parent in (sink_epochs_path(name), sink_progress_log_path(name)):
+            self._delete_children_and(parent)
+
+    def _delete_children_and(self, parent: str) -> None:
+        for child in self.store.children(parent):
+            try:
+                self.store.delete(f"{parent}/{child}")
+            except NoNodeError:
+                pass
+        try:
+            self.store.delete(parent)
+        except NoNodeError:
+            pass
 
     def names(self) -> list[str]:
         return self.store.children(LOGS)

@@ -46,6 +46,8 @@ REPLICA_SWAPS = "/autorecovery/swaps"
 LEDGER_RESHAPES = "/autorecovery/reshapes"  # expand / contract records (pyspark_ledger/autorecovery/reshape.py)
 STAGING = "/staging"  # Spark writes (pyspark_ledger/datasource/writer.py, streaming.py)
 STAGING_ROUTES = "/staging-routes"  # Spark writes with a `log` column (pyspark_ledger/datasource/routed_writer.py)
+SINK_EPOCHS = "/sink-epochs"  # the writer epoch each streaming query's run holds (datasource/sink_epoch.py)
+SINK_PROGRESS = "/sink-progress"  # what each streaming query appended (datasource/sink_progress.py)
 
 LEDGER_PATH_LEVELS = 8
 SCOPE_PATH_LEVELS = 4
@@ -162,3 +164,21 @@ def staging_routes_path(job_id: str) -> str:
 
 def staging_route_path(job_id: str, log: str) -> str:
     return f"{staging_routes_path(job_id)}/{check_name('log', log)}"
+
+
+def sink_epochs_path(log: str) -> str:
+    """Parent of the writer epochs the streaming queries writing `log` hold (deleted with the log)."""
+    return f"{SINK_EPOCHS}/{check_name('log', log)}"
+
+
+def sink_epoch_path(log: str, query_id: str) -> str:
+    return f"{sink_epochs_path(log)}/{check_name('streaming query id', query_id)}"
+
+
+def sink_progress_log_path(log: str) -> str:
+    """Parent of the rows/bytes records of the streaming queries writing `log` (deleted with the log)."""
+    return f"{SINK_PROGRESS}/{check_name('log', log)}"
+
+
+def sink_progress_path(log: str, query_id: str) -> str:
+    return f"{sink_progress_log_path(log)}/{check_name('streaming query id', query_id)}"

@@ -19,15 +19,12 @@ from typing import TYPE_CHECKING
 
 from metadata import BadVersionError, NodeExistsError
 from metadata.context import now_ms
-from metadata.store import join
+from metadata.paths import sink_epoch_path
 from pyspark_ledger.datasource.planning import LedgerSourceError
 from pyspark_ledger.log.takeover import take_over
 
 if TYPE_CHECKING:
     from pyspark_ledger.client import LedgerClient
-
-SINK_EPOCHS = "/sink-epochs"
-
 
 @dataclass(frozen=True)
 class QueryEpoch:
@@ -40,7 +37,7 @@ class QueryEpoch:
 
 
 def epoch_path(log_name: str, query_id: str) -> str:
-    return join(SINK_EPOCHS, log_name, query_id)
+    return sink_epoch_path(log_name, query_id)
 
 
 def read_query_epoch(client: LedgerClient, log_name: str, query_id: str) -> QueryEpoch | None:

@@ -23,12 +23,11 @@ from typing import TYPE_CHECKING
 
 from metadata import BadVersionError, NodeExistsError
 from metadata.context import now_ms
-from metadata.store import join
+from metadata.paths import sink_progress_path
 
 if TYPE_CHECKING:
     from pyspark_ledger.client import LedgerClient
 
-SINK_PROGRESS = "/sink-progress"
 WRITE_ATTEMPTS = 3  # a concurrent writer of the same node means two runs of one query: give up after a few
 
 
@@ -62,7 +61,7 @@ class SinkProgress:
 
 
 def progress_path(log_name: str, query_id: str) -> str:
-    return join(SINK_PROGRESS, log_name, query_id)
+    return sink_progress_path(log_name, query_id)
 
 
 def read_sink_progress(client: LedgerClient, log_name: str, query_id: str) -> SinkProgress | None:
