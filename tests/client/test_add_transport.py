@@ -428,8 +428,17 @@ def wait_reading(client: BookieClient, done: threading.Event) -> None:
     assert done.is_set()
 
 
+def _answer_late(conn: int, number: int) -> str:
+    # The answer comes 30 ms after the add, so the caller is waiting (reading) by then even on a
+    # loaded machine; an immediate answer can reach the background reader first when the caller's
+    # thread is descheduled for longer than the poller's grace (5 ms): a whole suite on two
+    # processes once saw 29 of 50 read by the caller.
+    time.sleep(0.03)
+    return "answer"
+
+
 def test_a_waiting_caller_reads_its_own_answers(fake_listener: MakeFake) -> None:
-    fake = fake_listener(lambda conn, number: "answer")
+    fake = fake_listener(_answer_late)
     readers: list[int] = []
     with BookieClient("fake", NO_GRPC, add_address=fake.address) as client:
         for e in range(50):
