@@ -36,12 +36,8 @@ class QueryEpoch:
     from_seq: int
 
 
-def epoch_path(log_name: str, query_id: str) -> str:
-    return sink_epoch_path(log_name, query_id)
-
-
 def read_query_epoch(client: LedgerClient, log_name: str, query_id: str) -> QueryEpoch | None:
-    got = client.store.get(epoch_path(log_name, query_id))
+    got = client.store.get(sink_epoch_path(log_name, query_id))
     if got is None:
         return None
     try:
@@ -55,7 +51,7 @@ def hold_query_epoch(client: LedgerClient, log_name: str, query_id: str, run_id:
                      password: bytes) -> QueryEpoch:
     """The epoch this run of the query holds: taken over on the run's first commit, read back on
     the later ones. Whether it is still the log's epoch is checked inside the commit's CAS."""
-    path = epoch_path(log_name, query_id)
+    path = sink_epoch_path(log_name, query_id)
     got = client.store.get(path)
     held = read_query_epoch(client, log_name, query_id) if got is not None else None
     if held is not None and held.run_id == run_id:

@@ -60,20 +60,16 @@ class SinkProgress:
             return None  # unreadable: the next commit starts the totals again
 
 
-def progress_path(log_name: str, query_id: str) -> str:
-    return sink_progress_path(log_name, query_id)
-
-
 def read_sink_progress(client: LedgerClient, log_name: str, query_id: str) -> SinkProgress | None:
     """The last micro-batch the sink appended to `log_name` for streaming query `query_id`."""
-    got = client.store.get(progress_path(log_name, query_id))
+    got = client.store.get(sink_progress_path(log_name, query_id))
     return None if got is None else SinkProgress.from_json(got.value)
 
 
 def record_batch(client: LedgerClient, log_name: str, query_id: str, batch_id: int, rows: int, entries: int,
                  size: int, ledgers: int) -> SinkProgress | None:
     """Add one appended micro-batch to the query's record; None if it was already counted."""
-    path = progress_path(log_name, query_id)
+    path = sink_progress_path(log_name, query_id)
     for _ in range(WRITE_ATTEMPTS):
         got = client.store.get(path)
         before = SinkProgress.from_json(got.value) if got is not None else None
