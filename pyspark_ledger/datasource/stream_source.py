@@ -47,7 +47,13 @@ from pyspark_ledger.datasource.streaming import (
     spark_run_id,
     stream_write_task,
 )
-from pyspark_ledger.datasource.write_columns import ROUTE_COLUMN, WriteSchemaError, check_against_log, plan_layout
+from pyspark_ledger.datasource.write_columns import (
+    ROUTE_COLUMN,
+    STREAM_REMEDY,
+    WriteSchemaError,
+    check_against_log,
+    plan_layout,
+)
 from pyspark_ledger.datasource.writer import WriteJob
 
 log = logging.getLogger(__name__)
@@ -83,7 +89,7 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
             # The same columns, key and schema rules as a batch append (write_columns.py).
             layout = plan_layout(fmt, names, types, schema_json or "{}", opts.log)
             if rec is not None:
-                check_against_log(rec, layout)
+                check_against_log(rec, layout, STREAM_REMEDY)
             else:
                 try:
                     client.logs.create(LogRecord(name))

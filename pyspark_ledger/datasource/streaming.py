@@ -32,7 +32,7 @@ from pyspark_ledger.datasource.options import LedgerSourceOptions, OptionError, 
 from pyspark_ledger.datasource.planning import LedgerSourceError, open_client
 from pyspark_ledger.datasource.sink_epoch import hold_query_epoch
 from pyspark_ledger.datasource.sink_progress import record_batch
-from pyspark_ledger.datasource.write_columns import check_against_log
+from pyspark_ledger.datasource.write_columns import STREAM_REMEDY, check_against_log
 from pyspark_ledger.datasource.write_task import write_task
 from pyspark_ledger.datasource.writer import (
     JOB_COMMITTED,
@@ -191,7 +191,7 @@ def commit_stream_batch(base: WriteJob, run_id: str, messages: list[StreamTaskRe
                 replayed[0] = True
                 return None
             replayed[0] = False
-            check_against_log(rec, base.layout)  # changed since the query started (an overwrite): refuse
+            check_against_log(rec, base.layout, STREAM_REMEDY)  # changed since the query started (an overwrite): refuse
             return (rec.with_ledgers_appended(ids, sizes).with_schema(base.schema_json, base.payload_format)
                     .with_committed_batch(query_id, batch_id))
 

@@ -116,29 +116,34 @@ def plan_layout(payload_format: str, names: list[str], types: dict[str, str], sc
     return WriteLayout("arrow", routed, None, _dump(fields))
 
 
-def check_against_log(rec: LogRecord, layout: WriteLayout) -> None:
+# How to get past a log that holds other data: a batch write can replace it, a stream cannot
+# (Spark's streaming writes have no overwrite mode), so each is told what it can do.
+BATCH_REMEDY = "or use mode overwrite to replace the log"
+STREAM_REMEDY = "or write the stream to another log (a stream cannot overwrite one)"
+
+
+def check_against_log(rec: LogRecord, layout: WriteLayout, remedy: str = BATCH_REMEDY) -> None:
     """Appending to a log with data: the same payload format and recorded schema, or an error
-    that names the first column that differs and both types."""
+    that names the first column that differs and both types, ending with `remedy`."""
     if not rec.ledgers:
         return
     if rec.payload_format != layout.payload_format:
         raise OptionError("payloadFormat", f"log {rec.name!r} holds {rec.payload_format} entries; cannot append "
-                          f"{layout.payload_format} (write with payloadFormat={rec.payload_format}, or use mode "
-                          "overwrite to replace it)")
+                          f"{layout.payload_format} (write with payloadFormat={rec.payload_format}, {remedy})")
     if rec.schema == layout.schema_json:
         return
     if layout.payload_format == "raw" and (rec.schema is None or layout.schema_json is None):
         has = "keyed entries (key, payload)" if rec.schema is not None else "entries without keys"
         fix = "add a binary `key` column" if rec.schema is not None else "drop the `key` column"
-        raise WriteSchemaError(f"log {rec.name!r} holds {has}: {fix}, or use mode overwrite to replace it")
-    raise WriteSchemaError(schema_difference(rec.name, rec.schema or _dump([]), layout.schema_json or _dump([])))
+        raise WriteSchemaError(f"log {rec.name!r} holds {has}: {fix}, {remedy}")
+    raise WriteSchemaError(schema_difference(rec.name, rec.schema or _dump([]), layout.schema_json or _dump([]), remedy))
 
 
-def schema_difference(log_name: str, log_schema: str, df_schema: str) -> str:
+def schema_difference(log_name: str, log_schema: str, df_schema: str, remedy: str = BATCH_REMEDY) -> str:
     """The first column where the DataFrame's schema and the log's differ, said in one line."""
     theirs = {f["name"]: f for f in _schema_fields(log_schema)}
     ours = {f["name"]: f for f in _schema_fields(df_schema)}
-    fix = "; cast or select the columns to match, or use mode overwrite to replace the log"
+    fix = f"; cast or select the columns to match, {remedy}"
     for name, f in ours.items():
         if name not in theirs:
             return f"column `{name}` ({type_name(f)}) is not in log {log_name!r} (its columns: {list(theirs)}){fix}"

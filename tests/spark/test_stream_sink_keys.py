@@ -52,5 +52,6 @@ def test_a_stream_without_keys_is_refused_by_a_keyed_log(spark: SparkSession, ur
     with pytest.raises(Exception) as err:  # Spark's error class differs by where it surfaces
         query.start().awaitTermination(WAIT_S)
     first = str(err.value).splitlines()[0]  # [STREAM_FAILED] ... [PYTHON_DATA_SOURCE_ERROR] ...: the reason
-    assert f"WriteSchemaError: log {sink!r} holds keyed entries (key, payload): add a binary `key` column" in first, first
+    assert (f"WriteSchemaError: log {sink!r} holds keyed entries (key, payload): add a binary `key` column, or write "
+            "the stream to another log (a stream cannot overwrite one)") in first, first  # not "mode overwrite"
     assert spark.read.format("ledger").options(**ledger_opts(uri, sink)).load().count() == 3  # nothing appended

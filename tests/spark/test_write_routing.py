@@ -248,4 +248,4 @@ def test_keys_must_match_the_log(spark: SparkSession, uri: str, log_name: str) -
     line = first_line(lambda: writer(spark.range(3).select(F.lit(b"k").alias("key"), F.lit(b"x").alias("payload")), uri,
                                      log_name).mode("append").save())
     assert line == (CREATE + SCHEMA_ERROR + f"log '{log_name}' holds entries without keys: drop the `key` column, or use "
-                    "mode overwrite to replace it")
+                    "mode overwrite to replace the log")
