@@ -47,7 +47,13 @@ def raw_batch(place: RowPlace, first_entry_id: int, payloads: pa.Array,
     payload) has each entry's key cut off its front."""
     data = [payloads]
     if len(schema) > len(RAW_ARROW_SCHEMA):
-        keys, payloads = keyed_entries.unframe(payloads)
+        try:
+            keys, payloads = keyed_entries.unframe(payloads)
+        except keyed_entries.KeyFramingError as e:  # name the stored entry, not its place in the run
+            log = f"log {place.log!r} " if place.log is not None else ""
+            raise keyed_entries.KeyFramingError(
+                e.index, e.reason + " (the log records keys, but this entry was appended without the framing, "
+                "e.g. by a LogWriter)", where=f"{log}ledger {place.ledger} entry {first_entry_id + e.index}") from None
         data = [keys.cast(schema.field(0).type), payloads]
     where = meta.raw(first_entry_id, len(payloads)) if meta is not None else raw_meta(place, first_entry_id, len(payloads))
     return pa.RecordBatch.from_arrays([*data, *where], schema=schema)

@@ -26,7 +26,15 @@ _LENGTH_TYPE = np.dtype(">u4")
 
 
 class KeyFramingError(LedgerError):
-    """Stored entries that are not framed as keyed raw entries (e.g. appended by another client)."""
+    """Stored entries that are not framed as keyed raw entries (e.g. appended by another client).
+    `index`: the entry's place in the run unframed; `reason`: what is wrong with it."""
+
+    def __init__(self, index: int, reason: str, where: str | None = None):
+        super().__init__(f"{where or f'entry {index} of the run'} {reason}")
+        self.index, self.reason, self.where = index, reason, where
+
+    def __reduce__(self) -> tuple[type[KeyFramingError], tuple[int, str, str | None]]:
+        return KeyFramingError, (self.index, self.reason, self.where)  # pickles with its own arguments
 
 
 def _as_binary(arr: pa.Array) -> pa.Array:
@@ -75,15 +83,15 @@ def unframe(entries: pa.Array) -> tuple[pa.BinaryArray, pa.BinaryArray]:
     sizes = np.diff(offsets)
     if int(sizes.min()) < LENGTH_BYTES:
         bad = int(np.argmax(sizes < LENGTH_BYTES))
-        raise KeyFramingError(f"entry {bad} of the run is {int(sizes[bad])} bytes, shorter than a key length")
+        raise KeyFramingError(bad, f"is {int(sizes[bad])} bytes, shorter than a key length")
     starts = offsets[:-1]
     heads = data[(starts[:, None] + np.arange(LENGTH_BYTES)).ravel()].view(_LENGTH_TYPE).astype(np.int64)
     valid = heads != NULL_KEY
     key_lengths = np.where(valid, heads, 0)
     if bool((key_lengths > sizes - LENGTH_BYTES).any()):
         bad = int(np.argmax(key_lengths > sizes - LENGTH_BYTES))
-        raise KeyFramingError(f"entry {bad} of the run frames a {int(key_lengths[bad])}-byte key in "
-                              f"{int(sizes[bad])} bytes: not a keyed raw entry")
+        raise KeyFramingError(bad, f"frames a {int(key_lengths[bad])}-byte key in {int(sizes[bad])} bytes: "
+                              "not a keyed raw entry")
     key_starts = starts + LENGTH_BYTES
     key_ends = key_starts + key_lengths
     key_mask = _region_mask(len(data), key_starts, key_ends)

@@ -4,12 +4,15 @@ by its `log` column, and the column checks' one-line errors (write_columns.py)."
 from __future__ import annotations
 
 import json
+import pickle
 
 import pyarrow as pa
 import pytest
 
+from pyspark_ledger.datasource.codec import raw_batch
 from pyspark_ledger.datasource.encode import raw_entries, split_by_log
 from pyspark_ledger.datasource.keyed_entries import KeyFramingError, frame, unframe
+from pyspark_ledger.datasource.rows import RowPlace, arrow_read_schema
 from pyspark_ledger.datasource.write_columns import (
     RoutingError,
     WriteSchemaError,
@@ -42,6 +45,18 @@ def test_entries_that_are_not_framed_are_refused() -> None:
         unframe(pa.array([b"\x00\x00\x00\x00", b"ab"], pa.binary()))
     with pytest.raises(KeyFramingError, match="entry 0 of the run frames a 1633837924-byte key in 8 bytes"):
         unframe(pa.array([b"abcdefgh"], pa.binary()))
+
+
+def test_an_unframed_entry_of_a_keyed_log_is_named_by_ledger_and_entry() -> None:
+    keyed = arrow_read_schema(pa.schema([("key", pa.binary()), ("payload", pa.binary())]))
+    stored = pa.concat_arrays([frame(pa.array([b"k"]), pa.array([b"p"], pa.binary())), pa.array([b"ab"], pa.binary())])
+    place = RowPlace("events", 3, "0/17", 0)
+    with pytest.raises(KeyFramingError) as err:
+        raw_batch(place, 40, stored, keyed)
+    assert str(err.value) == ("log 'events' ledger 0/17 entry 41 is 2 bytes, shorter than a key length (the log "
+                              "records keys, but this entry was appended without the framing, e.g. by a LogWriter)")
+    assert str(pickle.loads(pickle.dumps(err.value))) == str(err.value)  # as it crosses processes
+    assert raw_batch(place, 40, stored.slice(0, 1), keyed).column(0).to_pylist() == [b"k"]
 
 
 def test_raw_entries_of_a_batch() -> None:
