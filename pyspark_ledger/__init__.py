@@ -7,9 +7,19 @@ Public names are loaded on first use.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 __version__ = "0.1.0"
+
+# gRPC's fork handlers (on by default in grpcio) restart its poller thread in every forked child.
+# A child that then execs, as pyspark starts its JVM (subprocess with preexec_fn: a real fork),
+# can abort or hang before exec once Python closes the poller's descriptors (grpc/grpc#43055:
+# here about 1 fork in 60 while calls are in flight). The client never uses gRPC in a forked
+# child (Spark's Python workers are forked by pyspark's daemon, which holds no channel), so the
+# handlers are off unless the application set GRPC_ENABLE_FORK_SUPPORT itself. gRPC reads it
+# when it is imported, so it is set here, in the package's first module.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 _LAZY = {
     "LedgerClient": "pyspark_ledger.client",
