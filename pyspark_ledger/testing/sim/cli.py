@@ -64,7 +64,10 @@ def run_many(first: int, count: int, jobs: int,
         for part in map(_run_range, ranges):
             add(part)
     else:
-        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        # spawn, not fork: a forked worker inherits the caller's gRPC objects (a test process, or
+        # any program using the client), and collecting one in the child can wait forever on a
+        # lock held by a thread the fork left behind (seen in the whole suite, gRPC fork handlers off).
+        with multiprocessing.get_context("spawn").Pool(jobs) as pool:
             for part in pool.imap(_run_range, ranges):
                 add(part)
     failures.sort(key=lambda r: r.seed)
