@@ -36,8 +36,12 @@ def start_client(
     try:
         client.start(timeout=connect_timeout_s)
     except KazooTimeoutError:
+        # kazoo's start() also times out when the SASL login is rejected between the connection and
+        # its own check of it (the server answered, then closed the session): say which it was.
         client.stop()
         client.close()
+        if session_auth.rejected:
+            raise session_auth.authentication_failed("login") from None
         raise MetadataUnavailableError(
             f"could not connect to ZooKeeper at {hosts} within {connect_timeout_s:g} s (metadata service {uri})"
         ) from None
