@@ -179,6 +179,8 @@ class _RejectedBeforeStartLooks(KazooClient):
 
         class _Event:
             def wait(self, timeout: float | None = None) -> bool:
+                # Connected first: the connection thread has begun by then, so its stopped event
+                # (set until that thread begins) now means that it ended.
                 connected.wait(timeout)
                 return connection_ended.wait(timeout)
 
