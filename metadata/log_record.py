@@ -119,10 +119,11 @@ class LogRecord:
         return replace(self, ledgers=self.ledgers + (lg,), next_seq=self.next_seq + 1)
 
     def with_ledgers_appended(self, ledger_ids: list[LedgerId], sizes: list[tuple[int, int]]) -> LogRecord:
-        """Append sealed ledgers (a Spark job's output) in one change."""
-        rec = self
+        """Append sealed ledgers (a Spark job's output) in one change, all with the one time of that
+        change: their rows became readable together, and a read from a time must not split them."""
+        rec, joined_ms = self, now_ms()
         for lid, (entries, size) in zip(ledger_ids, sizes):
-            rec = rec.with_ledger(lid)
+            rec = rec.with_ledger(lid, ctime_ms=joined_ms)
             rec = rec.with_sealed(lid, entries, size)
         return rec
 
