@@ -121,11 +121,10 @@ class LogRecord:
     def with_ledgers_appended(self, ledger_ids: list[LedgerId], sizes: list[tuple[int, int]]) -> LogRecord:
         """Append sealed ledgers (a Spark job's output) in one change, all with the one time of that
         change: their rows became readable together, and a read from a time must not split them."""
-        rec, joined_ms = self, now_ms()
-        for lid, (entries, size) in zip(ledger_ids, sizes):
-            rec = rec.with_ledger(lid, ctime_ms=joined_ms)
-            rec = rec.with_sealed(lid, entries, size)
-        return rec
+        joined_ms = now_ms()
+        appended = tuple(LogLedger(self.next_seq + i, lid, joined_ms, entries, size)
+                         for i, (lid, (entries, size)) in enumerate(zip(ledger_ids, sizes)))
+        return replace(self, ledgers=self.ledgers + appended, next_seq=self.next_seq + len(appended))
 
     def with_sealed(self, ledger_id: LedgerId, entry_count: int, size_bytes: int) -> LogRecord:
         i = self.index_of(ledger_id)
