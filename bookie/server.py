@@ -150,6 +150,7 @@ class BookieServer:
             # The storage lock proves no other process serves this data dir, so a stale
             # registration with our instance id is our own previous (killed) process.
             instance_id=instance_id,
+            rack=cfg.rack or "",
         )
 
     def _install_gauges(self) -> None:

@@ -105,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     autorecovery_commands.add_parsers(sub)
     reshape_commands.add_parsers(sub, _ledger_args)
     cluster_commands.add_parsers(sub)
+    cluster_commands.add_placement_parser(sub)
     return ap
 
 
@@ -247,6 +248,7 @@ HANDLERS: dict[str, Callable[..., int]] = {
     "expandledger": reshape_commands.expandledger,
     "contractledger": reshape_commands.contractledger,
     "cluster": cluster_commands.cluster,
+    "placementcheck": cluster_commands.placementcheck,
 }
 NO_METADATA = {"quorums"}
 

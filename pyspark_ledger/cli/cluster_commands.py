@@ -62,3 +62,34 @@ def cluster(client: LedgerClient, args: argparse.Namespace) -> int:
 
 def _text(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def add_placement_parser(sub: Any) -> None:
+    p = sub.add_parser("placementcheck", help="list ledgers whose write sets span fewer racks than the cluster "
+                                              "settings ask (min_racks_per_write_quorum)")
+    p.add_argument("--rate", type=float, default=500.0, help="ledgers read per second at most (default 500)")
+
+
+def placementcheck(client: LedgerClient, args: argparse.Namespace) -> int:
+    """Exit 0 when every ledger meets the rule, 1 when some do not (a check, like bookiesanity)."""
+    from pyspark_ledger.autorecovery.auditor import RateLimiter
+    from pyspark_ledger.autorecovery.placement_scan import RackView, misplaced_ledgers
+    from pyspark_ledger.protocol.placement import RackRules, rack_name
+
+    settings = client.cluster_settings
+    rules = RackRules(settings.min_racks_per_write_quorum, settings.enforce_min_racks)
+    view = RackView.of(client.bookies())
+    found = list(misplaced_ledgers(client.ledgers, view, rules, RateLimiter(args.rate)))
+    if args.json:
+        print_json({"minRacksPerWriteQuorum": rules.min_racks_per_write_quorum, "enforced": rules.enforce,
+                    "writableRacks": sorted(rack_name(r) for r in view.writable_racks),
+                    "misplaced": [m.to_json() for m in found]})
+        return 1 if found else 0
+    print_table(["ledger", "state", "W", "racks needed", "fragment: narrowest write set's racks", "move off"],
+                [(str(m.ledger_id), m.state, m.write_quorum_size, m.required_racks,
+                  "; ".join(f"{i}: {','.join(rack_name(r) for r in racks)}" for i, racks in m.fragments),
+                  ",".join(m.move) or "(not now)") for m in found])
+    print(f"{len(found)} ledger(s) break the rule of {rules.min_racks_per_write_quorum} racks per write quorum "
+          f"({'enforced' if rules.enforce else 'best effort'}); writable racks: "
+          f"{', '.join(sorted(rack_name(r) for r in view.writable_racks)) or 'none'}")
+    return 1 if found else 0

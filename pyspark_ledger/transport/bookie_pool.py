@@ -52,6 +52,9 @@ class BookiePool:
         self._clients: dict[str, BookieClient] = {}
         self._addresses: dict[str, str] = {}
         self._add_addresses: dict[str, str] = {}
+        # The rack of every bookie seen registered (placement reads it; replaced, never mutated,
+        # so a reader on another thread sees one whole map).
+        self.racks: dict[str, str] = {}
         self._quarantine: dict[str, float] = {}
         self._lock = threading.Lock()
         # Reads the add answers of every bookie connection of this pool (pyspark_ledger.transport.add_poller).
@@ -60,6 +63,8 @@ class BookiePool:
     def _remember(self, info: BookieInfo) -> None:
         self._addresses[info.bookie_id] = info.address
         self._add_addresses[info.bookie_id] = info.add_address
+        if self.racks.get(info.bookie_id) != info.rack:
+            self.racks = {**self.racks, info.bookie_id: info.rack}
 
     def _address(self, bookie_id: str) -> str:
         """The bookie's address as registered now; when the registry cannot be read (the metadata
