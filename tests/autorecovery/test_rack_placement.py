@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -22,6 +24,7 @@ from pyspark_ledger.autorecovery.placement_scan import RackView, misplaced_ledge
 from pyspark_ledger.cli import main
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.errors import NotEnoughRacksError
+from pyspark_ledger.ledger.write_handle import WriteHandle
 from pyspark_ledger.protocol.placement import RackRules, rack_spread
 from pyspark_ledger.testing.local_cluster import LocalCluster
 from tests.autorecovery.cluster_shape import Autorecovery, Written, check_every_copy, payload, zk_uri_with_short_sessions
@@ -29,9 +32,10 @@ from tests.autorecovery.cluster_shape import Autorecovery, Written, check_every_
 RACK_OF = {i: f"r{i // 2}" for i in range(6)}  # bookie index -> rack: two bookies per rack
 MISPLACED_LEDGERS = 6
 WAIT_S = 150.0
+T = TypeVar("T")
 
 
-def wait_for(what: str, check, timeout_s: float = WAIT_S):  # type: ignore[no-untyped-def]
+def wait_for(what: str, check: Callable[[], T], timeout_s: float = WAIT_S) -> T:
     start = time.monotonic()
     while True:
         got = check()
@@ -56,7 +60,7 @@ def start_racked_cluster(uri: str, work_dir: Path) -> LocalCluster:
     return cluster
 
 
-def write(client: LedgerClient, index: int, written: Written, close: bool = True):  # type: ignore[no-untyped-def]
+def write(client: LedgerClient, index: int, written: Written, close: bool = True) -> WriteHandle:
     w = client.create_ledger(3, 3, 2)
     data = [payload(index, e, 200 + 50 * e) for e in range(6)]
     for p in data:
