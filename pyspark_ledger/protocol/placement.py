@@ -21,6 +21,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol
 
 from pyspark_ledger.errors import NotEnoughBookiesError, NotEnoughRacksError
@@ -83,16 +84,18 @@ def rack_name(rack: str) -> str:
     return rack or NO_RACK_NAME
 
 
-def write_sets(ensemble_size: int, write_quorum_size: int) -> list[tuple[int, ...]]:
+@lru_cache(maxsize=256)
+def write_sets(ensemble_size: int, write_quorum_size: int) -> tuple[tuple[int, ...], ...]:
     """The distinct write sets of a fragment as ensemble indices (one when W = E)."""
     ensure(1 <= write_quorum_size <= ensemble_size, f"write quorum {write_quorum_size} of ensemble {ensemble_size}")
     starts = 1 if write_quorum_size == ensemble_size else ensemble_size
-    return [tuple((s + k) % ensemble_size for k in range(write_quorum_size)) for s in range(starts)]
+    return tuple(tuple((s + k) % ensemble_size for k in range(write_quorum_size)) for s in range(starts))
 
 
-def _near(slot: int, ensemble_size: int, write_quorum_size: int) -> list[int]:
+@lru_cache(maxsize=1024)
+def _near(slot: int, ensemble_size: int, write_quorum_size: int) -> tuple[int, ...]:
     """The other indices that share a write set with `slot` (cyclic distance under W)."""
-    return sorted({(slot + d) % ensemble_size for d in range(1 - write_quorum_size, write_quorum_size)} - {slot})
+    return tuple(sorted({(slot + d) % ensemble_size for d in range(1 - write_quorum_size, write_quorum_size)} - {slot}))
 
 
 def rack_spread(racks_by_slot: Sequence[str], write_quorum_size: int) -> int:
@@ -163,6 +166,21 @@ class RackAwarePlacement:
             by_rack.setdefault(rack_of.get(b, NO_RACK), []).append(b)
         sets = write_sets(ensemble_size, w)
         spread_max = min(w, len(by_rack))  # no write set can span more racks than exist
+        if len(by_rack) == 1:  # one rack (or none registered): every choice is as good
+            best, best_score = self.rng.sample(pool, ensemble_size), (1, len(sets), 1, len(sets))
+        else:
+            best, best_score = self._best_of_attempts(ensemble_size, w, by_rack, rack_of, spread_max)
+        ensure(len(set(best)) == ensemble_size, "a new ensemble has E distinct bookies")
+        required = self.rules.required(w)
+        if self.rules.enforce and best_score[0] < required:
+            raise NotEnoughRacksError(
+                f"a write set of {w} needs bookies in {required} racks (enforce_min_racks) but "
+                f"{describe_racks(pool, rack_of)}")
+        return best
+
+    def _best_of_attempts(self, ensemble_size: int, w: int, by_rack: Mapping[str, list[str]], rack_of: RackOf,
+                          spread_max: int) -> tuple[list[str], tuple[int, int, int, int]]:
+        sets = write_sets(ensemble_size, w)
         best_score, best = (-1, 0, 0, 0), list[str]()
         for _ in range(PLACEMENT_ATTEMPTS_MAX):
             ensemble = _greedy(ensemble_size, w, by_rack, self.rng)
@@ -171,13 +189,7 @@ class RackAwarePlacement:
                 best_score, best = score, ensemble
             if best_score[0] >= spread_max:
                 break
-        ensure(len(set(best)) == ensemble_size, "a new ensemble has E distinct bookies")
-        required = self.rules.required(w)
-        if self.rules.enforce and best_score[0] < required:
-            raise NotEnoughRacksError(
-                f"a write set of {w} needs bookies in {required} racks (enforce_min_racks) but "
-                f"{describe_racks(pool, rack_of)}")
-        return best
+        return best, best_score
 
     def replacement(self, ensemble: Sequence[str], candidates: Sequence[str], *, failed: str | None = None,
                     write_quorum_size: int | None = None) -> str:
