@@ -87,9 +87,13 @@ def check_ledger(meta: LedgerMetadata, view: RackView, rules: RackRules) -> Misp
 
 
 def misplaced_ledgers(ledgers: LedgerManager, view: RackView, rules: RackRules, limiter: RateLimiter | None = None,
-                      on_ledger: Callable[[], None] = lambda: None) -> Iterator[Misplacement]:
-    """Every ledger breaking the rule, in id order (paced by `limiter`)."""
+                      on_ledger: Callable[[], None] = lambda: None,
+                      keep_going: Callable[[], bool] = lambda: True) -> Iterator[Misplacement]:
+    """Every ledger breaking the rule, in id order (paced by `limiter`); stops early when
+    keep_going() says so (asked before every ledger)."""
     for lid in ledgers.scan(None):
+        if not keep_going():
+            return
         if limiter is not None:
             limiter.acquire()
         try:
@@ -126,14 +130,21 @@ class PlacementScan:
 
     def run(self, view: RackView, rules: RackRules, keep_going: Callable[[], bool]) -> PlacementScanResult:
         misplaced = marked = 0
-        for found in misplaced_ledgers(self.ledgers, view, rules, self.limiter, self.on_ledger):
+        stopped = [False]
+
+        def go_on() -> bool:
+            stopped[0] = not keep_going()
+            return not stopped[0]
+
+        for found in misplaced_ledgers(self.ledgers, view, rules, self.limiter, self.on_ledger, go_on):
             misplaced += 1
             if found.state == "CLOSED" and found.move and self.marks.mark(found.ledger_id, found.move,
                                                                           REASON_MISPLACED, self.holder):
                 marked += 1
                 self.on_mark()
                 log.info("marked misplaced ledger=%s move=%s", found.ledger_id, ",".join(found.move))
-            if not keep_going():
-                return PlacementScanResult(misplaced, marked, complete=False)
+        if stopped[0]:
+            log.info("placement scan stopped misplaced=%d marked=%d", misplaced, marked)
+            return PlacementScanResult(misplaced, marked, complete=False)
         log.info("placement scan finished misplaced=%d marked=%d", misplaced, marked)
         return PlacementScanResult(misplaced, marked, complete=True)

@@ -55,6 +55,9 @@ def test_scan_marks_closed_misplaced_ledgers_only(sqlite_uri: str) -> None:
         assert [(m.ledger_id, m.lost_bookies, m.reason) for m in marks] == [(bad.ledger_id, ("a1",), REASON_MISPLACED)]
         # Planted in the test: a rule nobody breaks. The same scan then marks nothing.
         assert PlacementScan(client.store, "test", 1000.0).run(VIEW, RackRules(1), lambda: True).misplaced == 0
+        # Told to stop, it stops before the next ledger and says it did not finish.
+        stopped = PlacementScan(client.store, "test", 1000.0).run(VIEW, RackRules(3), lambda: False)
+        assert (stopped.misplaced, stopped.complete) == (0, False)
 
 
 def test_worker_never_fences_an_open_ledger_for_a_misplaced_mark(sqlite_uri: str) -> None:
