@@ -33,6 +33,7 @@ from bookie.gc_service import start_gc
 from bookie.malloc_tuning import tune_malloc
 from bookie.metrics import Metrics, serve_metrics
 from bookie.proto import bookie_pb2_grpc as pb_grpc
+from bookie.proto.versions import WIRE_VERSION_MAX, WIRE_VERSION_MIN
 from bookie.scrub_service import start_scrubber
 from bookie.scrubber import Scrubber
 from bookie.service import BookieService
@@ -150,6 +151,8 @@ class BookieServer:
             # The storage lock proves no other process serves this data dir, so a stale
             # registration with our instance id is our own previous (killed) process.
             instance_id=instance_id,
+            wire_version_min=WIRE_VERSION_MIN,
+            wire_version_max=WIRE_VERSION_MAX,
         )
 
     def _install_gauges(self) -> None:
