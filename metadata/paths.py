@@ -14,6 +14,7 @@
     /autorecovery/bookies/<bookie id>                  the auditor's view of a bookie (state, since when)
     /autorecovery/scan                                 the auditor's scan cursor (a new auditor resumes it)
     /autorecovery/swaps/<qualified name>/<fragment>_<bookie>  a prepared replica swap (two-phase change)
+    /cluster/settings                                  settings every client and bookie shares (JSON, metadata.cluster_settings)
 
 Ledger ids: the 128-bit id (scope id, then ledger id) is written as 32 hex digits and cut into
 eight levels of 4 hex digits. No parent ever holds more than 65,536 children, however many
@@ -47,6 +48,7 @@ LEDGER_RESHAPES = "/autorecovery/reshapes"  # expand / contract records (pyspark
 STAGING = "/staging"  # Spark writes (pyspark_ledger/datasource/writer.py, streaming.py)
 STAGING_ROUTES = "/staging-routes"  # Spark writes with a `log` column (pyspark_ledger/datasource/routed_writer.py)
 SINK_EPOCHS = "/sink-epochs"  # the writer epoch each streaming query's run holds (datasource/sink_epoch.py)
+CLUSTER_SETTINGS = "/cluster/settings"  # metadata/cluster_settings.py: one JSON object, unknown keys kept
 SINK_PROGRESS = "/sink-progress"  # what each streaming query appended (datasource/sink_progress.py)
 
 LEDGER_PATH_LEVELS = 8

@@ -28,6 +28,7 @@ from metadata import (
     QuorumConfig,
     open_store,
 )
+from metadata.cluster_settings import ClusterSettings, ClusterSettingsWatch
 from metadata.log_record import LogRecord
 from metadata.logs import LogManager
 from metadata.uri import printable, tls_params, with_zk_auth
@@ -102,6 +103,16 @@ class LedgerClient:
         self.context = LedgerContext(self.ledgers, self.pool, self.placement, add_timeout_s=add_timeout_s,
                                      explicit_lac_interval_ms=explicit_lac_interval_ms, metrics=self.metrics)
         self._handles: list[ReadHandle] = []
+        # Read now and on every change (a store watch): the settings every client shares.
+        self._settings_watch = ClusterSettingsWatch(self.store, self._settings_changed)
+
+    @property
+    def cluster_settings(self) -> ClusterSettings:
+        """The cluster settings as last seen (metadata/cluster_settings.py): fresh within a watch's delay."""
+        return self._settings_watch.current
+
+    def _settings_changed(self, settings: ClusterSettings) -> None:
+        log.debug("cluster settings seen settings=%s", dict(settings.values))
 
     def create_ledger(
         self,
@@ -245,6 +256,7 @@ class LedgerClient:
             except Exception:
                 log.debug("handle close failed", exc_info=True)
         self._handles.clear()
+        self._settings_watch.close()
         self.pool.close()
         self.store.close()
 

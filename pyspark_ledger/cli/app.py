@@ -18,7 +18,7 @@ from typing import Any
 from bookie.proto.versions import RELEASE
 from metadata import DigestType, MetadataError
 from metadata.embedded_store import embedded_path_from_env_default
-from pyspark_ledger.cli import autorecovery_commands, bookie_admin, commands, reshape_commands
+from pyspark_ledger.cli import autorecovery_commands, bookie_admin, cluster_commands, commands, reshape_commands
 from pyspark_ledger.cli.passwords import add_password_args, check_new_ledger_password, resolve_password
 from pyspark_ledger.errors import LedgerError, PySparkLedgerError
 
@@ -102,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bp44_commands(sub)
     autorecovery_commands.add_parsers(sub)
     reshape_commands.add_parsers(sub, _ledger_args)
+    cluster_commands.add_parsers(sub)
     return ap
 
 
@@ -243,6 +244,7 @@ HANDLERS: dict[str, Callable[..., int]] = {
     "decommissionbookie": autorecovery_commands.decommissionbookie,
     "expandledger": reshape_commands.expandledger,
     "contractledger": reshape_commands.contractledger,
+    "cluster": cluster_commands.cluster,
 }
 NO_METADATA = {"quorums"}
 
