@@ -3,6 +3,7 @@ pyspark_ledger.testing.old_release) and this checkout's code in one cluster, rea
 loopback.
 
 - new clients on old bookies, old clients on new bookies: ledgers and a log, appended and read;
+  then those bookies go back to the last release (no new format was turned on) and still serve it;
 - a rolling upgrade under a writing log: three old bookies replaced one at a time by this code on
   the same data directory (stop, start the new code), while a client of the last release appends;
   no acknowledged entry lost, every entry and the data written before the upgrade read back, by
@@ -164,6 +165,15 @@ def test_clients_of_the_last_release_on_bookies_of_this_one(old: OldRelease, tmp
                    + [(p, b"new-log-%d" % i) for i, p in enumerate(new_positions)])
         assert read_log(client, "mixed") == written
     assert old_read_log(old, uri, "mixed") == written
+    # The new on-disk formats are off (the default), so the bookies can go back to the last
+    # release, one at a time, on the data this release's bookies wrote.
+    for i in range(3):
+        started[0].upgrade(i, old.launcher())
+    assert registered_versions(uri) == {f"bookie-{i}": (old.release.version, 0, 0) for i in range(3)}
+    assert old_read_log(old, uri, "mixed") == written
+    assert run_old_client(old, "ledger-read", uri, ledger)["payloads"] == expected
+    with LedgerClient(uri) as client:
+        assert read_log(client, "mixed") == written
 
 
 # ---- a rolling upgrade -------------------------------------------------------------------------------
