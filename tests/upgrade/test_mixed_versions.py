@@ -59,21 +59,38 @@ def run_old_client(old: OldRelease, *args: str) -> dict[str, Any]:
 class Bookies:
     """Three bookies with stable ids, ports and data dirs, each started from a launcher."""
 
-    def __init__(self, work: Path, uri: str, launcher: BookieLauncher, n: int = 3):
+    def __init__(self, work: Path, uri: str, launcher: BookieLauncher, version: str, n: int = 3):
         self.uri = uri
+        self.versions = {f"bookie-{i}": version for i in range(n)}  # what each runs
         self.bookies = [LocalBookie(uri, work / f"bookie-{i}", port=free_port(), bookie_id=f"bookie-{i}",
                                     log_path=work / f"bookie-{i}.log", launcher=launcher) for i in range(n)]
-        for b in self.bookies:
-            b.start(wait=False)
-        for b in self.bookies:
-            b.wait_serving()
+        try:
+            for b in self.bookies:
+                b.start(wait=False)
+            for b in self.bookies:
+                b.wait_serving()
+            self.wait_registered()
+        except BaseException:
+            self.close()
+            raise
 
-    def upgrade(self, i: int, launcher: BookieLauncher) -> None:
-        """Stop bookie i (SIGTERM: drain, checkpoint, deregister) and start `launcher`'s code on its data dir."""
+    def upgrade(self, i: int, launcher: BookieLauncher, version: str) -> None:
+        """Stop bookie i (SIGTERM: drain, checkpoint, deregister) and start `launcher`'s code,
+        release `version`, on its data dir."""
         b = self.bookies[i]
         assert b.stop() == 0, b.tail_log()
         b.launcher = launcher
+        self.versions[b.bookie_id] = version
         b.start()
+        self.wait_registered()
+
+    def wait_registered(self) -> None:
+        """Until every bookie is registered by the release it runs (a bookie answers Info just
+        before it registers)."""
+        deadline = time.monotonic() + WAIT_S
+        while {b: v[0] for b, v in registered_versions(self.uri).items()} != self.versions:
+            assert time.monotonic() < deadline, f"registered: {registered_versions(self.uri)}, expected {self.versions}"
+            time.sleep(0.05)
 
     def close(self) -> None:
         for b in self.bookies:
@@ -126,7 +143,7 @@ def test_the_last_release_is_built_from_history_and_runs_its_own_code(old: OldRe
 def test_clients_of_this_release_on_bookies_of_the_last(old: OldRelease, tmp_path: Path,
                                                         started: list[Bookies]) -> None:
     uri = f"sqlite://{tmp_path / 'metadata.db'}"
-    started.append(Bookies(tmp_path, uri, old.launcher()))
+    started.append(Bookies(tmp_path, uri, old.launcher(), old.release.version))
     # Old registrations carry no wire range: this client takes them for version 1 only.
     assert registered_versions(uri) == {f"bookie-{i}": (old.release.version, 0, 0) for i in range(3)}
     with LedgerClient(uri) as client:
@@ -150,7 +167,7 @@ def test_clients_of_this_release_on_bookies_of_the_last(old: OldRelease, tmp_pat
 def test_clients_of_the_last_release_on_bookies_of_this_one(old: OldRelease, tmp_path: Path,
                                                             started: list[Bookies]) -> None:
     uri = f"sqlite://{tmp_path / 'metadata.db'}"
-    started.append(Bookies(tmp_path, uri, NEW))
+    started.append(Bookies(tmp_path, uri, NEW, RELEASE))
     assert registered_versions(uri) == {f"bookie-{i}": (RELEASE, OUR_RANGE.low, OUR_RANGE.high) for i in range(3)}
     ledger = run_old_client(old, "ledger-write", uri, "150", "old-client")["ledger"]
     expected = [(b"old-client-%d" % i).hex() for i in range(150)]
@@ -168,7 +185,7 @@ def test_clients_of_the_last_release_on_bookies_of_this_one(old: OldRelease, tmp
     # The new on-disk formats are off (the default), so the bookies can go back to the last
     # release, one at a time, on the data this release's bookies wrote.
     for i in range(3):
-        started[0].upgrade(i, old.launcher())
+        started[0].upgrade(i, old.launcher(), old.release.version)
     assert registered_versions(uri) == {f"bookie-{i}": (old.release.version, 0, 0) for i in range(3)}
     assert old_read_log(old, uri, "mixed") == written
     assert run_old_client(old, "ledger-read", uri, ledger)["payloads"] == expected
@@ -179,7 +196,7 @@ def test_clients_of_the_last_release_on_bookies_of_this_one(old: OldRelease, tmp
 # ---- a rolling upgrade -------------------------------------------------------------------------------
 
 def test_a_rolling_upgrade_under_a_writing_log_loses_nothing(old: OldRelease, tmp_path: Path, zk_uri: str) -> None:
-    bookies = Bookies(tmp_path, zk_uri, old.launcher())
+    bookies = Bookies(tmp_path, zk_uri, old.launcher(), old.release.version)
     writer: subprocess.Popen[str] | None = None
     try:
         before = run_old_client(old, "ledger-write", zk_uri, "100", "before-upgrade")["ledger"]
@@ -191,7 +208,7 @@ def test_a_rolling_upgrade_under_a_writing_log_loses_nothing(old: OldRelease, tm
         assert lines.wait_for(lambda: lines.count("ACK ") >= 50, WAIT_S), lines.lines[-20:]
         for i in range(3):
             started = time.monotonic()
-            bookies.upgrade(i, NEW)
+            bookies.upgrade(i, NEW, RELEASE)
             acked = lines.count("ACK ")
             # The writer carries on (re-opening the log when its ledger lost a quorum) before the next bookie goes.
             assert lines.wait_for(lambda: lines.count("ACK ") >= acked + 50, WAIT_S), lines.lines[-20:]
