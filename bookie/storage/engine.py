@@ -2,6 +2,7 @@
 
 Data directory layout:
     LOCK                      flock'ed while an engine has the directory open
+    FORMAT_VERSION            on-disk format marker, once a format above 1 is written (format_version.py)
     CHECKPOINT                manifest: the journal position the checkpoint covers
     UNCERTAIN                 present while in uncertain mode (after a repaired journal)
     journal/<seq>.log         group-committed journal (the only thing an ack waits for)
@@ -49,6 +50,7 @@ from bookie.storage.engine_types import LedgerKey, LedgerState, ReadResult
 from bookie.storage.entry_log import EntryLogs
 from bookie.storage.entry_log_gc import EntryLogGc
 from bookie.storage.errors import StorageLockedError
+from bookie.storage.format_version import FormatState
 from bookie.storage.group_commit import GroupCommitter
 from bookie.storage.journal_pipeline import JournalPipeline
 from bookie.storage.ledger_index import LedgerMeta
@@ -72,8 +74,10 @@ LEDGERS_DIR = "ledgers"
 class BookieStorage:
     """Thread-safe: every public method may be called from any thread."""
 
-    def __init__(self, config: StorageConfig, lock_fd: int, table: LedgerTable, logs: EntryLogs) -> None:
+    def __init__(self, config: StorageConfig, lock_fd: int, table: LedgerTable, logs: EntryLogs,
+                 fmt: FormatState) -> None:
         # Use BookieStorage.open(): it opens the table and the logs; this only wires the parts.
+        self._format = fmt
         self._config = config
         self._data_dir = Path(config.data_dir)
         self._lock_fd = lock_fd
@@ -84,7 +88,7 @@ class BookieStorage:
         self._journal = JournalPipeline(self._data_dir / JOURNAL_DIR, config, self._stats)
         self._applier = Applier(table, logs)
         self._reads = ReadPath(table, logs, self._modes, self._stats)
-        self._writes = WritePath(config, table, self._journal, self._modes, self._stats)
+        self._writes = WritePath(config, table, self._journal, self._modes, self._stats, fmt)
         self._checkpointer = Checkpointer(self._data_dir, table, logs, self._applier, self._journal,
                                           self._stats, config.fsync)
         self._gc = EntryLogGc(table, logs, self._reads, self._checkpointer.checkpoint)
@@ -109,11 +113,12 @@ class BookieStorage:
             raise StorageLockedError(f"data directory {data_dir} is in use by another engine") from exc
         with ExitStack() as undo:  # on any failure: close what was opened, newest first
             undo.callback(os.close, lock_fd)  # also drops the flock
+            fmt = FormatState([data_dir], config.fsync)  # refuses a newer format before reading anything
             table = LedgerTable.load(data_dir / LEDGERS_DIR, config.fsync)
             undo.callback(table.close)
             logs = EntryLogs(data_dir / ENTRIES_DIR, config.entry_log_max_bytes, config.fsync)
             undo.callback(logs.close)
-            engine = cls(config, lock_fd, table, logs)
+            engine = cls(config, lock_fd, table, logs, fmt)
             undo.callback(engine._journal.close)
             engine._recover()
             engine._journal.start(engine._applier.apply_group, engine._modes.journal_failed)
@@ -277,12 +282,18 @@ class BookieStorage:
                 uncertain=modes.uncertain,
                 read_only=modes.read_only,
                 failed=modes.failed,
+                format_version=self._format.writes,
             )
         return out
 
     def disk_usage(self) -> tuple[int, int]:
         usage = shutil.disk_usage(self._data_dir)
         return usage.used, usage.total
+
+    def set_write_format(self, setting: int) -> int:
+        """Follow the cluster setting storage_format_version; the format written from now on
+        (docs/upgrading.md, format_version.py)."""
+        return self._format.follow(setting)
 
     # ---- modes (modes.py) ---------------------------------------------------------------
 

@@ -17,7 +17,9 @@ docs/upgrading.md, "On-disk formats".
 from __future__ import annotations
 
 import json
+import logging
 import os
+import threading
 from pathlib import Path
 
 from bookie.proto.versions import RELEASE
@@ -33,6 +35,8 @@ UNMARKED_FORMAT = 1
 # Journal records: the version sits in body byte 1, padding (zero) in format 1.
 RECORD_VERSION_OFFSET = 1
 MARKER_BYTES_MAX = 4096
+
+log = logging.getLogger(__name__)
 
 
 class StorageFormatError(StorageError):
@@ -102,3 +106,34 @@ def effective_write_format(setting: int, marked: int) -> int:
     """The format to write: what the cluster setting asks for, capped at what this code writes,
     and never below what a directory is already marked with."""
     return max(min(max(setting, FORMAT_VERSION_MIN), FORMAT_VERSION_MAX), min(marked, FORMAT_VERSION_MAX))
+
+
+class FormatState:
+    """The format one storage engine writes: its directories' markers, and the version byte its
+    journal records carry (`record_version`, read without a lock on the add path)."""
+
+    def __init__(self, directories: list[Path], fsync: bool) -> None:
+        """Refuses (StorageFormatError) a directory of a newer format than this code reads."""
+        ensure(bool(directories), "a storage has at least one directory")
+        self._directories = directories
+        self._fsync = fsync
+        self._lock = threading.Lock()
+        self.marked = max(check_readable(d) for d in directories)
+        # Until the cluster setting is applied (follow), what the directories already hold.
+        self.writes = self.marked
+        self.record_version = record_version_byte(self.writes)
+
+    def follow(self, setting: int) -> int:
+        """Apply the cluster setting storage_format_version: the format written from now on.
+        A higher format is marked in every directory (durably) before any record of it is written."""
+        with self._lock:
+            target = effective_write_format(setting, self.marked)
+            if target > self.marked:
+                for d in self._directories:
+                    raise_format(d, target, self._fsync)
+                log.warning("on-disk format raised directories=%s format=%d (an older release can no longer open them)",
+                            [str(d) for d in self._directories], target)
+                self.marked = target
+            self.writes = target
+            self.record_version = record_version_byte(target)
+            return target

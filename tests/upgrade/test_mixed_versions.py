@@ -7,7 +7,9 @@ loopback.
 - a rolling upgrade under a writing log: three old bookies replaced one at a time by this code on
   the same data directory (stop, start the new code), while a client of the last release appends;
   no acknowledged entry lost, every entry and the data written before the upgrade read back, by
-  both releases.
+  both releases; then the new on-disk format is turned on (the cluster setting
+  storage_format_version), every bookie marks its directory, and entries written in it read back
+  across a kill -9.
 
 The old release's processes (its `bookie` script, tests/upgrade/release_client.py run with its
 python) are checked to import the old code, not the checkout's.
@@ -26,7 +28,9 @@ import pytest
 
 import pyspark_ledger
 from bookie.proto.versions import OUR_RANGE, RELEASE
+from bookie.storage.format_version import FORMAT_VERSION_MAX, read_format
 from metadata import BookieRegistry, open_store
+from metadata.cluster_settings import update_cluster_settings
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.log import Position
 from pyspark_ledger.testing.local_cluster import BookieLauncher, LocalBookie
@@ -232,6 +236,22 @@ def test_a_rolling_upgrade_under_a_writing_log_loses_nothing(old: OldRelease, tm
             assert [e.payload for e in client.open_ledger(before).read_entries(0, 99)] == \
                 [b"before-upgrade-%d" % i for i in range(100)]
         assert old_read_log(old, zk_uri, "rolling") == entries  # and the old release reads the same
+
+        # Every bookie runs this release: turn the new on-disk format on. Each bookie marks its
+        # directory (no restart), and what it writes from then on, replayed after a kill -9, reads.
+        with open_store(zk_uri) as store:
+            update_cluster_settings(store, {"storage_format_version": FORMAT_VERSION_MAX})
+        deadline = time.monotonic() + WAIT_S
+        while any(read_format(b.data_dir) != FORMAT_VERSION_MAX for b in bookies.bookies):
+            assert time.monotonic() < deadline, [read_format(b.data_dir) for b in bookies.bookies]
+            time.sleep(0.05)
+        with LedgerClient(zk_uri) as client:
+            with client.open_log_writer("rolling") as log:
+                later = [log.append(b"format-2-%d" % i) for i in range(50)]
+            bookies.bookies[0].kill()
+            bookies.bookies[0].start()  # replays its journal, records of both formats
+            bookies.wait_registered()
+            assert read_log(client, "rolling") == entries + [(p, b"format-2-%d" % i) for i, p in enumerate(later)]
     finally:
         if writer is not None and writer.poll() is None:
             writer.kill()
