@@ -159,8 +159,8 @@ class AddListener:
             conn = self._secure(conn, peer)
             asked = parse_hello(recv_exactly(conn, HELLO_BYTES))
             if asked not in OUR_RANGE:
-                # Our highest: a client that speaks it (an older one asked for more by mistake)
-                # reconnects asking for it; one that does not closes and names both versions.
+                # Our highest: a newer client that speaks it too (it read a registration of ours
+                # from before a downgrade) reconnects asking for it; any other names both and stops.
                 conn.sendall(hello(OUR_RANGE.high))
                 log.warning("add connection closed peer=%s reason=client asks for wire version %d, this bookie speaks %s",
                             peer, asked, OUR_RANGE)

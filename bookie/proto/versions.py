@@ -8,10 +8,12 @@ advertises its range in its registration (metadata.registry.BookieInfo) and in I
 speaks the highest version both support (`negotiate`). A bookie of a release before ranges existed
 (0.1.0) advertises none and speaks version 1 only (OLDEST_PEER_RANGE).
 
-To add version N (docs/upgrading.md, "Wire versions"): raise WIRE_VERSION_MAX to N, branch on the
-connection's negotiated version where the new behaviour differs, and keep every version down to
-WIRE_VERSION_MIN working, since clients and bookies of the previous release talk to this one
-during a rolling upgrade. Raise WIRE_VERSION_MIN only once no supported release speaks below it.
+To add version N (docs/upgrading.md, "Wire versions"): raise WIRE_VERSION_MAX to N, and branch
+where the new behaviour differs: on the bookie, on the version its add listener accepted for the
+connection (bookie/add_listener.py); on the client, on SocketAddStream.wire_version or, for gRPC
+calls, BookieClient.wire_version(). Keep every version down to WIRE_VERSION_MIN working, since
+clients and bookies of the previous release talk to this one during a rolling upgrade. Raise
+WIRE_VERSION_MIN only once no supported release speaks below it.
 """
 
 from __future__ import annotations

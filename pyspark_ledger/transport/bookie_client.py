@@ -19,7 +19,7 @@ import grpc
 
 from bookie.proto import bookie_pb2 as pb
 from bookie.proto import bookie_pb2_grpc as pb_grpc
-from bookie.proto.versions import WireRange
+from bookie.proto.versions import OUR_RANGE, WireRange, negotiate
 from pyspark_ledger.errors import BookieRefusedError, BookieUnavailableError
 from pyspark_ledger.transport.add_poller import AddPoller
 from pyspark_ledger.transport.add_streams import (
@@ -167,6 +167,16 @@ class BookieClient:
             stream = self._stream
             if stream is not None:
                 stream.expire(now)
+
+    def wire_version(self) -> int:
+        """The wire version this client speaks with the bookie: what its open add connection
+        settled, else the highest both support by the bookie's advertised range (for gRPC
+        features a later version adds). WireVersionError when they share none."""
+        stream = self._stream
+        if isinstance(stream, SocketAddStream) and not stream.dead:
+            return stream.wire_version
+        advertised = self._wire_range() if self._wire_range else None
+        return negotiate(OUR_RANGE, OUR_RANGE if advertised is None else advertised)
 
     # ---- unary calls --------------------------------------------------------------------------
 

@@ -367,8 +367,9 @@ def test_a_newer_client_speaks_the_version_an_older_bookie_advertises(
     monkeypatch.setattr(add_hello, "OUR_RANGE", WireRange(1, 3))
     old_bookie = fake_listener(lambda conn, number: "answer", WireRange(1, 1))
     with BookieClient("old", NO_GRPC, add_address=old_bookie.address, wire_range=lambda: WireRange(1, 1)) as client:
+        assert client.wire_version() == 1  # by its registration, before any connection
         _adds_work(client)
-        assert isinstance(client._stream, SocketAddStream) and client._stream.wire_version == 1
+        assert isinstance(client._stream, SocketAddStream) and client._stream.wire_version == 1 == client.wire_version()
     assert old_bookie.asked == [1] and old_bookie.connections == 1  # no failed hello first
     both_newer = fake_listener(lambda conn, number: "answer", WireRange(1, 2))
     with BookieClient("newer", NO_GRPC, add_address=both_newer.address, wire_range=lambda: WireRange(1, 2)) as client:
