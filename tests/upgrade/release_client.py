@@ -34,6 +34,9 @@ from pyspark_ledger.errors import LedgerError
 REOPENS_MAX = 50
 REOPEN_WAIT_S = 60.0
 APPEND_PAUSE_S = 0.005  # a steady trickle, not a benchmark: the machine is shared
+# A slow answer on a loaded machine is not a failed bookie (a stopped one fails at once: its
+# connections close).
+ADD_TIMEOUT_S = 60.0
 
 
 def emit(obj: object) -> None:
@@ -46,7 +49,7 @@ def info() -> None:
 
 
 def ledger_write(uri: str, n: int, prefix: str) -> None:
-    with LedgerClient(uri) as client:
+    with LedgerClient(uri, add_timeout_s=ADD_TIMEOUT_S) as client:
         w = client.create_ledger(3, 3, 2)
         for i in range(n):
             w.add_entry(f"{prefix}-{i}".encode())
@@ -55,7 +58,7 @@ def ledger_write(uri: str, n: int, prefix: str) -> None:
 
 
 def ledger_read(uri: str, ledger: str) -> None:
-    with LedgerClient(uri) as client:
+    with LedgerClient(uri, add_timeout_s=ADD_TIMEOUT_S) as client:
         r = client.open_ledger(ledger)
         last = r.metadata.last_entry_id
         payloads = [e.payload.hex() for e in r.read_entries(0, last)] if last >= 0 else []
@@ -63,12 +66,12 @@ def ledger_read(uri: str, ledger: str) -> None:
 
 
 def log_append(uri: str, name: str, n: int, prefix: str) -> None:
-    with LedgerClient(uri) as client, client.open_log_writer(name) as w:
+    with LedgerClient(uri, add_timeout_s=ADD_TIMEOUT_S) as client, client.open_log_writer(name) as w:
         emit({"positions": [w.append(f"{prefix}-{i}".encode()).to_json() for i in range(n)]})
 
 
 def log_read(uri: str, name: str) -> None:
-    with LedgerClient(uri) as client:
+    with LedgerClient(uri, add_timeout_s=ADD_TIMEOUT_S) as client:
         reader = client.open_log_reader(name)
         emit({"entries": [[e.position.to_json(), e.payload.hex()] for e in reader.read()]})
         reader.close()
@@ -79,7 +82,7 @@ def log_write_until(uri: str, name: str, prefix: str, stop_file: str) -> None:
     for _ in range(REOPENS_MAX):
         deadline = time.monotonic() + REOPEN_WAIT_S
         while True:  # open, retrying while a bookie is down (bounded)
-            client = LedgerClient(uri)
+            client = LedgerClient(uri, add_timeout_s=ADD_TIMEOUT_S)
             try:
                 writer = client.open_log_writer(name)
                 break

@@ -40,6 +40,7 @@ from pyspark_ledger.testing.zookeeper_server import free_port
 
 CLIENT_SCRIPT = Path(__file__).with_name("release_client.py")
 WAIT_S = 120.0  # progress waits: generous, the machine is shared
+ADD_TIMEOUT_S = 60.0  # a slow answer on a loaded machine is not a failed bookie (a stopped one fails at once)
 NEW = BookieLauncher()
 
 
@@ -149,7 +150,7 @@ def test_clients_of_this_release_on_bookies_of_the_last(old: OldRelease, tmp_pat
     started.append(Bookies(tmp_path, uri, old.launcher(), old.release.version))
     # Old registrations carry no wire range: this client takes them for version 1 only.
     assert registered_versions(uri) == {f"bookie-{i}": (old.release.version, 0, 0) for i in range(3)}
-    with LedgerClient(uri) as client:
+    with LedgerClient(uri, add_timeout_s=ADD_TIMEOUT_S) as client:
         assert {client.pool.get(f"bookie-{i}").info().version for i in range(3)} == {old.release.version}
         w = client.create_ledger(3, 3, 2)
         futures = [w.add_entry_async(b"new-client-%d" % i) for i in range(200)]
@@ -177,7 +178,7 @@ def test_clients_of_the_last_release_on_bookies_of_this_one(old: OldRelease, tmp
     assert run_old_client(old, "ledger-read", uri, ledger)["payloads"] == expected
     appended = run_old_client(old, "log-append", uri, "mixed", "100", "old-log")["positions"]
     old_positions = [Position.from_json(p) for p in appended]
-    with LedgerClient(uri) as client:
+    with LedgerClient(uri, add_timeout_s=ADD_TIMEOUT_S) as client:
         assert [e.payload.hex() for e in client.open_ledger(ledger).read_entries(0, 149)] == expected
         with client.open_log_writer("mixed") as log:  # this release's writer takes the log over
             new_positions = [log.append(b"new-log-%d" % i) for i in range(50)]
@@ -192,7 +193,7 @@ def test_clients_of_the_last_release_on_bookies_of_this_one(old: OldRelease, tmp
     assert registered_versions(uri) == {f"bookie-{i}": (old.release.version, 0, 0) for i in range(3)}
     assert old_read_log(old, uri, "mixed") == written
     assert run_old_client(old, "ledger-read", uri, ledger)["payloads"] == expected
-    with LedgerClient(uri) as client:
+    with LedgerClient(uri, add_timeout_s=ADD_TIMEOUT_S) as client:
         assert read_log(client, "mixed") == written
 
 
@@ -225,7 +226,7 @@ def test_a_rolling_upgrade_under_a_writing_log_loses_nothing(old: OldRelease, tm
         reopens = [x for x in lines.lines if x.startswith("REOPEN ")]
         print(f"acknowledged {len(acked_entries)} entries, {len(reopens)} reopens: {reopens}")
 
-        with LedgerClient(zk_uri) as client:
+        with LedgerClient(zk_uri, add_timeout_s=ADD_TIMEOUT_S) as client:
             entries = read_log(client, "rolling")
             assert [p for p, _ in entries] == sorted({p for p, _ in entries}), "positions out of order or repeated"
             by_position = dict(entries)
@@ -244,7 +245,7 @@ def test_a_rolling_upgrade_under_a_writing_log_loses_nothing(old: OldRelease, tm
         while any(read_format(b.data_dir) != FORMAT_VERSION_MAX for b in bookies.bookies):
             assert time.monotonic() < deadline, [read_format(b.data_dir) for b in bookies.bookies]
             time.sleep(0.05)
-        with LedgerClient(zk_uri) as client:
+        with LedgerClient(zk_uri, add_timeout_s=ADD_TIMEOUT_S) as client:
             with client.open_log_writer("rolling") as log:
                 later = [log.append(b"format-2-%d" % i) for i in range(50)]
             bookies.bookies[0].kill()
