@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from bookie.errors import BookieError
 
-# This code's release (pyproject.toml's version; tests/upgrade/test_releases_file.py keeps them equal).
+# This code's release (pyproject.toml's version; tests/upgrade/test_versions.py keeps them equal).
 RELEASE = "0.2.0.dev0"
 
 WIRE_VERSION_MIN = 1
