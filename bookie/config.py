@@ -14,12 +14,11 @@ import argparse
 import logging
 import tomllib
 from dataclasses import dataclass, fields
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any, cast
 
 from bookie.errors import BookieError
+from bookie.proto.versions import RELEASE
 from metadata.errors import InvalidMetadataError
 from metadata.registry import check_rack
 
@@ -201,11 +200,10 @@ _FLAG_HELP = {
 
 
 def installed_version() -> str:
-    """The installed pyspark-ledger version ("dev" when run from a checkout that is not installed)."""
-    try:
-        return package_version("pyspark-ledger")
-    except PackageNotFoundError:
-        return "dev"
+    """The version of the code that runs (bookie/proto/versions.py), not of the installed package's
+    metadata: an editable install's metadata keeps the version it was installed with, and in a
+    mixed-version cluster the registration and Info must say which code a bookie runs."""
+    return RELEASE
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -78,6 +78,8 @@ class Setting:
 SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("min_racks_per_write_quorum", int, 2, "racks each write set should span (capped at W)", minimum=1),
     Setting("enforce_min_racks", bool, False, "fail ledger creation and replacement that cannot meet the rack minimum"),
+    Setting("storage_format_version", int, 1, "on-disk format bookies write; raise it only once no bookie will be "
+            "downgraded (docs/upgrading.md)", minimum=1),
 )}
 
 
@@ -151,6 +153,10 @@ class ClusterSettings:
     @property
     def enforce_min_racks(self) -> bool:
         return bool(self.values["enforce_min_racks"])
+
+    @property
+    def storage_format_version(self) -> int:
+        return int(self.values["storage_format_version"])  # an int: checked by Setting.check
 
 
 def _parse(got: Versioned | None) -> ClusterSettings:

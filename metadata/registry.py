@@ -48,6 +48,10 @@ class BookieInfo:
     version: str = ""
     metrics_address: str = ""
     instance_id: str = ""  # from the bookie's cookie: the same instance restarting may replace its stale registration
+    # The wire versions the bookie speaks (bookie/proto/versions.py); 0 = not advertised: a bookie
+    # of release 0.1.0, which speaks version 1 only. Older readers ignore both fields.
+    wire_version_min: int = 0
+    wire_version_max: int = 0
     registered_ms: int = field(default_factory=now_ms)
     rack: str = ""  # failure domain, `zone/rack` or `rack` ("" = none given); placement spreads copies over racks
 

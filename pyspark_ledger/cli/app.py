@@ -7,7 +7,6 @@ Exit codes: 0 ok, 1 failure (bad id, unknown ledger, unreachable metadata, a fai
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import logging
 import os
 import sys
@@ -16,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bookie.proto.versions import RELEASE
 from metadata import DigestType, MetadataError
 from metadata.embedded_store import embedded_path_from_env_default
 from pyspark_ledger.cli import autorecovery_commands, bookie_admin, cluster_commands, commands, reshape_commands
@@ -78,10 +78,8 @@ def _json_adder(add_parser: Callable[..., argparse.ArgumentParser]) -> Callable[
 
 
 def installed_version() -> str:
-    try:
-        return importlib.metadata.version("pyspark-ledger")
-    except importlib.metadata.PackageNotFoundError:
-        return "dev"
+    """The version of the code that runs (an editable install's metadata may lag behind it)."""
+    return RELEASE
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,6 +41,17 @@ class BookieStartError(PySparkLedgerError, RuntimeError):
     pass
 
 
+@dataclass(frozen=True)
+class BookieLauncher:
+    """How a LocalBookie's process starts: the program before the bookie's flags, its environment
+    (None: this process's) and working directory. The default runs the code this process imports;
+    OldRelease.launcher() runs a previous release (pyspark_ledger.testing.old_release)."""
+
+    program: tuple[str, ...] = (sys.executable, "-m", "bookie.server")
+    env: dict[str, str] | None = None
+    cwd: str | None = None
+
+
 class LocalBookie:
     def __init__(
         self,
@@ -51,9 +63,12 @@ class LocalBookie:
         extra_args: list[str] | None = None,
         log_path: str | Path | None = None,
         client_tls: dict[str, str] | None = None,
+        launcher: BookieLauncher | None = None,
     ):
-        """client_tls: tls_ca/tls_cert/tls_key to reach a TLS bookie (the readiness check)."""
+        """client_tls: tls_ca/tls_cert/tls_key to reach a TLS bookie (the readiness check).
+        launcher: how the process starts (a test may swap it between stop and start: an upgrade)."""
         self.client_tls = client_tls or {}
+        self.launcher = launcher or BookieLauncher()
         self.metadata_uri = metadata_uri
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
@@ -68,7 +83,7 @@ class LocalBookie:
 
     def command(self) -> list[str]:
         return [
-            sys.executable, "-m", "bookie.server",
+            *self.launcher.program,
             "--metadata-uri", self.metadata_uri, "--data-dir", str(self.data_dir),
             "--host", "127.0.0.1", "--port", str(self.port), "--bookie-id", self.bookie_id,
             *self.extra_args,
@@ -77,7 +92,8 @@ class LocalBookie:
     def start(self, wait: bool = True) -> LocalBookie:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         logf = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.command(), stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(self.command(), stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env=self.launcher.env, cwd=self.launcher.cwd)
         logf.close()
         if wait:
             self.wait_serving()
