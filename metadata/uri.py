@@ -71,6 +71,18 @@ def zk_auth(uri: str, environ: dict[str, str] | None = None) -> tuple[str, str] 
     return scheme, credential
 
 
+def split_zk_auth(uri: str) -> tuple[str, str | None]:
+    """`uri` without its zk_auth parameter (a plain str), and that parameter's value (None when it
+    has none). A process started with the URI gets the first on its command line and the second
+    in its environment (ZK_AUTH_ENV): a command line is readable by every local user."""
+    plain = uri[:]
+    base, found = _split_tls(plain.strip())
+    auth = found.pop(ZK_AUTH_PARAM, None)
+    if auth is None:
+        return plain, None
+    return (base + ("&" if "?" in base else "?") + urlencode(found)) if found else base, auth
+
+
 def with_client_params(uri: str, params: dict[str, str]) -> str:
     """`uri` with these tls_* / zk_auth parameters set (replacing the URI's own); a URI then
     carrying zk_auth comes back as a RedactedUri."""
