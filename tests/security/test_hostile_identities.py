@@ -7,7 +7,8 @@ still fetches the key and deletes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import grpc
 import pytest
@@ -46,9 +47,9 @@ def _stub(cluster: LocalCluster, certs: SecuredCerts, pair: CertPair) -> tuple[g
     return channel, pb_grpc.BookieStub(channel)
 
 
-def _outcome(call: object) -> str:
+def _outcome(call: Callable[[], Any]) -> str:
     try:
-        answer = call()  # type: ignore[operator]
+        answer = call()
     except grpc.RpcError as exc:
         return f"{exc.code().name} {exc.details()}"
     return f"status {Status(answer.status).name}"
