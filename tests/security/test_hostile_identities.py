@@ -27,7 +27,9 @@ from tests.security.secured_cluster import OPERATOR_NAME, SecuredCerts, secured_
 from tests.security.tls_helpers import disk_snapshot
 
 PASSWORD = "pw-of-the-closed-ledger"
-TIMEOUT_S = 10.0
+# Every call waits for its channel (wait_for_ready): on a loaded machine a first TLS handshake can
+# time out and gRPC would fail the call at once; the handshakes here all succeed (same CA).
+TIMEOUT_S = 60.0  # generous: a shared 2-core machine
 # kind: (certificate name, its DNS SANs; () leaves the common name as its identity)
 HOSTILE: dict[str, tuple[str, tuple[str, ...]]] = {
     "comma SAN": ("hostile-comma", (f"mallory,{OPERATOR_NAME}",)),
@@ -90,9 +92,9 @@ def test_a_certificate_whose_name_embeds_the_operators_gets_no_operator_rights(
     before = disk_snapshot(cluster)
     channel, stub = _stub(cluster, certs, pair)
     try:
-        key = _outcome(lambda: stub.LedgerKey(pb.LedgerKeyRequest(ledger=ref), timeout=TIMEOUT_S))
-        delete = _outcome(lambda: stub.DeleteLedger(pb.DeleteLedgerRequest(ledger=ref), timeout=TIMEOUT_S))
-        stats = _outcome(lambda: stub.StorageStats(pb.StorageStatsRequest(), timeout=TIMEOUT_S))
+        key = _outcome(lambda: stub.LedgerKey(pb.LedgerKeyRequest(ledger=ref), timeout=TIMEOUT_S, wait_for_ready=True))
+        delete = _outcome(lambda: stub.DeleteLedger(pb.DeleteLedgerRequest(ledger=ref), timeout=TIMEOUT_S, wait_for_ready=True))
+        stats = _outcome(lambda: stub.StorageStats(pb.StorageStatsRequest(), timeout=TIMEOUT_S, wait_for_ready=True))
     finally:
         channel.close()
     assert key.startswith("PERMISSION_DENIED LedgerKey refused for ledger"), (kind, key)
@@ -112,15 +114,17 @@ def test_the_real_operator_certificate_still_fetches_the_key_and_deletes(
     for pair in (one_of_two, certs.operator):
         channel, stub = _stub(cluster, certs, pair)
         try:
-            assert stub.LedgerKey(pb.LedgerKeyRequest(ledger=ref), timeout=TIMEOUT_S).master_key \
+            assert stub.LedgerKey(pb.LedgerKeyRequest(ledger=ref), timeout=TIMEOUT_S, wait_for_ready=True).master_key \
                 == master_key(PASSWORD.encode())
         finally:
             channel.close()
     before = disk_snapshot(cluster)
     channel, stub = _stub(cluster, certs, certs.operator)
     try:
-        assert stub.DeleteLedger(pb.DeleteLedgerRequest(ledger=doomed), timeout=TIMEOUT_S).status == Status.OK
-        assert stub.ReadLac(pb.ReadLacRequest(ledger=doomed), timeout=TIMEOUT_S).status == Status.NO_SUCH_LEDGER
+        deleted = stub.DeleteLedger(pb.DeleteLedgerRequest(ledger=doomed), timeout=TIMEOUT_S, wait_for_ready=True)
+        assert deleted.status == Status.OK
+        gone = stub.ReadLac(pb.ReadLacRequest(ledger=doomed), timeout=TIMEOUT_S, wait_for_ready=True)
+        assert gone.status == Status.NO_SUCH_LEDGER
     finally:
         channel.close()
     assert disk_snapshot(cluster) != before  # the delete is journaled
