@@ -60,6 +60,7 @@ def test_a_trailing_newline_is_refused_in_every_checked_name() -> None:
     from metadata.errors import InvalidMetadataError, InvalidUriError
     from metadata.ids import LedgerId
     from metadata.paths import LEDGERS, check_name, ledger_id_from_path
+    from metadata.registry import check_rack
     from metadata.uri import parse_uri
 
     qualified = "00000000000000000000000000000007"
@@ -75,6 +76,9 @@ def test_a_trailing_newline_is_refused_in_every_checked_name() -> None:
     assert ledger_id_from_path(path) == LedgerId(0, 7)
     with pytest.raises(InvalidMetadataError):
         ledger_id_from_path(path + "\n")
+    assert check_rack("zone-a/rack-1") == "zone-a/rack-1"
+    with pytest.raises(InvalidMetadataError):
+        check_rack("zone-a\n/rack-1")
     assert parse_uri("zk://127.0.0.1:2181/ledgers").hosts == "127.0.0.1:2181"
     for bad in ("zk://127.0.0.1:2181\n/ledgers", "zk://127.0.0.1:2181\n,127.0.0.1:2182/ledgers",
                 "zk://127.0.0.1:2181/ledgers?op_timeout_ms=\u0661\u0662"):
