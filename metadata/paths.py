@@ -53,8 +53,8 @@ SINK_PROGRESS = "/sink-progress"  # what each streaming query appended (datasour
 
 LEDGER_PATH_LEVELS = 8
 SCOPE_PATH_LEVELS = 4
-_LEVEL_RE = re.compile(r"^[0-9a-f]{4}$")
-_NAME_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,255}$")
+_LEVEL_RE = re.compile(r"[0-9a-f]{4}")
+_NAME_RE = re.compile(r"[A-Za-z0-9._:\-]{1,255}")
 
 
 def ledger_path(lid: LedgerId) -> str:
@@ -71,14 +71,14 @@ def ledger_id_from_path(path: str) -> LedgerId:
     if not path.startswith(LEDGERS + "/"):
         raise InvalidMetadataError(f"not a ledger path: {path}")
     parts = path[len(LEDGERS) + 1 :].split("/")
-    if len(parts) != LEDGER_PATH_LEVELS or not all(_LEVEL_RE.match(p) for p in parts):
+    if len(parts) != LEDGER_PATH_LEVELS or not all(_LEVEL_RE.fullmatch(p) for p in parts):
         raise InvalidMetadataError(f"not a ledger path: {path}")
     return LedgerId.from_qualified_name("".join(parts))
 
 
 def check_name(kind: str, name: str) -> str:
     """Bookie ids, log names and counters become one path component: keep them to a safe alphabet."""
-    if not isinstance(name, str) or not _NAME_RE.match(name) or name in (".", ".."):
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or name in (".", ".."):
         raise InvalidMetadataError(
             f"bad {kind} name {name!r}: use 1-255 characters from letters, digits, '.', '_', ':', '-'"
         )

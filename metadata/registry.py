@@ -20,7 +20,7 @@ from metadata.store import MetadataStore, Registration, Watch
 
 log = logging.getLogger(__name__)
 
-_RACK_PART_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,64}$")
+_RACK_PART_RE = re.compile(r"[A-Za-z0-9._:\-]{1,64}")
 
 
 def check_rack(rack: str) -> str:
@@ -32,7 +32,7 @@ def check_rack(rack: str) -> str:
     if not name:
         return ""
     parts = name.split("/")
-    if len(parts) > 2 or not all(_RACK_PART_RE.match(p) for p in parts):
+    if len(parts) > 2 or not all(_RACK_PART_RE.fullmatch(p) for p in parts):
         raise InvalidMetadataError(f"bad rack {rack!r}: use 'zone/rack' or 'rack', each 1-64 characters from "
                                    "letters, digits, '.', '_', ':', '-'")
     return name

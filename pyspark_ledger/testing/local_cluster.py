@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from metadata.uri import ZK_AUTH_ENV, split_zk_auth
 from pyspark_ledger.errors import PySparkLedgerError
 from pyspark_ledger.testing.zookeeper_server import free_port
 
@@ -82,18 +83,27 @@ class LocalBookie:
         return f"127.0.0.1:{self.port}"
 
     def command(self) -> list[str]:
+        """The bookie's command line: the metadata URI without its zk_auth (environment())."""
         return [
             *self.launcher.program,
-            "--metadata-uri", self.metadata_uri, "--data-dir", str(self.data_dir),
+            "--metadata-uri", split_zk_auth(self.metadata_uri)[0], "--data-dir", str(self.data_dir),
             "--host", "127.0.0.1", "--port", str(self.port), "--bookie-id", self.bookie_id,
             *self.extra_args,
         ]
+
+    def environment(self) -> dict[str, str]:
+        """The bookie's environment: ours, plus the URI's ZooKeeper credentials as LEDGER_ZK_AUTH,
+        which the bookie reads when its URI carries none (never on a command line, where every
+        local user can read them)."""
+        base = self.launcher.env if self.launcher.env is not None else os.environ
+        auth = split_zk_auth(self.metadata_uri)[1]
+        return {**base, ZK_AUTH_ENV: auth} if auth is not None else dict(base)
 
     def start(self, wait: bool = True) -> LocalBookie:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         logf = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.command(), stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=self.launcher.env, cwd=self.launcher.cwd)
+                                     env=self.environment(), cwd=self.launcher.cwd)
         logf.close()
         if wait:
             self.wait_serving()

@@ -25,7 +25,7 @@ from pyspark_ledger.transport.tls import TlsSettings
 
 log = logging.getLogger(__name__)
 
-_HOSTPORT = re.compile(r"^[A-Za-z0-9.\-]+:\d{1,5}$")
+_HOSTPORT = re.compile(r"[A-Za-z0-9.\-]+:[0-9]{1,5}")
 QUARANTINE_S = 30.0
 
 
@@ -87,7 +87,7 @@ class BookiePool:
             return info.address
         if bookie_id in self._addresses:
             return self._addresses[bookie_id]
-        if _HOSTPORT.match(bookie_id):
+        if _HOSTPORT.fullmatch(bookie_id):
             return bookie_id
         raise BookieUnavailableError(bookie_id, "not registered and no known address")
 
