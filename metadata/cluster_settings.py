@@ -80,6 +80,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("enforce_min_racks", bool, False, "fail ledger creation and replacement that cannot meet the rack minimum"),
     Setting("storage_format_version", int, 1, "on-disk format bookies write; raise it only once no bookie will be "
             "downgraded (docs/upgrading.md)", minimum=1),
+    Setting("salted_password_digests", bool, False, "new ledgers keep a per-ledger salted password digest; turn on "
+            "once no client of release 0.1.0 will open ledgers (docs/security.md, docs/upgrading.md)"),
 )}
 
 
@@ -157,6 +159,10 @@ class ClusterSettings:
     @property
     def storage_format_version(self) -> int:
         return int(self.values["storage_format_version"])  # an int: checked by Setting.check
+
+    @property
+    def salted_password_digests(self) -> bool:
+        return bool(self.values["salted_password_digests"])
 
 
 def _parse(got: Versioned | None) -> ClusterSettings:

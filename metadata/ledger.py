@@ -20,6 +20,7 @@ from metadata.context import CloseContext, CreateContext, now_ms
 from metadata.errors import IllegalStateTransitionError, InvalidMetadataError
 from metadata.ids import LedgerId
 from metadata.password_digest import check_password as password_matches
+from metadata.password_digest import legacy_password_digest
 from metadata.password_digest import password_digest as new_password_digest
 from metadata.quorum import QuorumConfig, validate_quorum
 
@@ -159,7 +160,11 @@ class LedgerMetadata:
         create_context: CreateContext | None = None,
         custom: Mapping[str, bytes] | None = None,
         ctime_ms: int | None = None,
+        salted_digest: bool = True,
     ) -> LedgerMetadata:
+        """salted_digest False keeps the password digest in the format release 0.1.0 checks
+        (metadata.password_digest): clients follow the cluster setting salted_password_digests."""
+        digest = new_password_digest(password) if salted_digest else legacy_password_digest(password)
         return cls(
             ledger_id=ledger_id,
             ensemble_size=quorum.ensemble_size,
@@ -167,7 +172,7 @@ class LedgerMetadata:
             ack_quorum_size=quorum.ack_quorum_size,
             segments=(Segment(0, tuple(ensemble)),),
             digest_type=DigestType.parse(digest_type),
-            password_digest=new_password_digest(password),
+            password_digest=digest,
             ctime_ms=now_ms() if ctime_ms is None else ctime_ms,
             create_context=create_context,
             custom=custom or {},

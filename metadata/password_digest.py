@@ -11,7 +11,8 @@ rebuilds metadata through its dataclass and would drop a field it does not know)
   A guess must be tried against each ledger on its own (no table computed once serves every
   ledger), at ITERATIONS HMACs per guess.
 - legacy, written before: SHA-256 over a fixed global prefix and the password, exactly 32 bytes.
-  Still verified; never written again.
+  Still verified, and still written while the cluster setting salted_password_digests is off
+  (the default until every client is upgraded: docs/upgrading.md).
 
 Any other value is refused as UnknownPasswordDigestError (written by a newer client, or damaged),
 never taken as "wrong password". An empty value means the ledger has no password check.
@@ -73,7 +74,8 @@ def password_digest(password: bytes, *, salt: bytes | None = None, iterations: i
 
 
 def legacy_password_digest(password: bytes) -> bytes:
-    """The digest clients wrote before v1 (tests and the upgrade notes; never written by this code)."""
+    """The digest release 0.1.0 writes and checks: new ledgers keep it while the cluster setting
+    salted_password_digests is off (the default), so clients of that release can open them."""
     return hashlib.sha256(_LEGACY_PREFIX + password).digest()
 
 

@@ -144,7 +144,8 @@ class LedgerClient:
         for _ in range(CREATE_ID_COLLISIONS_MAX):
             lid = self.ledgers.allocate_ledger_id(scope_id)
             meta = LedgerMetadata.new(lid, quorum, ensemble, digest_type=digest_type, password=pw,
-                                      create_context=create_context, custom=custom)
+                                      create_context=create_context, custom=custom,
+                                      salted_digest=self.cluster_settings.salted_password_digests)
             try:
                 version = self.ledgers.create(meta)
                 break
