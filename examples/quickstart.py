@@ -11,7 +11,8 @@ default ~/.pyspark-ledger/metadata.db, and 3 `bookie` processes on loopback), th
 
 No metadataServiceUri option is given: the data source's default is the same embedded store.
 The bookies stop when the script exits; the data stays in the home directory (delete it to
-start from nothing).
+start from nothing). `ledger standalone` starts the same bookies again and keeps them up, so
+the shell and Spark can read what this wrote.
 
     python3 examples/quickstart.py
 """
@@ -41,6 +42,8 @@ def main() -> None:
         finally:
             spark.stop()
     print(f"done in {time.monotonic() - started:.1f} s")
+    print("The bookies stopped with this script; the data stays. To read it again (`ledger readledger 1`, "
+          "`ledger logs list`, spark.read.format(\"ledger\")), keep the same cluster up with: ledger standalone")
 
 
 def orders(spark: SparkSession, first: int, count: int):

@@ -145,6 +145,11 @@ class LocalBookie:
         self.proc = None
         return code
 
+    def terminate(self) -> None:
+        """Send SIGTERM and return: stop() then waits (a cluster stops its bookies in parallel)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+
     def kill(self) -> None:
         """kill -9: no deregistration, no checkpoint, no flush."""
         if self.proc is None:
@@ -243,6 +248,9 @@ class LocalCluster:
         return self
 
     def close(self) -> None:
+        # All bookies drain at once: the whole cluster stops within one bookie's STOP_TIMEOUT_S.
+        for b in self.bookies:
+            b.terminate()
         for b in self.bookies:
             try:
                 b.stop()
