@@ -1,10 +1,11 @@
 """`bookie --autorecovery`: the autorecovery service (pyspark_ledger.autorecovery) next to the bookie.
 
-The bookie never imports the client (DESIGN.md, tests/test_architecture.py), and autorecovery is
-client code, so the bookie runs `ledger autorecovery` as its child process rather than in its own
-interpreter: same metadata URI, same operator secret file (the child presents it to the other
-bookies). The child reads its stdin until end of file and then stops, so it ends with the bookie
-however the bookie ends (a kill -9 closes the pipe too); a graceful stop sends it SIGTERM first.
+The bookie never imports the client (docs/architecture.md, "Which way imports go", enforced by
+tests/test_architecture.py), and autorecovery is client code, so the bookie runs `ledger
+autorecovery` as its child process rather than in its own interpreter: same metadata URI, same
+operator secret file (the child presents it to the other bookies). The child reads its stdin
+until end of file and then stops, so it ends with the bookie however the bookie ends (a kill -9
+closes the pipe too); a graceful stop sends it SIGTERM first.
 """
 
 from __future__ import annotations
