@@ -21,7 +21,7 @@ from types import FrameType
 from typing import Any
 
 from metadata.embedded_store import embedded_path_from_env_default
-from pyspark_ledger.cli.standalone_pidfile import PidFile, StandaloneError, alive, stop_running
+from pyspark_ledger.cli.standalone_pidfile import PidFile, StandaloneError, running_standalone, stop_running
 from pyspark_ledger.testing.local_cluster import LocalCluster
 
 BOOKIES_DEFAULT = 3
@@ -48,9 +48,9 @@ def standalone(_client: object, args: argparse.Namespace) -> int:
         return 0
     if not 1 <= args.bookies <= BOOKIES_MAX:
         raise ValueError(f"--bookies must be between 1 and {BOOKIES_MAX}, not {args.bookies}")
-    running = PidFile(home).read()
-    if running is not None and alive(running.pid):
-        raise StandaloneError(f"a standalone cluster is already running on {home} (pid {running.pid}); "
+    pid = running_standalone(home)
+    if pid is not None:
+        raise StandaloneError(f"a standalone cluster is already running on {home} (pid {pid}); "
                               f"`ledger standalone stop{_home_flag(home)}` stops it")
     if args.detach:
         return _detach(home, args.bookies)

@@ -78,6 +78,12 @@ def alive(pid: int) -> bool:
     return state != "Z" and b"standalone" in cmdline
 
 
+def running_standalone(home: Path) -> int | None:
+    """The pid of the `ledger standalone` serving home, or None (the quickstart then starts its own bookies)."""
+    running = PidFile(home).read()
+    return running.pid if running is not None and alive(running.pid) else None
+
+
 def _wait_gone(pid: int, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while alive(pid):

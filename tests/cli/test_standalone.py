@@ -21,7 +21,7 @@ import pytest
 from pyspark_ledger import LedgerClient
 from pyspark_ledger.cli import main
 from pyspark_ledger.cli.no_bookies import NO_BOOKIE_RUNNING
-from pyspark_ledger.cli.standalone_pidfile import PID_FILE_NAME
+from pyspark_ledger.cli.standalone_pidfile import PID_FILE_NAME, running_standalone
 from pyspark_ledger.testing.local_cluster import LocalCluster
 from pyspark_ledger.testing.process_lines import ProcessLines
 
@@ -160,6 +160,7 @@ def test_detach_and_stop(home: Path, written: int, capsys: pytest.CaptureFixture
     pid = int(run.stdout.split("pid ", 1)[1].split(",")[0])
     group = descendants(pid) | {pid}
     try:
+        assert running_standalone(other) == pid  # what the quickstart asks before starting bookies of its own
         uri = f"sqlite://{other / 'metadata.db'}"
         code, out, err = shell(capsys, "--metadata-uri", uri, "readledger", str(written))
         assert code == 0 and "standalone ledger entry" in out, err
@@ -170,7 +171,7 @@ def test_detach_and_stop(home: Path, written: int, capsys: pytest.CaptureFixture
         code, out, err = shell(capsys, "standalone", "stop", "--home", str(other))
         assert code == 0 and f"pid {pid}" in out, err
         wait_gone(group, STOP_WITHIN_S)
-        assert not (other / PID_FILE_NAME).exists()
+        assert not (other / PID_FILE_NAME).exists() and running_standalone(other) is None
     finally:
         if running({pid}):
             os.killpg(pid, signal.SIGKILL)  # its own session, started by this test's --detach
