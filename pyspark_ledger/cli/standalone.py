@@ -22,7 +22,7 @@ from typing import Any
 
 from metadata.embedded_store import embedded_path_from_env_default
 from pyspark_ledger.cli.standalone_pidfile import PidFile, StandaloneError, running_standalone, stop_running
-from pyspark_ledger.testing.local_cluster import LocalCluster
+from pyspark_ledger.testing.local_cluster import BookieStartError, LocalCluster
 
 BOOKIES_DEFAULT = 3
 BOOKIES_MAX = 16  # a local cluster on one machine: more is a typo, not a plan
@@ -34,7 +34,8 @@ WATCH_INTERVAL_S = 0.5  # how often the foreground run checks its bookies are st
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("standalone", help="run the embedded metadata store and N bookies until Ctrl-C (the quickstart's cluster)")
-    p.add_argument("action", nargs="?", choices=["stop"], help="stop: end the standalone cluster started with --detach")
+    p.add_argument("action", nargs="?", choices=["stop"],
+                   help="stop: end the standalone cluster running on the home (with --detach or in another terminal)")
     p.add_argument("--bookies", type=int, default=BOOKIES_DEFAULT, metavar="N",
                    help=f"bookie processes to run (default {BOOKIES_DEFAULT})")
     p.add_argument("--home", help="data and metadata directory (default: $PYSPARK_LEDGER_HOME, else ~/.pyspark-ledger)")
@@ -42,7 +43,7 @@ def add_parser(sub: Any) -> None:
 
 
 def standalone(_client: object, args: argparse.Namespace) -> int:
-    home = Path(args.home).expanduser().resolve() if args.home else embedded_path_from_env_default().parent
+    home = Path(args.home).expanduser().resolve() if args.home else default_home()
     if args.action == "stop":
         print(stop_running(home))
         return 0
@@ -57,13 +58,18 @@ def standalone(_client: object, args: argparse.Namespace) -> int:
     return _run_foreground(home, args.bookies)
 
 
+def default_home() -> Path:
+    """Where the quickstart, the shell and format("ledger") find the embedded store by default."""
+    return embedded_path_from_env_default().parent.expanduser().resolve()
+
+
 def _home_flag(home: Path) -> str:
-    return "" if home == embedded_path_from_env_default().parent else f" --home {home}"
+    return "" if home == default_home() else f" --home {home}"
 
 
 def usage_text(home: Path, metadata_uri: str) -> str:
     """How to reach the cluster: the shell, Python and Spark."""
-    default = home == embedded_path_from_env_default().parent
+    default = home == default_home()
     shell = "ledger" if default else f"ledger --metadata-uri {metadata_uri}"
     spark_uri = "" if default else f'.option("metadataServiceUri", "{metadata_uri}")'
     return "\n".join([
@@ -86,7 +92,10 @@ def _run_foreground(home: Path, bookies: int) -> int:
     pid_file = PidFile(home)
     cluster = LocalCluster.embedded(bookies, home=home)
     try:
-        cluster.start()
+        try:
+            cluster.start()
+        except BookieStartError as exc:  # e.g. the data dirs in use by a quickstart still running
+            raise StandaloneError(f"a bookie did not start: {exc}") from None
         pid_file.write(detached=os.getpgid(0) == os.getpid())
         names = ", ".join(f"{b.bookie_id} {b.address}" for b in cluster.bookies)
         print(f"standalone cluster up: {len(cluster.bookies)} bookie(s) ({names}), data in {home}\n"
