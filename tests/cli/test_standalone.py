@@ -106,10 +106,24 @@ def start_foreground(*args: str) -> tuple[subprocess.Popen[str], ProcessLines]:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
     lines = ProcessLines(proc)
     if not lines.wait("Ctrl-C or SIGTERM stops it", START_BOUND_S):  # the banner's last line
-        proc.kill()
-        proc.wait(timeout=30)
+        stop_what_this_test_started(proc)
         pytest.fail("ledger standalone did not come up:\n" + "\n".join(lines.lines))
     return proc, lines
+
+
+def stop_what_this_test_started(proc: subprocess.Popen[str]) -> None:
+    """After a failure: SIGTERM to the standalone command, then SIGKILL to it and its bookies."""
+    if proc.poll() is not None:
+        return
+    children = descendants(proc.pid)
+    proc.terminate()
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=30)
+    for pid in running(children):
+        os.kill(pid, signal.SIGKILL)
 
 
 def test_standalone_serves_the_quickstart_data_to_the_shell_and_spark_and_stops_on_sigterm(
@@ -141,9 +155,7 @@ def test_standalone_serves_the_quickstart_data_to_the_shell_and_spark_and_stops_
         with capsys.disabled():
             print(f"\nSIGTERM: the standalone command and its {len(children)} children gone in {took_s:.2f} s")
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
+        stop_what_this_test_started(proc)
     assert not (home / PID_FILE_NAME).exists()
     code, _, err = shell(capsys, "logs", "show", "events")
     assert code == 0  # metadata needs no bookie
