@@ -1,12 +1,13 @@
 """`bookie --autorecovery`: the autorecovery service (pyspark_ledger.autorecovery) next to the bookie.
 
-The bookie never imports the client (DESIGN.md, tests/test_architecture.py), and autorecovery is
-client code, so the bookie runs `ledger autorecovery` as its child process rather than in its own
-interpreter: same metadata URI, same operator secret file (the child presents it to the other
-bookies). Both reach the child through its environment, never its command line: the URI may carry
-the ZooKeeper secret (zk_auth), and a command line is readable by every local user (ps,
-/proc/PID/cmdline) while a process's environment is readable only by its owner and root. The
-child's `ledger` reads LEDGER_METADATA_URI when no --metadata-uri is given.
+The bookie never imports the client (docs/architecture.md, "Which way imports go", enforced by
+tests/test_architecture.py), and autorecovery is client code, so the bookie runs `ledger
+autorecovery` as its child process rather than in its own interpreter: same metadata URI, same
+operator secret file (the child presents it to the other bookies). Both reach the child through
+its environment, never its command line: the URI may carry the ZooKeeper secret (zk_auth), and a
+command line is readable by every local user (ps, /proc/PID/cmdline) while a process's
+environment is readable only by its owner and root. The child's `ledger` reads
+LEDGER_METADATA_URI when no --metadata-uri is given.
 
 The child reads its stdin until end of file and then stops, so it ends with the bookie however the
 bookie ends (a kill -9 closes the pipe too); a graceful stop sends it SIGTERM first.

@@ -85,7 +85,8 @@ class BookieRegistration:
             return
         self.info = replace(self.info, read_only=read_only)
         self._handle.update(self.info.to_bytes())
-        log.warning("bookie state changed bookie=%s read_only=%s", self.info.bookie_id, read_only)
+        # Routine: the bookie's storage already warned when it turned read-only (and why).
+        log.info("bookie state changed bookie=%s read_only=%s", self.info.bookie_id, read_only)
 
     @property
     def registered(self) -> bool:

@@ -29,7 +29,7 @@ from metadata.errors import BadVersionError, NodeExistsError, NoNodeError
 from metadata.paths import AUDITED_BOOKIES, AUDITOR_ELECTION, BOOKIE_COOKIES, UNDERREPLICATED, audited_bookie_path
 from metadata.store import MetadataStore
 from pyspark_ledger.autorecovery.audit_scan import AuditScan, ScanCursor, read_cursor
-from pyspark_ledger.autorecovery.bookie_states import BookieState, forget_audits, lost, observe, with_audited
+from pyspark_ledger.autorecovery.bookie_states import DOWN, BookieState, forget_audits, lost, observe, with_audited
 from pyspark_ledger.autorecovery.counting_store import CountingStore
 from pyspark_ledger.autorecovery.metrics import AutorecoveryMetrics
 from pyspark_ledger.autorecovery.placement_scan import PlacementScan, RackView
@@ -164,8 +164,9 @@ class ElectedAuditor:
         for bookie_id in set(previous) | set(states):
             new = states.get(bookie_id)
             if new != previous.get(bookie_id):
-                if new is not None:
-                    log.warning("bookie state bookie=%s state=%s", bookie_id, new.state)
+                if new is not None:  # up and read-only are routine; a bookie gone is for an operator
+                    log.log(logging.WARNING if new.state == DOWN else logging.INFO, "bookie state bookie=%s state=%s",
+                            bookie_id, new.state)
                 save_state(self.store, new, bookie_id)
         return states
 

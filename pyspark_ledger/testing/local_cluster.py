@@ -171,6 +171,11 @@ class LocalBookie:
         self.proc = None
         return code
 
+    def terminate(self) -> None:
+        """Send SIGTERM and return: stop() then waits (a cluster stops its bookies in parallel)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+
     def kill(self) -> None:
         """kill -9: no deregistration, no checkpoint, no flush."""
         if self.proc is None:
@@ -269,6 +274,9 @@ class LocalCluster:
         return self
 
     def close(self) -> None:
+        # All bookies drain at once: the whole cluster stops within one bookie's STOP_TIMEOUT_S.
+        for b in self.bookies:
+            b.terminate()
         for b in self.bookies:
             try:
                 b.stop()
@@ -303,8 +311,6 @@ def local_spark_session(app_name: str, *, master: str = "local[2]", log_level: s
     rest of this module stays usable without it."""
     from pyspark.sql import SparkSession
 
-    from pyspark_ledger.datasource.source import LedgerDataSource
-
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = (
         SparkSession.builder.master(master).appName(app_name)
@@ -319,5 +325,24 @@ def local_spark_session(app_name: str, *, master: str = "local[2]", log_level: s
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
-    spark.dataSource.register(LedgerDataSource)
+    register_ledger_source(spark)
     return spark
+
+
+def register_ledger_source(spark: SparkSession) -> bool:
+    """Register the `ledger` source by hand unless Spark already found it by itself (it imports
+    every top-level `pyspark_*` module on its Python workers' path and takes DefaultSource):
+    registering over that static source works too, but Spark then logs "The data source ledger
+    replaced a statically registered data source" at WARN on every start. Returns whether it
+    registered. The check asks the session's DataSourceManager over py4j (Spark 4.0+, classic
+    sessions); where that is not reachable, it registers."""
+    from pyspark_ledger.datasource.source import LedgerDataSource
+
+    try:
+        found = bool(spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists("ledger"))
+    except Exception as exc:  # noqa: BLE001 - any failure of the probe means "register to be sure"
+        log.debug("could not ask Spark whether it found the ledger source error=%r", exc)
+        found = False
+    if not found:
+        spark.dataSource.register(LedgerDataSource)
+    return not found
