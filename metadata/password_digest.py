@@ -53,7 +53,7 @@ class UnknownPasswordDigestError(InvalidMetadataError):
 
 
 def _ensure(condition: bool, what: str) -> None:
-    """An invariant that survives python -O (STYLE.md): a broken one is a bug, never handled."""
+    """An invariant that survives python -O (TigerBeetle style): a broken one is a bug, never handled."""
     if not condition:
         raise AssertionError(what)
 
