@@ -44,6 +44,7 @@ from bookie.tls import TlsSetupError, grpc_server_credentials, server_ssl_contex
 from bookie.writable_again import WritableAgain
 from metadata import BookieInfo, BookieRegistry, MetadataError, open_store
 from metadata.registry import BookieRegistration
+from metadata.uri import parse_metadata_uri
 
 log = logging.getLogger("bookie")
 
@@ -58,7 +59,9 @@ class BookieServer:
 
     def __init__(self, cfg: BookieConfig):
         self.cfg = cfg
-        self.store = open_store(cfg.metadata_uri)
+        # Parsed once: the store, the autorecovery child and every message take these settings.
+        self.metadata = parse_metadata_uri(cfg.metadata_uri)
+        self.store = open_store(self.metadata)
         self.metrics = Metrics()
         self.storage: BookieStorage | None = None
         self.grpc_server: grpc.Server | None = None
@@ -130,7 +133,7 @@ class BookieServer:
             self.disk_monitor.start()
             self.gc = start_gc(self.storage, self.store, cfg)
             if cfg.autorecovery:
-                self.autorecovery = start_autorecovery_child(cfg.metadata_uri, cfg.lost_bookie_grace_s,
+                self.autorecovery = start_autorecovery_child(self.metadata.uri_with_secrets(), cfg.lost_bookie_grace_s,
                                                              cfg.operator_secret_file)
             self.scrubber = start_scrubber(self.storage, self.store, cfg, self.bookie_id, self.metrics)
         except BaseException:
