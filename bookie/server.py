@@ -133,7 +133,7 @@ class BookieServer:
             self.disk_monitor.start()
             self.gc = start_gc(self.storage, self.store, cfg)
             if cfg.autorecovery:
-                self.autorecovery = start_autorecovery_child(self.metadata.uri_with_secrets(), cfg.lost_bookie_grace_s,
+                self.autorecovery = start_autorecovery_child(cfg.metadata_uri, cfg.lost_bookie_grace_s,
                                                              cfg.operator_secret_file)
             self.scrubber = start_scrubber(self.storage, self.store, cfg, self.bookie_id, self.metrics)
         except BaseException:

@@ -104,6 +104,10 @@ class MetadataSettings:
     zk_auth: ZkAuth | None = None
     tls: TlsFiles = TlsFiles()
 
+    def __post_init__(self) -> None:
+        assert self.store.scheme in ("zk", "sqlite"), "MetadataSettings built around parse_metadata_uri"
+        assert self.zk_auth is None or isinstance(self.zk_auth, ZkAuth), "credentials are a ZkAuth, never a string"
+
     @property
     def scheme(self) -> str:
         return self.store.scheme
