@@ -1,25 +1,21 @@
 """BookieStorage: the durable storage engine of a bookie, as a small facade over its parts.
 
-Data directory layout:
+Directory layout (the journal directory is StorageConfig.data_dir; with no ledger directories
+given, entries/ is under it too, as in a single --data-dir):
     LOCK                      flock'ed while an engine has the directory open
     CHECKPOINT                manifest: the journal position the checkpoint covers
     UNCERTAIN                 present while in uncertain mode (after a repaired journal)
     journal/<seq>.log         group-committed journal (the only thing an ack waits for)
-    entries/<id>.log          entry logs (entries appended after the journal made them durable)
     ledgers/index.sqlite      index store: per-ledger master key, fence bit, LAC, index
+    <ledger dir>/entries/<id>.log   entry logs (appended after the journal made them durable)
 
-The parts, each owning its state (docs/storage.md draws them):
-    JournalPipeline  journal_pipeline.py  queue -> journal file -> group committer; replay, trim
-    EntryLogs        entry_log.py         entry-log files: appends, preads, rolls, removal
-    LedgerTable      ledger_table.py      the index: ledger states, entry locations, snapshots
-    Applier          applier.py           durable groups (and replayed records) -> logs + index
-    WritePath        write_path.py        add / fence / LAC / delete -> journal items
-    ReadPath         read_path.py         LAC reads, long polls, entry and range reads
-    EngineModes      modes.py             read-only, failed journal, uncertain
-    Checkpointer     checkpointer.py      snapshots + manifest, then journal trim
-    EntryLogGc       entry_log_gc.py      live bytes per log, dirty-tail caps, log removal
-    Compactor        compactor.py         copies live entries out of mostly-dead logs
-    EntryScrubber    engine_scrub.py      verifies stored entries window by window
+The index lives with the journal, not with the entry logs: when a ledger directory is lost, the
+index still says which entries were there (their locations name entry logs that are gone), so
+the bookie answers UNKNOWN_ENTRY_STATE for them and reports the ledgers (lost_ledgers()).
+
+The parts (docs/storage.md lists them): JournalPipeline, EntryLogs, LedgerTable (the index),
+Applier, WritePath, ReadPath, EngineModes, Checkpointer, EntryLogGc, Compactor, EntryScrubber;
+each owns its state, this facade wires them and hands each public call to its part.
 
 Write path: an add is journaled (one write + one fdatasync per group), then applied (entry log
 pwrite, index) and only then acknowledged: an acknowledged entry is always readable.
@@ -89,8 +85,9 @@ class BookieStorage:
                                           self._stats, config.fsync)
         self._gc = EntryLogGc(table, logs, self._reads, self._checkpointer.checkpoint)
         self._compactor = Compactor(table, logs, self._gc.entry_log_usage, config.entry_log_max_bytes,
-                                    config.fsync, self._data_dir)
+                                    config.fsync)
         self._scrubber = EntryScrubber(table, self._reads)
+        self._lost: dict[LedgerKey, int] = {}  # ledger -> entries lost with a ledger directory
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -99,7 +96,7 @@ class BookieStorage:
         """Recover the data directory (checkpoint + journal replay) and start the threads."""
         config.validate()
         data_dir = Path(config.data_dir)
-        for d in (data_dir, data_dir / JOURNAL_DIR, data_dir / ENTRIES_DIR, data_dir / LEDGERS_DIR):
+        for d in (data_dir, data_dir / JOURNAL_DIR, data_dir / LEDGERS_DIR):
             d.mkdir(parents=True, exist_ok=True)
         lock_fd = os.open(data_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -111,23 +108,33 @@ class BookieStorage:
             undo.callback(os.close, lock_fd)  # also drops the flock
             table = LedgerTable.load(data_dir / LEDGERS_DIR, config.fsync)
             undo.callback(table.close)
-            logs = EntryLogs(data_dir / ENTRIES_DIR, config.entry_log_max_bytes, config.fsync)
+            referenced = table.referenced_log_ids()
+            logs = EntryLogs([d / ENTRIES_DIR for d in config.entry_log_parents], config.entry_log_max_bytes,
+                             config.fsync, id_floor=max(referenced, default=0))
             undo.callback(logs.close)
             engine = cls(config, lock_fd, table, logs)
             undo.callback(engine._journal.close)
-            engine._recover()
+            engine._recover(referenced - logs.existing_ids())
             engine._journal.start(engine._applier.apply_group, engine._modes.journal_failed)
             engine._checkpointer.start(config.checkpoint_interval_s)
             undo.pop_all()
         return engine
 
-    def _recover(self) -> None:
+    def _recover(self, missing_logs: set[int]) -> None:
         started = time.perf_counter()
         start = manifest_position(self._data_dir)
         outcome = self._journal.replay(start, self._applier.replay_record)
         if outcome.skipped:
             self._modes.enter_uncertain(f"journal repaired, skipped records: {', '.join(outcome.skipped)}")
         self._applier.reset_position(self._journal.position)
+        if missing_logs:
+            # After replay: entries the journal still held were re-appended, so they are not lost.
+            self._lost = self._table.entries_in_logs(missing_logs)
+            self._reads.lost_log_ids = frozenset(missing_logs)
+            log.warning("entry logs missing (a wiped or failed ledger directory): their entries answer "
+                        "UNKNOWN_ENTRY_STATE until re-replicated logs=%d ledgers=%d entries=%d dirs=%s",
+                        len(missing_logs), len(self._lost), sum(self._lost.values()),
+                        ",".join(map(str, self._config.entry_log_parents)))
         # Persist what replay rebuilt (and fsync the entries it re-appended) so the replayed
         # journal files, including any torn or repaired spots, can be deleted now.
         # Entry logs nothing points into (a crash during GC) are removed with it.
@@ -199,13 +206,8 @@ class BookieStorage:
 
     def add_batch(self, ledger: LedgerKey, master_key: bytes, entries: Sequence[tuple[int, int, bytes]],
                   recovery: bool, on_done: Callable[[Status], None], allow_inline: bool = True) -> None:
-        """Validate synchronously (on_done called at once with the refusal), otherwise queue;
-        on_done(OK) comes from the journal thread once the batch is durable and readable. With
-        `allow_inline`, an add that finds the journal idle is written, synced and applied in the
-        calling thread instead (on_done runs before this returns); callers submitting several
-        batches at once pass False so they share one group commit.
-        Recovery adds are accepted on fenced ledgers and, like BookKeeper's high-priority
-        writes, on a read-only bookie."""
+        """Refusals call on_done at once; else on_done(OK) once the batch is durable and
+        readable (WritePath.add_batch says on which thread)."""
         self._writes.add_batch(ledger, master_key, entries, recovery, on_done, allow_inline)
 
     def fence(self, ledger: LedgerKey, master_key: bytes, timeout_s: float = 10.0) -> tuple[Status, int]:
@@ -281,8 +283,33 @@ class BookieStorage:
         return out
 
     def disk_usage(self) -> tuple[int, int]:
+        """(used, total) bytes of the journal directory's file system."""
         usage = shutil.disk_usage(self._data_dir)
         return usage.used, usage.total
+
+    # ---- ledger directories (entry_log.py) ----------------------------------------------
+
+    @property
+    def ledger_dirs(self) -> tuple[Path, ...]:
+        """The directories entry logs live under (the journal directory when none was given)."""
+        return self._config.entry_log_parents
+
+    def lost_ledgers(self) -> dict[LedgerKey, int]:
+        """Ledgers with entries in entry logs that were missing at open (a wiped or failed ledger
+        directory), with how many: the bookie answers UNKNOWN_ENTRY_STATE for those entries."""
+        return dict(self._lost)
+
+    def set_ledger_dir_full(self, ledger_dir: Path, full: bool) -> None:
+        """The disk monitor's verdict on one ledger directory: a full one takes no new entry log."""
+        self._logs.set_full(ledger_dir / ENTRIES_DIR, full)
+
+    def ledger_dirs_all_full(self) -> bool:
+        return self._logs.all_full()
+
+    def on_ledger_dir_full(self, callback: Callable[[Path], None]) -> None:
+        """Call `callback(ledger_dir)` (on the apply thread; it must not block) when an append
+        meets ENOSPC in a ledger directory and moves to another one."""
+        self._logs.on_full = lambda entries_dir: callback(entries_dir.parent)
 
     # ---- modes (modes.py) ---------------------------------------------------------------
 

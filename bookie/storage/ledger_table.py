@@ -18,6 +18,7 @@ from pathlib import Path
 from bookie.status import Status
 from bookie.storage import records
 from bookie.storage.checkpoint import encode_ledger, load_ledger_snapshots, write_ledger_snapshots
+from bookie.storage.config import LOCATION_OFFSET_BITS
 from bookie.storage.durable_files import remove_tmp_files
 from bookie.storage.engine_types import LedgerKey, _LacWaiters
 from bookie.storage.errors import InvariantError, ensure
@@ -102,6 +103,25 @@ class LedgerTable:
 
     def dirty_count_locked(self) -> int:
         return len(self._dirty)
+
+    def referenced_log_ids(self) -> set[int]:
+        """Every entry log id the index points into (dirty tails included)."""
+        out: set[int] = set()
+        for _, meta in self.live():
+            out.update(loc >> LOCATION_OFFSET_BITS for _, loc, _ in meta.index.items())
+        return out
+
+    def entries_in_logs(self, log_ids: set[int]) -> dict[LedgerKey, int]:
+        """Per ledger, how many of its served entries (up to a CLOSED ledger's last) are stored
+        in `log_ids`: at open, what a lost ledger directory held."""
+        out: dict[LedgerKey, int] = {}
+        for key, meta in self.live():
+            cap = meta.closed_last
+            n = sum(1 for entry_id, loc, _ in meta.index.items()
+                    if loc >> LOCATION_OFFSET_BITS in log_ids and (cap is None or entry_id <= cap))
+            if n:
+                out[key] = n
+        return out
 
     # ---- changes (caller holds the lock) ------------------------------------------------
 
