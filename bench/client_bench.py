@@ -12,7 +12,8 @@ and is skipped with a note if they are missing).
 
 --journal-dir-layouts measures, in the same run, bookies with today's single --data-dir against
 bookies with a --journal-dir of their own and two --ledger-dirs (all on this machine's one disk),
-alternating the two layouts --rounds times; figures are medians over the rounds.
+alternating the two layouts --rounds times (each round in the other order); figures are medians
+over the rounds.
 """
 
 from __future__ import annotations
@@ -107,7 +108,9 @@ def main() -> None:
         with LocalZooKeeper(Path(tmp) / "zk") as zk:
             runs: dict[str, list[dict[int, tuple[float, float, float]]]] = {layout: [] for layout in layouts}
             for r in range(max(args.rounds, 1)):
-                for layout in layouts:
+                # Each round reverses the order: the second cluster of a round starts while the
+                # kernel still writes back the first one's entry logs.
+                for layout in layouts if r % 2 == 0 else layouts[::-1]:
                     runs[layout].append(measure_layout(zk, Path(tmp) / f"{layout}-{r}", layout, args))
             for layout in layouts:
                 name = "pyspark-ledger E3/W3/A2" if len(layouts) == 1 else f"E3/W3/A2 {layout}"
