@@ -251,19 +251,12 @@ class BookieStorage:
         return [key for key, _ in self._table.live()]
 
     def ledger_state(self, ledger: LedgerKey) -> LedgerState | None:
-        with self._table.lock:
-            meta = self._table.live_locked(ledger)
-            if meta is None:
-                return None
-            return LedgerState(meta.fenced, meta.lac, meta.index.count, meta.index.size_bytes,
-                               meta.key is not None)
+        return self._table.state(ledger)
 
     def stored_master_key(self, ledger: LedgerKey) -> bytes | None:
         """The master key the ledger was created with, for authorizing requests that carry no
         write (bookie/auth.py); None: unknown, deleted, or known only from a keyless record."""
-        with self._table.lock:
-            meta = self._table.live_locked(ledger)
-            return None if meta is None else meta.key
+        return self._table.master_key(ledger)
 
     def stats(self) -> dict[str, Any]:
         position = self._applier.applied_position()

@@ -20,7 +20,7 @@ from bookie.storage import records
 from bookie.storage.checkpoint import encode_ledger, load_ledger_snapshots, write_ledger_snapshots
 from bookie.storage.config import LOCATION_OFFSET_BITS
 from bookie.storage.durable_files import remove_tmp_files
-from bookie.storage.engine_types import LedgerKey, _LacWaiters
+from bookie.storage.engine_types import LedgerKey, LedgerState, _LacWaiters
 from bookie.storage.errors import InvariantError, ensure
 from bookie.storage.index_store import IndexStore
 from bookie.storage.ledger_index import LedgerMeta
@@ -84,6 +84,18 @@ class LedgerTable:
     def live_locked(self, ledger: LedgerKey) -> LedgerMeta | None:
         meta = self._metas.get(ledger)
         return None if meta is None or meta.deleted else meta
+
+    def state(self, ledger: LedgerKey) -> LedgerState | None:
+        with self.lock:
+            meta = self.live_locked(ledger)
+            if meta is None:
+                return None
+            return LedgerState(meta.fenced, meta.lac, meta.index.count, meta.index.size_bytes, meta.key is not None)
+
+    def master_key(self, ledger: LedgerKey) -> bytes | None:
+        with self.lock:
+            meta = self.live_locked(ledger)
+            return None if meta is None else meta.key
 
     @property
     def metas(self) -> dict[LedgerKey, LedgerMeta]:
