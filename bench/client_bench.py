@@ -112,6 +112,9 @@ def main() -> None:
                 # kernel still writes back the first one's entry logs.
                 for layout in layouts if r % 2 == 0 else layouts[::-1]:
                     runs[layout].append(measure_layout(zk, Path(tmp) / f"{layout}-{r}", layout, args))
+                    if len(layouts) > 1:
+                        print(f"round {r} {layout:<12} " + "  ".join(
+                            f"{size}B {runs[layout][-1][size][0]:>9,.0f}/s" for size in (1024, 100)), flush=True)
             for layout in layouts:
                 name = "pyspark-ledger E3/W3/A2" if len(layouts) == 1 else f"E3/W3/A2 {layout}"
                 for size in (1024, 100):
