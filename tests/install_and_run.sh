@@ -29,6 +29,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+started=$SECONDS
 # A venv whose interpreter no longer runs (the base Python moved or was upgraded) is made anew.
 if ! "$VENV/bin/python" -c "" >/dev/null 2>&1; then
     echo "creating $VENV (from $("$PYTHON" -c 'import sys; print(sys.executable)'))"
@@ -47,6 +48,7 @@ case "${LEDGER_PYSPARK:-lowest}" in
     *) echo "LEDGER_PYSPARK=${LEDGER_PYSPARK}: unknown value (use lowest, the default, or newest)" >&2; exit 2 ;;
 esac
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${pins[@]}" -e '.[test]' --config-settings editable_mode=compat
+echo "test venv $VENV ready in $((SECONDS - started)) s: $("$VENV/bin/python" -c 'import pyspark; print("PySpark", pyspark.__version__)')"
 
 export PATH="$VENV/bin:$PATH"
 export VIRTUAL_ENV="$VENV"
