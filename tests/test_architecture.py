@@ -1,4 +1,5 @@
-"""Layering (DESIGN.md): imports point down only, and the client works without pyspark or a JVM."""
+"""Layering (docs/architecture.md, "Which way imports go"): imports point down only, and the client
+works without pyspark or a JVM."""
 
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ def test_packages_import_without_pyspark_or_grpc_side_effects() -> None:
     assert out.stdout.strip() == "", f"importing the base packages pulled in {out.stdout.strip()}"
 
 
-# ---- the client's rooms (DESIGN.md "Layers") ------------------------------------------------------
+# ---- the client's rooms (docs/architecture.md "The rooms") ---------------------------------------
 
 CLIENT = "pyspark_ledger"
 
@@ -147,7 +148,7 @@ def test_no_import_circles_in_the_client() -> None:
     assert cycle is None, "import circle: " + " -> ".join(cycle or [])
 
 
-# The protocol room is pure (DESIGN.md): no I/O, threads, clocks or metadata store, so the
+# The protocol room is pure (docs/architecture.md): no I/O, threads, clocks or metadata store, so the
 # deterministic simulator can drive the very code production runs. `random` is allowed: the
 # simulator passes seeded Random objects. The bare `metadata` package is out too: it re-exports
 # the stores and the registry, so `from metadata import X` would hide which part is used (name

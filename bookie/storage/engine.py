@@ -3,6 +3,8 @@
 Directory layout (the journal directory is StorageConfig.data_dir; with no ledger directories
 given, entries/ is under it too, as in a single --data-dir):
     LOCK                      flock'ed while an engine has the directory open
+    FORMAT_VERSION            on-disk format marker, once a format above 1 is written (format_version.py;
+                              in each ledger directory too)
     CHECKPOINT                manifest: the journal position the checkpoint covers
     UNCERTAIN                 present while in uncertain mode (after a repaired journal)
     journal/<seq>.log         group-committed journal (the only thing an ack waits for)
@@ -45,6 +47,7 @@ from bookie.storage.engine_types import LedgerKey, LedgerState, ReadResult
 from bookie.storage.entry_log import EntryLogs
 from bookie.storage.entry_log_gc import EntryLogGc
 from bookie.storage.errors import StorageLockedError
+from bookie.storage.format_version import FormatState
 from bookie.storage.group_commit import GroupCommitter
 from bookie.storage.journal_pipeline import JournalPipeline
 from bookie.storage.ledger_index import LedgerMeta
@@ -68,8 +71,10 @@ LEDGERS_DIR = "ledgers"
 class BookieStorage:
     """Thread-safe: every public method may be called from any thread."""
 
-    def __init__(self, config: StorageConfig, lock_fd: int, table: LedgerTable, logs: EntryLogs) -> None:
+    def __init__(self, config: StorageConfig, lock_fd: int, table: LedgerTable, logs: EntryLogs,
+                 fmt: FormatState) -> None:
         # Use BookieStorage.open(): it opens the table and the logs; this only wires the parts.
+        self._format = fmt
         self._config = config
         self._data_dir = Path(config.data_dir)
         self._lock_fd = lock_fd
@@ -80,7 +85,7 @@ class BookieStorage:
         self._journal = JournalPipeline(self._data_dir / JOURNAL_DIR, config, self._stats)
         self._applier = Applier(table, logs)
         self._reads = ReadPath(table, logs, self._modes, self._stats)
-        self._writes = WritePath(config, table, self._journal, self._modes, self._stats)
+        self._writes = WritePath(config, table, self._journal, self._modes, self._stats, fmt)
         self._checkpointer = Checkpointer(self._data_dir, table, logs, self._applier, self._journal,
                                           self._stats, config.fsync)
         self._gc = EntryLogGc(table, logs, self._reads, self._checkpointer.checkpoint)
@@ -106,13 +111,17 @@ class BookieStorage:
             raise StorageLockedError(f"data directory {data_dir} is in use by another engine") from exc
         with ExitStack() as undo:  # on any failure: close what was opened, newest first
             undo.callback(os.close, lock_fd)  # also drops the flock
+            # Refuses a newer format before reading anything; markers in the journal directory and
+            # in every ledger directory usable now (a missing one is recreated empty, unmarked).
+            fmt = FormatState([data_dir, *(d for d in config.entry_log_parents if d != data_dir and d.is_dir())],
+                              config.fsync)
             table = LedgerTable.load(data_dir / LEDGERS_DIR, config.fsync)
             undo.callback(table.close)
             referenced = table.referenced_log_ids()
             logs = EntryLogs([d / ENTRIES_DIR for d in config.entry_log_parents], config.entry_log_max_bytes,
                              config.fsync, id_floor=max(referenced, default=0))
             undo.callback(logs.close)
-            engine = cls(config, lock_fd, table, logs)
+            engine = cls(config, lock_fd, table, logs, fmt)
             undo.callback(engine._journal.close)
             engine._recover(referenced - logs.existing_ids())
             engine._journal.start(engine._applier.apply_group, engine._modes.journal_failed)
@@ -131,10 +140,9 @@ class BookieStorage:
             # After replay: entries the journal still held were re-appended, so they are not lost.
             self._lost = self._table.entries_in_logs(missing_logs)
             self._reads.lost_log_ids = frozenset(missing_logs)
-            log.warning("entry logs missing (a wiped or failed ledger directory): their entries answer "
-                        "UNKNOWN_ENTRY_STATE until re-replicated logs=%d ledgers=%d entries=%d dirs=%s",
-                        len(missing_logs), len(self._lost), sum(self._lost.values()),
-                        ",".join(map(str, self._config.entry_log_parents)))
+            log.warning("entry logs missing (a wiped or failed ledger directory): their entries answer UNKNOWN_ENTRY_"
+                        "STATE until re-replicated logs=%d ledgers=%d entries=%d", len(missing_logs), len(self._lost),
+                        sum(self._lost.values()))
         # Persist what replay rebuilt (and fsync the entries it re-appended) so the replayed
         # journal files, including any torn or repaired spots, can be deleted now.
         # Entry logs nothing points into (a crash during GC) are removed with it.
@@ -172,17 +180,14 @@ class BookieStorage:
         log.info("storage closed data_dir=%s", self._data_dir)
 
     def on_journal_failure(self, callback: Callable[[BaseException], None]) -> None:
-        """Call `callback(error)` when the journal fails (at once if it has already failed), so
-        the bookie can stop advertising itself writable."""
+        """Call `callback(error)` when the journal fails (at once if it already has)."""
         self._modes.on_journal_failure(callback)
 
     def reopen_journal(self) -> bool:
-        """Hook for bookie.writable_again, once the disk has room again: replace a failed journal
-        with a new file and take adds again, without a restart. Every acknowledged record was
-        applied before its ack, so a checkpoint at the new file's start covers them all; the
-        failed file (its tail unknown after the error, maybe holding records nobody was told
-        are durable) is then never replayed and is deleted. False (still failed) if any step
-        fails; it may be called again."""
+        """bookie.writable_again's hook: replace a failed journal by a new file, without a
+        restart (docs/operations.md). Acknowledged records were applied before their acks, so a
+        checkpoint at the new file's start covers them; the failed file is never replayed.
+        False (still failed) if a step fails; it may be called again."""
         if not self._modes.failed or self._table.closed:
             return not self._modes.failed
         if not self._journal.committer_stopped():
@@ -272,13 +277,18 @@ class BookieStorage:
                 uncertain=modes.uncertain,
                 read_only=modes.read_only,
                 failed=modes.failed,
+                format_version=self._format.writes,
             )
         return out
 
     def disk_usage(self) -> tuple[int, int]:
-        """(used, total) bytes of the journal directory's file system."""
-        usage = shutil.disk_usage(self._data_dir)
+        usage = shutil.disk_usage(self._data_dir)  # the journal directory's file system
         return usage.used, usage.total
+
+    def set_write_format(self, setting: int) -> int:
+        """Follow the cluster setting storage_format_version; the format written from now on
+        (docs/upgrading.md, format_version.py)."""
+        return self._format.follow(setting)
 
     # ---- ledger directories (entry_log.py) ----------------------------------------------
 
@@ -288,8 +298,7 @@ class BookieStorage:
         return self._config.entry_log_parents
 
     def lost_ledgers(self) -> dict[LedgerKey, int]:
-        """Ledgers with entries in entry logs that were missing at open (a wiped or failed ledger
-        directory), with how many: the bookie answers UNKNOWN_ENTRY_STATE for those entries."""
+        """Ledgers with entries in entry logs missing at open (a lost ledger directory), and how many."""
         return dict(self._lost)
 
     def set_ledger_dir_full(self, ledger_dir: Path, full: bool) -> None:
@@ -300,8 +309,7 @@ class BookieStorage:
         return self._logs.all_full()
 
     def on_ledger_dir_full(self, callback: Callable[[Path], None]) -> None:
-        """Call `callback(ledger_dir)` (on the apply thread; it must not block) when an append
-        meets ENOSPC in a ledger directory and moves to another one."""
+        """Call `callback(ledger_dir)` (apply thread: must not block) when ENOSPC fills a ledger dir."""
         self._logs.on_full = lambda entries_dir: callback(entries_dir.parent)
 
     # ---- modes (modes.py) ---------------------------------------------------------------
@@ -346,8 +354,7 @@ class BookieStorage:
         return self._gc.run_now(progress)
 
     def set_closed_last(self, ledger: LedgerKey, last_entry: int) -> None:
-        """Metadata says the ledger is CLOSED at last_entry: entries past it (a fenced writer's
-        dirty tail) are never served again, across restarts too."""
+        """Metadata says CLOSED at last_entry: the dirty tail past it is never served again."""
         self._gc.set_closed_last(ledger, last_entry)
 
     def entry_log_usage(self) -> dict[int, tuple[int, int]]:

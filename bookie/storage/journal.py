@@ -15,6 +15,7 @@ from crc32c import crc32c
 
 from bookie.storage.durable_files import fsync_path
 from bookie.storage.errors import JournalCorruptionError, RecordFormatError, ensure
+from bookie.storage.format_version import check_record_version
 from bookie.storage.journal_writer import (
     PAGE_CACHE_DROP_BYTES,
     PREALLOCATE_BYTES,
@@ -238,6 +239,7 @@ class _Replay:
         with memoryview(mapped.buf) as view:
             body = view[body_start : body_start + body_len]
             try:
+                check_record_version(body, f"file={path} offset={pos}")  # a newer format: refuse, naming it
                 self.handle(body)
             except RecordFormatError as e:
                 raise JournalCorruptionError(

@@ -140,11 +140,11 @@ class LedgerTable:
     def mark_dirty_locked(self, ledger: LedgerKey) -> None:
         self._dirty.add(ledger)
 
-    def meta_for_write_locked(self, ledger: LedgerKey, key: bytes
+    def meta_for_write_locked(self, ledger: LedgerKey, key: bytes, record_version: int = 0
                               ) -> tuple[LedgerMeta | None, Status | None, tuple[bytes, ...]]:
         """The state a write with `key` applies to, created for an unseen ledger. Returns
         (state, refusal, records to journal first): a new ledger's key is journaled
-        (MASTER_KEY) ahead of the write, in the same item, so replay sees it first."""
+        (MASTER_KEY, of `record_version`) ahead of the write, in the same item, so replay sees it first."""
         meta = self._metas.get(ledger)
         if meta is None:
             meta = self._metas[ledger] = LedgerMeta(key)
@@ -157,7 +157,7 @@ class LedgerTable:
         else:
             return meta, None, ()
         self._dirty.add(ledger)
-        return meta, None, records.encode_master_key(ledger[0], ledger[1], key)
+        return meta, None, records.encode_master_key(ledger[0], ledger[1], key, record_version)
 
     def meta_for_replay(self, ledger: LedgerKey) -> LedgerMeta:
         """Replay at open (single-threaded): the ledger's state, created if unseen."""

@@ -16,6 +16,7 @@ from bookie.status import Status
 from bookie.storage import records
 from bookie.storage.config import ENTRY_ID_MAX, LAC_NONE, MASTER_KEY_BYTES_MAX, StorageConfig
 from bookie.storage.engine_types import LedgerKey, _normalize_key, _valid_ledger, _Waiter
+from bookie.storage.format_version import FormatState
 from bookie.storage.group_commit import KIND_ADD, KIND_CONTROL, KIND_LAC, JournalItem
 from bookie.storage.journal_pipeline import JournalPipeline
 from bookie.storage.ledger_table import LedgerTable
@@ -36,8 +37,9 @@ MASTER_KEY_RECORD_BYTES_MAX = (
 
 class WritePath:
     def __init__(self, config: StorageConfig, table: LedgerTable, journal: JournalPipeline,
-                 modes: EngineModes, stats: StorageStats) -> None:
+                 modes: EngineModes, stats: StorageStats, fmt: FormatState) -> None:
         self._config = config
+        self._format = fmt  # the version byte of every record written (format_version.py)
         self._table = table
         self._journal = journal
         self._queue = journal.queue  # the same queue for the engine's life (reopen reuses it)
@@ -74,7 +76,7 @@ class WritePath:
         cfg = self._config
         try:
             batch = records.encode_add_batch(ledger[0], ledger[1], entries,
-                                             cfg.max_entry_size_bytes, ENTRY_ID_MAX)
+                                             cfg.max_entry_size_bytes, ENTRY_ID_MAX, self._format.record_version)
         except records.BatchRejected as e:
             log.debug("add rejected ledger=%s reason=%s", ledger, e)
             on_done(Status.TOO_LARGE if e.too_large else Status.INVALID_REQUEST)
@@ -92,7 +94,7 @@ class WritePath:
         inline: JournalItem | None = None
         with self._table.lock:
             committer = self._journal.committer
-            meta, status, key_record = self._table.meta_for_write_locked(ledger, key)
+            meta, status, key_record = self._table.meta_for_write_locked(ledger, key, self._format.record_version)
             if meta is not None and meta.fenced and not recovery:
                 status = Status.FENCED
             if status is None:
@@ -121,7 +123,7 @@ class WritePath:
         waiter = _Waiter()
         table = self._table
         with table.lock:
-            meta, status, key_record = table.meta_for_write_locked(ledger, key)
+            meta, status, key_record = table.meta_for_write_locked(ledger, key, self._format.record_version)
             if meta is None or status is not None:
                 return status or Status.INTERNAL_ERROR, LAC_NONE
             if not meta.fenced:
@@ -129,7 +131,7 @@ class WritePath:
             # Set now so adds queued after this call are refused; durable below before we return.
             meta.fenced = True
             table.mark_dirty_locked(ledger)
-            parts = key_record + records.encode_fence(ledger[0], ledger[1])
+            parts = key_record + records.encode_fence(ledger[0], ledger[1], self._format.record_version)
             if not self._queue.push(JournalItem(parts, KIND_CONTROL, ledger, None, waiter)):
                 return Status.INTERNAL_ERROR, LAC_NONE
         status = waiter.wait(min(max(timeout_s, 0.0), FENCE_TIMEOUT_MAX_S))
@@ -150,12 +152,12 @@ class WritePath:
             return Status.INVALID_REQUEST
         waiter = _Waiter()
         with self._table.lock:
-            meta, status, key_record = self._table.meta_for_write_locked(ledger, key)
+            meta, status, key_record = self._table.meta_for_write_locked(ledger, key, self._format.record_version)
             if meta is None or status is not None:
                 return status or Status.INTERNAL_ERROR
             if meta.fenced:
                 return Status.FENCED
-            parts = key_record + records.encode_explicit_lac(ledger[0], ledger[1], lac)
+            parts = key_record + records.encode_explicit_lac(ledger[0], ledger[1], lac, self._format.record_version)
             if not self._queue.push(JournalItem(parts, KIND_LAC, ledger, lac, waiter)):
                 return Status.INTERNAL_ERROR
         return waiter.wait(CONTROL_DURABLE_TIMEOUT_S)
@@ -175,8 +177,8 @@ class WritePath:
             if meta.deleted:
                 return Status.OK
             self._table.delete_locked(ledger, meta)
-            if not self._queue.push(JournalItem(records.encode_delete(ledger[0], ledger[1]),
-                                                KIND_CONTROL, ledger, None, waiter)):
+            record = records.encode_delete(ledger[0], ledger[1], self._format.record_version)
+            if not self._queue.push(JournalItem(record, KIND_CONTROL, ledger, None, waiter)):
                 return Status.INTERNAL_ERROR
         log.info("ledger deleted ledger=%s", ledger)
         return waiter.wait(CONTROL_DURABLE_TIMEOUT_S)
