@@ -53,9 +53,9 @@ def test_the_whole_uri_round_trips_and_one_parse_serves_a_process() -> None:
 def test_the_settings_are_frozen() -> None:
     s = parse_metadata_uri(FULL)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        s.zk_auth = None  # type: ignore[misc]
+        s.zk_auth = None  # type: ignore[misc]  # the point: a frozen field refuses assignment
     with pytest.raises(TypeError):
-        s.store.params["op_timeout_ms"] = 1  # type: ignore[index]
+        s.store.params["op_timeout_ms"] = 1  # type: ignore[index]  # the point: the mapping is read-only
     assert s.with_zk_auth(None).zk_auth is None and s.zk_auth is not None
 
 
