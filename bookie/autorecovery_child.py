@@ -20,12 +20,14 @@ CHILD_STOP_TIMEOUT_S = 6.0  # the service stops within 5 s of SIGTERM
 
 
 def start_autorecovery_child(metadata_uri: str, lost_bookie_grace_s: float,
-                             operator_secret_file: str | None) -> subprocess.Popen[bytes]:
+                             operator_secret_file: str | None, *,
+                             rereplication_rate_mb_s: float = 50.0) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
     if operator_secret_file:
         env["LEDGER_OPERATOR_SECRET_FILE"] = operator_secret_file
     cmd = [sys.executable, "-m", "pyspark_ledger.cli", "--metadata-uri", metadata_uri, "autorecovery",
-           "--lost-bookie-grace-s", str(lost_bookie_grace_s), "--exit-with-stdin"]
+           "--lost-bookie-grace-s", str(lost_bookie_grace_s),
+           "--rereplication-rate-mb-s", str(rereplication_rate_mb_s), "--exit-with-stdin"]
     child = subprocess.Popen(cmd, stdin=subprocess.PIPE, env=env)
     log.info("autorecovery started next to the bookie pid=%d", child.pid)
     return child

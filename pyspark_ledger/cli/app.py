@@ -136,6 +136,8 @@ def _add_ledger_commands(sub: Any) -> None:
     p.add_argument("--dry-run", action="store_true", help="only show what would be done")
     add_password_args(p)
     p.add_argument("--no-rereplicate", action="store_true", help="with --bookie: only close open ledgers")
+    p.add_argument("--rate-mb-s", type=float, default=50.0,
+                   help="MB (10^6 bytes) per second re-replication copies at most (default 50)")
 
     p = sub.add_parser("deleteledger", help="delete a ledger")
     _ledger_args(p)

@@ -132,6 +132,7 @@ def deleteledger(client: LedgerClient, args: argparse.Namespace) -> int:
 
 
 def recover(client: LedgerClient, args: argparse.Namespace) -> int:
+    from pyspark_ledger.autorecovery.copy_pace import CopyPace, check_rate_mb_s
     from pyspark_ledger.autorecovery.rereplication import fragments_on, rereplicate
     from pyspark_ledger.ledger.keys import CredentialSource
     from pyspark_ledger.ledger.recovery import recover_ledger
@@ -141,6 +142,7 @@ def recover(client: LedgerClient, args: argparse.Namespace) -> int:
     # bytes (cli/passwords.py); empty: work as the operator when bookies accept this client as one
     credentials = CredentialSource(client.context, args.password)
     lost = {args.bookie} if args.bookie else set()
+    pace = CopyPace(check_rate_mb_s(args.rate_mb_s, "--rate-mb-s"))
     if args.ledger:
         targets = [ledger_id(args)]
     else:
@@ -164,7 +166,7 @@ def recover(client: LedgerClient, args: argparse.Namespace) -> int:
             if args.bookie and not args.no_rereplicate and fragments_on(meta, args.bookie):
                 if meta.is_closed:
                     moved = rereplicate(client.context, lid, args.bookie,
-                                        credentials.for_ledger(meta, avoid=lost), dry_run=args.dry_run)
+                                        credentials.for_ledger(meta, avoid=lost), dry_run=args.dry_run, pace=pace)
                     actions += [f"fragment {i}: {args.bookie} -> {new}" for i, new in moved]
                 else:
                     actions.append(f"re-replicate fragments from {args.bookie}")
