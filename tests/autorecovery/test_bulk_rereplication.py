@@ -120,7 +120,7 @@ def test_a_copy_that_fails_half_way_resumes_to_a_complete_copy(cluster: LocalClu
                     if len(sent) > 2:
                         cb(Status.INTERNAL_ERROR, "planted: the replacement's disk failed")
                         return
-                    target.add_batch(key, mk, batch, cb, **kw)  # type: ignore[arg-type]
+                    target.add_batch(key, mk, batch, cb, **kw)  # type: ignore[arg-type]  # the real call, its keywords passed through
 
             return Failing()
 
@@ -199,7 +199,7 @@ def test_sender_keeps_its_batches_and_bytes_in_flight_bounded() -> None:
 
     target = Target()
     acked: list[tuple[int, int]] = []
-    sender = Sender(target, (0, 1), b"", None, lambda entries, n: acked.append((entries, n)))  # type: ignore[arg-type]
+    sender = Sender(target, (0, 1), b"", None, lambda entries, n: acked.append((entries, n)))  # type: ignore[arg-type]  # a fake bookie
     stop = threading.Event()
 
     def answer() -> None:  # the bookie answers the oldest batch every few ms
@@ -221,7 +221,7 @@ def test_sender_keeps_its_batches_and_bytes_in_flight_bounded() -> None:
     assert len(acked) == 40 and sum(n for _e, n in acked) == 40 * 3 * 2**20
 
     failing = Target()
-    sender = Sender(failing, (0, 1), b"", None, lambda entries, n: None)  # type: ignore[arg-type]
+    sender = Sender(failing, (0, 1), b"", None, lambda entries, n: None)  # type: ignore[arg-type]  # a fake bookie
     sender.send([(0, -1, b"x")])
     failing.callbacks.pop()(Status.FENCED, "no")
     with pytest.raises(LedgerError, match="FENCED"):
