@@ -30,7 +30,7 @@ from pyspark_ledger.protocol.digest import LedgerKeys
 from pyspark_ledger.protocol.distribution import byte_bounded_chunks
 from pyspark_ledger.protocol.entry_format import decode_entry
 from pyspark_ledger.protocol.invariants import ensure
-from pyspark_ledger.protocol.recovery_plan import REPLICATE_BATCH_BYTES_MAX, REPLICATE_BATCH_ENTRIES_MAX
+from pyspark_ledger.protocol.recovery_plan import REPLICATE_BATCH_ENTRIES_MAX
 
 if TYPE_CHECKING:
     from pyspark_ledger.ledger.context import LedgerContext
@@ -39,11 +39,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 COPY_TIMEOUT_S = 60.0
-# Bytes and batches one copy has sent and not yet had acknowledged. Four 4 MiB batches keep the
-# replacement's journal busy while the next window is read; a bookie refuses more than its
-# pending-add limit (64 MiB by default) at once, shared with every other writer.
-IN_FLIGHT_BYTES_MAX = 16 * 2**20
-IN_FLIGHT_BATCHES_MAX = 8
+# Bytes and batches one copy has sent and not yet had acknowledged. A replacement's journal writes
+# its adds in arrival order, so a writer's small add waits behind every copy byte queued there:
+# with 16 MiB per copy and 4 copies a running writer fell to 0.14 of its rate (1 GB bench), with
+# 4 MiB in batches of 1 MiB it keeps about half (issue 30's report). 4 MiB still covers a round
+# trip at the default 50 MB/s many times over.
+IN_FLIGHT_BYTES_MAX = 4 * 2**20
+IN_FLIGHT_BATCHES_MAX = 4
+COPY_BATCH_BYTES_MAX = 2**20  # also below a bookie's pending-add limit (64 MiB by default)
 READ_ANSWER_BYTES_MAX = 8 * 2**20  # per range read; the bookie caps it too (READ_RESPONSE_BYTES_MAX)
 READS_PER_SOURCE_MAX = 4096  # continued range reads of one bookie in one window (each returns >= 1 entry)
 
@@ -139,7 +142,7 @@ def copy_fragment_raw(context: LedgerContext, plan: FragmentCopy, new: str, keys
         got = _read_window(context, plan, key, keys, todo)
         items = [(e, lac, data) for e, (lac, data) in sorted(got.items())]
         for batch in byte_bounded_chunks(iter(items), lambda item: len(item[2]),
-                                         REPLICATE_BATCH_ENTRIES_MAX, REPLICATE_BATCH_BYTES_MAX):
+                                         REPLICATE_BATCH_ENTRIES_MAX, COPY_BATCH_BYTES_MAX):
             sender.send(batch)
         copied += len(items)
     sender.drain()
