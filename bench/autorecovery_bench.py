@@ -133,6 +133,8 @@ def main() -> None:
                     help="also run bulk rounds: a lost bookie holding this many GB (default LEDGER_REREPLICATION_GB, "
                          "else none)")
     ap.add_argument("--skip-small", action="store_true", help="only the bulk rounds")
+    ap.add_argument("--rereplication-rate-mb-s", type=float, default=None,
+                    help="the bulk rounds' service rate (default: the service's default, 50)")
     args = ap.parse_args()
     print(machine_speed_line())
     bulk: list[tuple[BulkResult, float, tuple[float, ...]]] = []
@@ -146,13 +148,15 @@ def main() -> None:
                 disk_mb_s = write_fsync_mb_s(tmp)  # the same disk, the same run, just before the round
                 work = Path(tmp) / f"bulk-{n}"
                 work.mkdir()
-                bulk.append((bulk_round(zk.uri(f"/bulk-{n}"), work, args.gb), disk_mb_s, os.getloadavg()))
+                extra = [] if args.rereplication_rate_mb_s is None else [
+                    "--rereplication-rate-mb-s", str(args.rereplication_rate_mb_s)]
+                bulk.append((bulk_round(zk.uri(f"/bulk-{n}"), work, args.gb, *extra), disk_mb_s, os.getloadavg()))
         finally:
             zk.stop()
     if results:
         print_small(args, results)
     if bulk:
-        print_bulk(args.gb, bulk)
+        print_bulk(args.gb, bulk, args.rereplication_rate_mb_s)
 
 
 def print_small(args: argparse.Namespace, results: list[dict[str, float]]) -> None:
@@ -165,9 +169,10 @@ def print_small(args: argparse.Namespace, results: list[dict[str, float]]) -> No
         print(f"{k:<24} {statistics.median(values):>12.2f}  {' '.join(f'{v:.2f}' for v in values)}")
 
 
-def print_bulk(gb: float, rounds: list[tuple[BulkResult, float, tuple[float, ...]]]) -> None:
-    print(f"\nbulk: a lost bookie holding {gb:g} GB (256 KiB entries, E3W3A2), ledger autorecovery at its default "
-          f"rate, a writer of 1 KiB adds on the other bookies; median of {len(rounds)} round(s)")
+def print_bulk(gb: float, rounds: list[tuple[BulkResult, float, tuple[float, ...]]], rate: float | None) -> None:
+    at = "its default rate (50 MB/s)" if rate is None else f"--rereplication-rate-mb-s {rate:g}"
+    print(f"\nbulk: a lost bookie holding {gb:g} GB (256 KiB entries, E3W3A2), ledger autorecovery at {at}, "
+          f"a writer of 1 KiB adds on the other bookies; median of {len(rounds)} round(s)")
     rows: dict[str, list[float]] = {}
     for r, disk_mb_s, load in rounds:
         floor = min(50.0, 0.5 * disk_mb_s / 3)
