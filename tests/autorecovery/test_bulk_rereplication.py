@@ -226,3 +226,34 @@ def test_sender_keeps_its_batches_and_bytes_in_flight_bounded() -> None:
     failing.callbacks.pop()(Status.FENCED, "no")
     with pytest.raises(LedgerError, match="FENCED"):
         sender.drain()
+
+
+def test_the_rate_reaches_the_service_from_its_flag_and_from_a_bookie(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from bookie import autorecovery_child
+    from bookie.config import ConfigError, build_parser, config_from_args
+    from pyspark_ledger.autorecovery.service import AutorecoverySettings
+
+    base = ["--metadata-uri", "sqlite:///x.db", "--data-dir", str(tmp_path)]
+    cfg = config_from_args(build_parser().parse_args([*base, "--rereplication-rate-mb-s", "12.5"]))
+    assert cfg.rereplication_rate_mb_s == 12.5
+    assert config_from_args(build_parser().parse_args(base)).rereplication_rate_mb_s == 50.0
+    with pytest.raises(ConfigError, match="--rereplication-rate-mb-s"):
+        config_from_args(build_parser().parse_args([*base, "--rereplication-rate-mb-s", "0"]))
+    started: list[list[str]] = []
+
+    class Child:
+        pid = 0
+
+        def __init__(self, cmd: list[str], **_: object) -> None:
+            started.append(cmd)
+
+    monkeypatch.setattr(autorecovery_child.subprocess, "Popen", Child)
+    autorecovery_child.start_autorecovery_child("sqlite:///x.db", 30.0, None,
+                                                rereplication_rate_mb_s=cfg.rereplication_rate_mb_s)
+    cmd = started[0]
+    assert cmd[cmd.index("--rereplication-rate-mb-s") + 1] == "12.5"
+    with pytest.raises(ValueError, match="--rereplication-rate-mb-s"):
+        AutorecoverySettings(rereplication_rate_mb_s=0).validate()
+    assert main(["--metadata-uri", f"sqlite://{tmp_path / 'm.db'}", "autorecovery",
+                 "--rereplication-rate-mb-s", "-1"]) != 0
