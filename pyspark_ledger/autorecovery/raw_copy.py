@@ -184,29 +184,22 @@ def _read_from(context: LedgerContext, bookie_id: str, key: tuple[int, int], key
         try:
             if context.pool.faults.drop("read", bookie_id):  # the client's test seam
                 raise LedgerError(f"read to {bookie_id} dropped")
-            resp = context.pool.get(bookie_id).read_runs(key, nxt, last, max_entries=min(last - nxt + 1, 65_536),
-                                                         max_bytes=READ_ANSWER_BYTES_MAX, timeout_s=COPY_TIMEOUT_S,
-                                                         master_key=keys.master_key)
+            status, items = _answer(context.pool.get(bookie_id), key, nxt, last, keys.master_key)
         except PySparkLedgerError as exc:
             _note(problems, wanted, nxt, last, f"{bookie_id}: {exc}")
             return
-        if resp.status != Status.OK:
-            _note(problems, wanted, nxt, last, f"{bookie_id}: status {Status(resp.status).name}")
+        if status != Status.OK:
+            _note(problems, wanted, nxt, last, f"{bookie_id}: status {Status(status).name}")
             return
         answered_to = nxt - 1
-        for run in resp.runs:
-            offset = 0
-            for i, length in enumerate(run.lengths):
-                e = run.first_entry_id + i
-                data = run.data[offset:offset + length]
-                offset += length
-                answered_to = max(answered_to, e)
-                if e in wanted and e not in got:
-                    _keep(keys, key, bookie_id, e, data, got, problems)
-        for e, status in zip(resp.entry_ids, resp.entry_status):
+        for e, entry_status, data in items:
             answered_to = max(answered_to, e)
-            if e in wanted:
-                problems.setdefault(e, []).append(f"{bookie_id}: {Status(status).name}")
+            if e not in wanted or e in got:
+                continue
+            if entry_status == Status.OK and data is not None:
+                _keep(keys, key, bookie_id, e, data, got, problems)
+            else:
+                problems.setdefault(e, []).append(f"{bookie_id}: {Status(entry_status).name}")
         if answered_to < nxt:
             _note(problems, wanted, nxt, last, f"{bookie_id}: an empty answer")
             return
@@ -214,7 +207,32 @@ def _read_from(context: LedgerContext, bookie_id: str, key: tuple[int, int], key
     raise LedgerError(f"reading {entries[0]}..{entries[-1]} from {bookie_id} took over {READS_PER_SOURCE_MAX} reads")
 
 
-def _keep(keys: LedgerKeys, key: tuple[int, int], bookie_id: str, entry_id: int, data: memoryview,
+AnswerItem = tuple[int, int, "bytes | memoryview | None"]  # entry id, status, stored bytes when OK
+
+
+def _answer(bookie: BookieClient, key: tuple[int, int], first: int, last: int,
+            master_key: bytes) -> tuple[int, list[AnswerItem]]:
+    """One range read, in runs. A bookie that predates run answers (ReadRequest.entry_runs is a
+    field it does not know) answers entry by entry, its OK entries then listed by id without
+    their bytes: those are read again the old way (one bytes field per entry)."""
+    resp = bookie.read_runs(key, first, last, max_entries=min(last - first + 1, 65_536),
+                            max_bytes=READ_ANSWER_BYTES_MAX, timeout_s=COPY_TIMEOUT_S, master_key=master_key)
+    items: list[AnswerItem] = []
+    for run in resp.runs:
+        offset = 0
+        for i, length in enumerate(run.lengths):
+            items.append((run.first_entry_id + i, int(Status.OK), run.data[offset:offset + length]))
+            offset += length
+    others = list(zip(resp.entry_ids, resp.entry_status))
+    if resp.status != Status.OK or not any(st == Status.OK for _e, st in others):
+        return resp.status, items + [(e, st, None) for e, st in others]
+    old = bookie.read(key, first, last, max_entries=min(last - first + 1, 65_536), max_bytes=READ_ANSWER_BYTES_MAX,
+                      master_key=master_key, timeout_s=COPY_TIMEOUT_S)
+    return old.status, [(e, st, data if st == Status.OK else None)
+                        for e, st, data in zip(old.entry_ids, old.entry_status, old.entries)]
+
+
+def _keep(keys: LedgerKeys, key: tuple[int, int], bookie_id: str, entry_id: int, data: bytes | memoryview,
           got: dict[int, tuple[int, bytes]], problems: dict[int, list[str]]) -> None:
     raw = bytes(data)  # the one copy out of the answer: what the add request carries
     try:

@@ -257,3 +257,41 @@ def test_the_rate_reaches_the_service_from_its_flag_and_from_a_bookie(tmp_path: 
         AutorecoverySettings(rereplication_rate_mb_s=0).validate()
     assert main(["--metadata-uri", f"sqlite://{tmp_path / 'm.db'}", "autorecovery",
                  "--rereplication-rate-mb-s", "-1"]) != 0
+
+
+def test_a_bookie_without_run_answers_is_read_entry_by_entry() -> None:
+    """A survivor of a release before ReadRequest.entry_runs answers entry by entry (its OK entries
+    listed by id, without bytes, in the run-parsed answer): the copy reads those the old way,
+    and still checks each entry's digest (a damaged one goes to the problems, not the copy)."""
+    from types import SimpleNamespace
+
+    from bookie.proto import bookie_pb2 as pb
+    from pyspark_ledger.autorecovery import raw_copy
+    from pyspark_ledger.protocol.digest import LedgerKeys
+    from pyspark_ledger.protocol.entry_format import encode_entry
+    from pyspark_ledger.transport.bookie_pool import Faults
+    from pyspark_ledger.transport.run_response import RunResponse
+
+    keys = LedgerKeys.from_password("crc32c", b"")
+    stored_bytes = {e: encode_entry(keys.digest, 0, 7, e, e - 1, 10 * (e + 1), b"payload %d" % e) for e in range(5)}
+    stored_bytes[3] = stored_bytes[3][:-1] + b"X"  # damaged on this bookie
+
+    class OldBookie:
+        bookie_id = "old"
+
+        def read_runs(self, key: object, first: int, last: int, **_: object) -> RunResponse:
+            ids = list(range(first, last + 1))
+            return RunResponse(int(Status.OK), "", -1, ids, [int(Status.OK)] * len(ids), [])
+
+        def read(self, key: object, first: int, last: int, **_: object) -> pb.ReadResponse:
+            ids = list(range(first, last + 1))
+            return pb.ReadResponse(status=int(Status.OK), entry_ids=ids, entry_status=[int(Status.OK)] * len(ids),
+                                   entries=[stored_bytes[e] for e in ids])
+
+    context = SimpleNamespace(pool=SimpleNamespace(faults=Faults(), get=lambda _b: OldBookie()))
+    got: dict[int, tuple[int, bytes]] = {}
+    problems: dict[int, list[str]] = {}
+    raw_copy._read_from(context, "old", (0, 7), keys, [1, 2, 3, 4], got, problems)  # type: ignore[arg-type]  # a fake context
+    assert {e: data for e, (_lac, data) in got.items()} == {e: stored_bytes[e] for e in (1, 2, 4)}
+    assert got[2][0] == 1, "the LAC comes from the entry's header"
+    assert list(problems) == [3] and "digest" in problems[3][0]
