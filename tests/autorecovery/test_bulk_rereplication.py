@@ -159,6 +159,8 @@ def test_the_rate_bounds_a_copy_through_the_command(cluster: LocalCluster, capsy
         assert check_every_copy(client, Written({lid: data})) == 3 * len(data)
     assert main(["--metadata-uri", cluster.metadata_uri, "recover", "--bookie", a, "--rate-mb-s", "0"]) != 0
     assert "--rate-mb-s" in capsys.readouterr().err
+    assert main(["--metadata-uri", cluster.metadata_uri, "recover", "--bookie", a, "--parallel", "0"]) != 0
+    assert "--parallel" in capsys.readouterr().err
 
 
 def test_pace_shares_one_rate_between_threads() -> None:
