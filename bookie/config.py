@@ -95,6 +95,7 @@ class BookieConfig:
     # Run the autorecovery service next to this bookie (bookie/autorecovery_child.py).
     autorecovery: bool = False
     lost_bookie_grace_s: float = 30.0
+    rereplication_rate_mb_s: float = 50.0  # the child's --rereplication-rate-mb-s: copy bytes/s, all workers
     # Failure domain, `zone/rack` or `rack`, registered for rack-aware placement (docs/deployment.md#racks).
     rack: str | None = None
 
@@ -140,6 +141,8 @@ class BookieConfig:
                 "or --host to one of this machine's addresses")
         if self.minor_compaction_interval_s < 0 or self.major_compaction_interval_s < 0:
             raise ConfigError("--minor-compaction-interval-s and --major-compaction-interval-s must be >= 0")
+        if not 0 < self.rereplication_rate_mb_s <= 100_000:
+            raise ConfigError(f"--rereplication-rate-mb-s must be in (0, 100000], got {self.rereplication_rate_mb_s}")
         if self.scrub_interval_s < 0 or self.scrub_rate_mb_s <= 0:
             raise ConfigError("--scrub-interval-s must be >= 0 and --scrub-rate-mb-s > 0")
         if not 1 <= self.entry_log_size_mb <= ENTRY_LOG_SIZE_MB_MAX:
@@ -224,6 +227,8 @@ _FLAG_HELP = {
     "autorecovery": "also run the autorecovery service (auditor candidate and replication workers, "
                     "docs/autorecovery.md) as a child process of this bookie",
     "lost_bookie_grace_s": "with --autorecovery: a bookie down this long is lost (default 30)",
+    "rereplication_rate_mb_s": "with --autorecovery: re-replication copies at most this many MB/s in all "
+                               "(a token bucket its workers share; default 50)",
     "rack": "failure domain of this bookie, 'zone/rack' or 'rack' (default none); placement spreads each "
             "entry's copies over racks (docs/deployment.md#racks)",
     "require_read_auth": "reads (Read, ReadLac) need the ledger's master key or an operator identity",

@@ -146,8 +146,9 @@ class BookieServer:
             self.disk_monitor.start()
             self.gc = start_gc(self.storage, self.store, cfg)
             if cfg.autorecovery:
-                self.autorecovery = start_autorecovery_child(cfg.metadata_uri, cfg.lost_bookie_grace_s,
-                                                             cfg.operator_secret_file)
+                self.autorecovery = start_autorecovery_child(
+                    cfg.metadata_uri, cfg.lost_bookie_grace_s, cfg.operator_secret_file,
+                    rereplication_rate_mb_s=cfg.rereplication_rate_mb_s)
             self.scrubber = start_scrubber(self.storage, self.store, cfg, self.bookie_id, self.metrics)
         except BaseException:
             self.stop()
