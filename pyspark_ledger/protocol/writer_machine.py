@@ -78,6 +78,9 @@ class StopKind(enum.Enum):
     FAILED = "failed"  # the driver's own failure (transport, metadata store, session)
 
 
+_WRITING = Phase.WRITING  # a module global: cheaper than the enum's attribute on the per-entry path
+
+
 @dataclass(frozen=True, slots=True)
 class Stop:
     """The writer stopped for good: `victims` (every entry in flight) fail, later adds fail too."""
@@ -174,7 +177,8 @@ class WriterMachine:
         """A new entry (the next id, with `write_set_for` its id), carrying `lac`. With `direct`
         (the driver could send it at once) returns True if it may go out now, ahead of nothing;
         otherwise it is queued in the outbox and False is returned."""
-        ensure(self.phase is Phase.WRITING and self.stopped is None, "adds are accepted only while writing")
+        if self.phase is not _WRITING or self.stopped is not None:  # ensure(), inlined: once per entry
+            raise InvariantError("adds are accepted only while writing")
         adds = self.adds
         adds.append(p)  # ensures the id is the next one
         self.last_add_s = now_s
