@@ -138,6 +138,7 @@ class WriteHandle(ReadHandle):
         self._add_timeout_s = context.add_timeout_s
         self._completing: deque[_Pending] = deque()
         self._completion_lock = threading.Lock()
+        self._close_lock = threading.Lock()
         self._sender = threading.Thread(target=self._run_sender, name=f"ledger-sender {metadata.ledger_id}", daemon=True)
         self._sender.start()
 
@@ -208,6 +209,10 @@ class WriteHandle(ReadHandle):
 
     def close(self, close_context: CloseContext | None = None) -> None:
         """Wait (bounded) for outstanding adds, then seal the ledger at the last acknowledged entry."""
+        with self._close_lock:  # one close at a time: a second caller gets the first one's outcome
+            self._close(close_context)
+
+    def _close(self, close_context: CloseContext | None) -> None:
         machine = self._machine
         with self._cond:
             if self._closed:
