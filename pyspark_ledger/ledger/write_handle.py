@@ -396,9 +396,10 @@ class WriteHandle(ReadHandle):
             self._notify_all()  # the sender sends the re-queued entries on its next round
         self._drain_completions()
 
-    def _pick_replacement(self, ensemble: Sequence[str], candidates: Sequence[str]) -> str | None:
+    def _pick_replacement(self, ensemble: Sequence[str], candidates: Sequence[str], failed: str) -> str | None:
         try:
-            return self._ctx.placement.replacement(ensemble, candidates)
+            return self._ctx.placement.replacement(ensemble, candidates, failed=failed,
+                                                   write_quorum_size=self._metadata.write_quorum_size)
         except NotEnoughBookiesError:
             return None
 

@@ -5,11 +5,13 @@ only prints acknowledgements until it is killed. Payloads: fault_check.encode("o
 
   OPENED <epoch> / ACK <seq> / READY / SENT <n> / ERROR <seq> <error>
 
-Usage: python -m pyspark_ledger.testing.takeover_writer URI LOG COUNT SIZE ACKED_FIRST
+Usage: LEDGER_METADATA_URI=URI python -m pyspark_ledger.testing.takeover_writer LOG COUNT SIZE ACKED_FIRST
+(the URI, which may carry the ZooKeeper secret, in the environment: never on a command line)
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from concurrent.futures import Future
@@ -20,11 +22,12 @@ from pyspark_ledger.testing.fault_check import encode
 
 ADD_TIMEOUT_S = 60.0  # no ensemble change while the test holds bookies stopped
 LIFETIME_S = 300.0  # bounded even if nobody kills it
+METADATA_URI_ENV = "LEDGER_METADATA_URI"
 
 
 def main() -> None:
-    uri, name = sys.argv[1], sys.argv[2]
-    count, size, acked_first = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    uri, name = os.environ[METADATA_URI_ENV], sys.argv[1]
+    count, size, acked_first = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     out_lock = threading.Lock()
 
     def say(line: str) -> None:

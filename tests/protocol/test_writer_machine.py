@@ -21,7 +21,7 @@ from pyspark_ledger.protocol.writer_machine import (
 )
 
 
-def first_candidate(ensemble: Sequence[str], candidates: Sequence[str]) -> str | None:
+def first_candidate(ensemble: Sequence[str], candidates: Sequence[str], failed: str) -> str | None:
     return candidates[0] if candidates else None
 
 

@@ -156,7 +156,9 @@ class SimWriter(Actor):
     def _begin_change(self) -> None:
         rng = self.world.rng
 
-        def pick(ensemble: Sequence[str], candidates: Sequence[str]) -> str | None:
+        def pick(ensemble: Sequence[str], candidates: Sequence[str], failed: str) -> str | None:
+            if self.cluster.placement is not None:
+                return self.cluster.placement.replacement(ensemble, candidates, failed, self.machine.write_quorum_size)
             return rng.choice(list(candidates)) if candidates else None
 
         cmd = self.machine.begin_change(self.cluster.writable_bookies(), pick)
