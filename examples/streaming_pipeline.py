@@ -32,7 +32,7 @@ WARMUP_EVENTS = 20
 
 def produce(client: LedgerClient, log: str, events: int, rate: float, started: threading.Event,
             warmed_up: threading.Event) -> None:
-    with client.open_log_writer(log, rollover_entries=5_000) as writer:
+    with client.open_log_writer(log, rollover_entries=5_000, batching=False) as writer:
         started.set()
         # A few events first, so that the query's first micro-batch (Python workers starting,
         # the JVM warming up) is not part of the measurement.
@@ -51,7 +51,7 @@ def run(uri: str, events: int, rate: float, work: Path) -> None:
     source, sink = "events", "events_enriched"
     spark = local_spark_session("ledger-streaming-pipeline")
     with LedgerClient(uri) as client:
-        client.open_log_writer(source).close()  # the source log must exist before the query starts
+        client.open_log_writer(source, batching=False).close()  # the source log must exist before the query starts
         raw = spark.readStream.format("ledger").option("metadataServiceUri", uri).option("log", source).load()
         enriched = (
             raw.select(F.from_json(F.col("payload").cast("string"), EVENT).alias("e"))
