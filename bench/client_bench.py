@@ -7,7 +7,12 @@ In the same run, a 3-node NATS JetStream cluster (replicas=3, Python nats-py, as
 measured with the same payloads (bench/nats_baseline.py; needs Debian's nats-server and nats-py,
 and is skipped with a note if they are missing).
 
+LogWriter rows (bench/log_writer_rows.py): batched and unbatched messages of 100 B and 1 KiB from
+one producer and four, p50/p99 of a batched message at 10% and 90% of peak, and medians of
+alternating batched/unbatched rounds of 100-byte messages (issue 30).
+
     python bench/client_bench.py [--entries 100000] [--latency-adds 2000] [--no-nats]
+                                 [--log-messages 300000] [--log-rounds 3] [--no-log-writer]
 """
 
 from __future__ import annotations
@@ -71,6 +76,9 @@ def main() -> None:
     ap.add_argument("--entries", type=int, default=100_000)
     ap.add_argument("--latency-adds", type=int, default=2_000)
     ap.add_argument("--no-nats", action="store_true")
+    ap.add_argument("--log-messages", type=int, default=300_000, help="messages per batched LogWriter run")
+    ap.add_argument("--log-rounds", type=int, default=3, help="alternating batched/unbatched rounds")
+    ap.add_argument("--no-log-writer", action="store_true", help="skip the LogWriter rows")
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="client-bench-") as tmp:
@@ -85,6 +93,10 @@ def main() -> None:
                         p50, p99 = latencies[size]
                         rows.append(("pyspark-ledger E3/W3/A2", size, rate, p50, p99,
                                      "acked after fdatasync (group commit) on 2 of 3 bookies"))
+                    if not args.no_log_writer:
+                        from log_writer_rows import rows as log_writer_rows
+
+                        rows += log_writer_rows(client, args.log_messages, args.log_rounds)
     if not args.no_nats:
         try:
             from nats_baseline import NatsCluster, measure
