@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark_ledger.cli.output import print_json
 from pyspark_ledger.cli.passwords import add_password_args
+from pyspark_ledger.errors import PySparkLedgerError
 
 if TYPE_CHECKING:
     from pyspark_ledger.client import LedgerClient
@@ -23,7 +24,7 @@ READ_LIMIT_DEFAULT = 1000
 READ_LIMIT_MAX = 10_000_000
 
 
-class ReadArgsError(ValueError):
+class ReadArgsError(PySparkLedgerError, ValueError):
     """A bad --from or --limit (the shell prints it, naming the flag, and exits 1)."""
 
 

@@ -35,7 +35,7 @@ class Position:
             d = json.loads(d)
         try:
             return cls(int(d["seq"]), int(d["entry"]), LedgerId.from_qualified_name(d["ledger"]),  # type: ignore[index]  # bad JSON: TypeError below
-                       int(d.get("index", 0)))  # type: ignore[union-attr]
+                       int(d.get("index", 0)))  # type: ignore[union-attr]  # bad JSON: AttributeError below
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"not a log position: {d!r} (expected {{\"seq\": n, \"ledger\": hex, \"entry\": n, "
                              f"\"index\": n}}; index optional)") from exc

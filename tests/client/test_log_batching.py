@@ -79,7 +79,7 @@ def test_bytes_bound_linger_and_flush(client: LedgerClient) -> None:
     for bad in ({"batch_max_messages": 0}, {"batch_max_messages": 10_001}, {"batch_max_bytes": 0},
                 {"batch_max_delay_ms": -1}):
         with pytest.raises(ValueError, match=next(iter(bad))):
-            client.open_log_writer("bounds", **bad)  # type: ignore[arg-type]
+            client.open_log_writer("bounds", **bad)  # type: ignore[arg-type]  # one keyword per case
 
 
 def test_a_batch_never_spans_ledgers_across_rollovers(client: LedgerClient) -> None:
