@@ -29,9 +29,10 @@ sys.path.insert(0, {bench!r})
 from client_bench import throughput
 from pyspark_ledger.client import LedgerClient
 uri, size, total, kind = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+cpu0 = time.process_time()
 with LedgerClient(uri) as client:
     if kind == "handle":
-        print(throughput(client, size, total))
+        rate = throughput(client, size, total)
     else:
         import inspect
         kw = {{"batching": False}} if "batching" in inspect.signature(client.open_log_writer).parameters else {{}}
@@ -44,16 +45,19 @@ with LedgerClient(uri) as client:
             window.append(w.append_async(payload))
         for f in window:
             f.result(timeout=60)
-        print(total / (time.perf_counter() - start))
+        rate = total / (time.perf_counter() - start)
         w.close()
+print(rate, (time.process_time() - cpu0) / total * 1e6)
 """
 
 
-def measure(tree: Path, uri: str, size: int, total: int, kind: str) -> float:
+def measure(tree: Path, uri: str, size: int, total: int, kind: str) -> tuple[float, float]:
+    """(adds/s, client CPU µs per add including the client's start) of one child run."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run([sys.executable, "-c", CHILD.format(bench=str(HERE)), uri, str(size), str(total), kind],
                          env=env, capture_output=True, text=True, timeout=900, check=True)
-    return float(out.stdout.strip().splitlines()[-1])
+    rate, cpu_us = out.stdout.strip().splitlines()[-1].split()
+    return float(rate), float(cpu_us)
 
 
 def main() -> None:
@@ -71,15 +75,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="before-after-") as tmp, LocalZooKeeper(Path(tmp) / "zk") as zk, \
             LocalCluster(3, metadata_uri=zk.uri("/ab"), work_dir=Path(tmp) / "cluster") as cluster:
         for kind in ("handle", "log"):
-            got: dict[str, list[float]] = {"before": [], "after": []}
+            got: dict[str, list[tuple[float, float]]] = {"before": [], "after": []}
             for r in range(args.rounds):
                 order = ("before", "after") if r % 2 == 0 else ("after", "before")
                 for name in order:
                     got[name].append(measure(trees[name], cluster.metadata_uri, args.size, args.entries, kind))
-            b, a = statistics.median(got["before"]), statistics.median(got["after"])
+            b, a = (statistics.median(x for x, _ in got[n]) for n in ("before", "after"))
+            bc, ac = (statistics.median(c for _, c in got[n]) for n in ("before", "after"))
             print(f"{kind:>6} {args.size} B E3W3A2 unbatched, medians of {args.rounds} alternating rounds: "
-                  f"before {b:,.0f}/s, after {a:,.0f}/s, after/before {a / b:.3f} "
-                  f"(rounds before {[round(x) for x in got['before']]}, after {[round(x) for x in got['after']]})")
+                  f"before {b:,.0f}/s, after {a:,.0f}/s, after/before {a / b:.3f}; client CPU per add "
+                  f"before {bc:.1f} us, after {ac:.1f} us, after/before {ac / bc:.3f} "
+                  f"(rates before {[round(x) for x, _ in got['before']]}, after {[round(x) for x, _ in got['after']]})")
 
 
 if __name__ == "__main__":

@@ -173,4 +173,8 @@ def test_a_position_built_from_a_row_is_a_log_position(spark: SparkSession, uri:
     with client.open_log_writer(log_name, batching=False) as w:
         written = [w.append(str(i).encode()) for i in range(5)]
     row = load(spark, uri, log=log_name).orderBy("entry").collect()[3]
-    assert Position.from_json(position_after(row)) == written[3]  # same seq, entry and ledger
+    assert Position.from_json({k: v for k, v in position_after(row).items() if k != "index"}) == written[3]
+    # With its index (the message after the row's, Position.index): after entry 3, before entry 4.
+    after = Position.from_json(position_after(row))
+    assert (after.seq, after.entry_id, after.ledger_id, after.index) == (written[3].seq, 3, written[3].ledger_id, 1)
+    assert written[3] < after < written[4]
