@@ -34,3 +34,9 @@ def test_version(module: str, name: str) -> None:
     out = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"{name} {importlib.metadata.version('pyspark-ledger')}"
+
+
+def test_logs_read_is_a_command_with_from_and_limit() -> None:
+    args = ledger_parser().parse_args(["logs", "read", "events", "--from", '{"seq": 0}', "--limit", "5", "--json"])
+    assert (args.logs_command, args.name, args.start, args.limit, args.json) == ("read", "events", '{"seq": 0}', 5, True)
+    assert ledger_parser().parse_args(["logs", "read", "events"]).limit == 1000
