@@ -26,17 +26,17 @@ from google.protobuf.message import DecodeError
 from bookie.add_handler import AddHandler, encode_add_response
 from bookie.proto import bookie_pb2 as pb
 from bookie.proto.add_framing import (
-    HELLO,
     HELLO_BYTES,
-    VERSION,
     FrameReader,
     FramingError,
     frame,
+    hello,
     parse_hello,
     prepare_socket,
     recv_exactly,
     start_frames,
 )
+from bookie.proto.versions import OUR_RANGE
 from bookie.tls import cert_identity
 
 log = logging.getLogger(__name__)
@@ -157,12 +157,15 @@ class AddListener:
             prepare_socket(conn)
             conn.settimeout(HELLO_TIMEOUT_S)
             conn = self._secure(conn, peer)
-            version = parse_hello(recv_exactly(conn, HELLO_BYTES))
-            conn.sendall(HELLO)  # our version: a client of another version closes and says so
-            if version != VERSION:
-                log.warning("add connection closed peer=%s reason=client speaks add protocol version %d, this bookie %d",
-                            peer, version, VERSION)
+            asked = parse_hello(recv_exactly(conn, HELLO_BYTES))
+            if asked not in OUR_RANGE:
+                # Our highest: a newer client that speaks it too (it read a registration of ours
+                # from before a downgrade) reconnects asking for it; any other names both and stops.
+                conn.sendall(hello(OUR_RANGE.high))
+                log.warning("add connection closed peer=%s reason=client asks for wire version %d, this bookie speaks %s",
+                            peer, asked, OUR_RANGE)
                 return
+            conn.sendall(hello(asked))  # accepted: every frame of this connection is of that version
             start_frames(conn)  # an idle client may stay connected (keepalive notices a dead one)
             frames = FrameReader(conn)
             while (body := frames.read()) is not None:

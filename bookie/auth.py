@@ -4,8 +4,9 @@ Two kinds of right:
 - the right to a ledger: the request carries the ledger's master key (derived from the ledger
   password by the client; the bookie keeps the key the ledger was created with);
 - an operator identity: the cluster secret (`--operator-secret-file`, sent by clients as the gRPC
-  metadata OPERATOR_SECRET_HEADER) or a mutual-TLS client certificate whose identity is listed in
-  `--operator-identities`. Autorecovery and the admin shell use it, so they need no per-ledger
+  metadata OPERATOR_SECRET_HEADER) or a mutual-TLS client certificate one of whose identities
+  (each SAN, else the CN, a value of its own: bookie.tls.grpc_peer_identities) equals, whole, a
+  name listed in `--operator-identities`. Autorecovery and the admin shell use it, so they need no per-ledger
   password.
 
 Secrets are compared in constant time (hmac.compare_digest) and never logged or put in a
@@ -29,7 +30,7 @@ from prometheus_client import Counter
 from bookie.errors import BookieError
 from bookie.metrics import Metrics
 from bookie.proto.wire import OPERATOR_SECRET_HEADER
-from bookie.tls import grpc_peer_identity
+from bookie.tls import can_decode_peer_certificates, grpc_peer_identities, identity_problem
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,23 @@ def read_secret_file(path: str | Path, what: str) -> bytes:
     return secret
 
 
+def operator_names(identities: str | None) -> frozenset[str]:
+    """The configured --operator-identities (comma-separated), each checked by
+    bookie.tls.identity_problem: a name that could never match a certificate whole (a wildcard,
+    a control character, an empty item between commas, ...) is refused at start, named."""
+    if not identities or not identities.strip():
+        return frozenset()
+    names = [n.strip() for n in identities.split(",")]
+    for name in names:
+        problem = identity_problem(name)
+        if problem is not None:
+            raise AuthConfigError(f"--operator-identities: {name!r} is not a certificate identity: {problem}")
+    if not can_decode_peer_certificates():
+        raise AuthConfigError("--operator-identities: this Python cannot decode client certificates exactly "
+                              "(ssl's certificate decoder is missing); use --operator-secret-file")
+    return frozenset(names)
+
+
 @dataclass(frozen=True)
 class AuthPolicy:
     """The bookie's authorization settings (bookie/config.py flags)."""
@@ -70,8 +88,7 @@ class AuthPolicy:
     @classmethod
     def from_settings(cls, secret_file: str | None, identities: str | None, require_read_auth: bool) -> AuthPolicy:
         secret = read_secret_file(secret_file, "operator secret") if secret_file else None
-        names = frozenset(n.strip() for n in (identities or "").split(",") if n.strip())
-        return cls(secret, names, require_read_auth)
+        return cls(secret, operator_names(identities), require_read_auth)
 
     @property
     def has_operator(self) -> bool:
@@ -133,8 +150,8 @@ class Authorizer:
             if hmac.compare_digest(secret, self.policy.operator_secret):
                 return True
         if self.policy.operator_identities:
-            identity = grpc_peer_identity(context)
-            return any(name in self.policy.operator_identities for name in identity.split(",") if name)
+            return any(identity_problem(name) is None and name in self.policy.operator_identities
+                       for name in grpc_peer_identities(context))
         return False
 
     def may_use_ledger(self, context: grpc.ServicerContext, stored_key: bytes | None, presented_key: bytes) -> bool:
@@ -150,7 +167,7 @@ class Authorizer:
         """Count and abort the call: UNAUTHENTICATED when it carried no credential at all,
         PERMISSION_DENIED when it carried a wrong one."""
         self.refusals.count(op)
-        carried = bool(presented_key) or self.presented_secret(context) is not None or bool(grpc_peer_identity(context))
+        carried = bool(presented_key) or self.presented_secret(context) is not None or bool(grpc_peer_identities(context))
         code = grpc.StatusCode.PERMISSION_DENIED if carried else grpc.StatusCode.UNAUTHENTICATED
         log.info("request refused op=%s ledger=%s code=%s", op, ledger, code.name)
         context.abort(code, f"{op} refused for{_ledger_name(ledger) or ' this bookie'}: needs {needs}")

@@ -14,12 +14,13 @@ import argparse
 import logging
 import tomllib
 from dataclasses import dataclass, fields
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any, cast
 
 from bookie.errors import BookieError
+from bookie.proto.versions import RELEASE
+from metadata.errors import InvalidMetadataError
+from metadata.registry import check_rack
 
 # Every response is bounded; gRPC messages must fit these.
 GRPC_MESSAGE_BYTES_MAX = 64 * 2**20
@@ -90,6 +91,8 @@ class BookieConfig:
     # Run the autorecovery service next to this bookie (bookie/autorecovery_child.py).
     autorecovery: bool = False
     lost_bookie_grace_s: float = 30.0
+    # Failure domain, `zone/rack` or `rack`, registered for rack-aware placement (docs/deployment.md#racks).
+    rack: str | None = None
 
     def validate(self) -> None:
         if not 0 <= self.port < 65536:
@@ -127,6 +130,11 @@ class BookieConfig:
                               "client certificates")
         if self.grpc_workers < 4:
             raise ConfigError("--grpc-workers must be at least 4")
+        if self.rack is not None:
+            try:
+                check_rack(self.rack)
+            except InvalidMetadataError as exc:
+                raise ConfigError(f"--rack: {exc}") from exc
         if self.max_entry_size_bytes <= 0 or self.max_entry_size_bytes > GRPC_MESSAGE_BYTES_MAX // 2:
             raise ConfigError(f"--max-entry-size-bytes must be in 1..{GRPC_MESSAGE_BYTES_MAX // 2}")
 
@@ -185,16 +193,17 @@ _FLAG_HELP = {
     "autorecovery": "also run the autorecovery service (auditor candidate and replication workers, "
                     "docs/autorecovery.md) as a child process of this bookie",
     "lost_bookie_grace_s": "with --autorecovery: a bookie down this long is lost (default 30)",
+    "rack": "failure domain of this bookie, 'zone/rack' or 'rack' (default none); placement spreads each "
+            "entry's copies over racks (docs/deployment.md#racks)",
     "require_read_auth": "reads (Read, ReadLac) need the ledger's master key or an operator identity",
 }
 
 
 def installed_version() -> str:
-    """The installed pyspark-ledger version ("dev" when run from a checkout that is not installed)."""
-    try:
-        return package_version("pyspark-ledger")
-    except PackageNotFoundError:
-        return "dev"
+    """The version of the code that runs (bookie/proto/versions.py), not of the installed package's
+    metadata: an editable install's metadata keeps the version it was installed with, and in a
+    mixed-version cluster the registration and Info must say which code a bookie runs."""
+    return RELEASE
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -29,10 +29,12 @@ from bookie.autorecovery_child import start_autorecovery_child, stop_autorecover
 from bookie.config import BookieConfig, ConfigError, build_parser, config_from_args, installed_version
 from bookie.cookie import CookieMismatchError, delete_cookie, verify_or_create_cookie
 from bookie.disk_monitor import DiskMonitor
+from bookie.format_follower import FormatFollower
 from bookie.gc_service import start_gc
 from bookie.malloc_tuning import tune_malloc
 from bookie.metrics import Metrics, serve_metrics
 from bookie.proto import bookie_pb2_grpc as pb_grpc
+from bookie.proto.versions import WIRE_VERSION_MAX, WIRE_VERSION_MIN
 from bookie.scrub_service import start_scrubber
 from bookie.scrubber import Scrubber
 from bookie.service import BookieService
@@ -68,6 +70,7 @@ class BookieServer:
         self.scrubber: Scrubber | None = None  # bookie/scrub_service.py
         self.metrics_server: Any = None
         self.autorecovery: Any = None  # `ledger autorecovery` as a child process (--autorecovery)
+        self.format_follower: FormatFollower | None = None  # storage_format_version (docs/upgrading.md)
         self.port = cfg.port
         self.bookie_id = cfg.bookie_id or f"{cfg.host}:{cfg.port}"
         self._stopped = threading.Event()
@@ -98,6 +101,8 @@ class BookieServer:
             self.bookie_id = cfg.bookie_id or f"{cfg.host}:{self.port}"
             cookie = verify_or_create_cookie(self.store, self.bookie_id, [cfg.data_dir])
             self.storage = BookieStorage.open(_storage_config(cfg))
+            # Before any add: the cluster setting says which on-disk format to write.
+            self.format_follower = FormatFollower(self.store, self.storage.set_write_format)
             service = BookieService(self.storage, self.bookie_id, installed_version(), cookie.instance_id, self.metrics,
                                     data_dir=cfg.data_dir, auth=auth)
             pb_grpc.add_BookieServicer_to_server(service, server)
@@ -150,6 +155,9 @@ class BookieServer:
             # The storage lock proves no other process serves this data dir, so a stale
             # registration with our instance id is our own previous (killed) process.
             instance_id=instance_id,
+            rack=cfg.rack or "",
+            wire_version_min=WIRE_VERSION_MIN,
+            wire_version_max=WIRE_VERSION_MAX,
         )
 
     def _install_gauges(self) -> None:
@@ -243,6 +251,8 @@ class BookieServer:
             self.add_listener.close(timeout_s=self.cfg.shutdown_grace_s)
         if self.metrics_server is not None:
             self.metrics_server.shutdown()
+        if self.format_follower is not None:
+            self.format_follower.close()
         if self.storage is not None:
             self.storage.close()
         self.store.close()

@@ -28,6 +28,7 @@ from bookie.auth import Authorizer, AuthPolicy, AuthRefusals
 from bookie.metrics import Metrics
 from bookie.proto import bookie_pb2 as pb
 from bookie.proto import bookie_pb2_grpc as pb_grpc
+from bookie.proto.versions import WIRE_VERSION_MAX, WIRE_VERSION_MIN
 from bookie.status import Status
 from bookie.storage import BookieStorage
 
@@ -198,6 +199,7 @@ class BookieService(pb_grpc.BookieServicer):
             bookie_id=self.bookie_id, version=self.version, read_only=self.storage.read_only,
             free_bytes=max(total - used, 0), total_bytes=total, uncertain=self.storage.uncertain,
             ledger_count=len(self.storage.ledgers()), instance_id=self.instance_id,
+            wire_version_min=WIRE_VERSION_MIN, wire_version_max=WIRE_VERSION_MAX,
         )
 
     # ---- admin (ledger bookieinfo, ledger triggergc) -------------------------------------------

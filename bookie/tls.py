@@ -3,11 +3,14 @@ listener, and the verified client identity for authorization.
 
 With --tls-client-auth (mutual TLS) a client must present a certificate signed by --tls-ca;
 its identity is then available to the service:
-- gRPC handlers: `grpc_peer_identity(context)` (from context.auth_context(): the certificate's
-  subject alternative names, else its common name);
+- gRPC handlers: `grpc_peer_identities(context)` (from context.auth_context(): each of the
+  certificate's subject alternative names, else its common name, as a value of its own);
 - the add listener: `AddListener.peer_identities()` (per connection, from getpeercert()), and
   every connection's log lines name it.
-Nothing authorizes by identity yet (issue 21, item 2).
+bookie/auth.py authorizes operators by these values, each compared whole with a configured name
+(issue 31, item 1): the values are never joined into one string and split again, and a value
+that fails identity_problem() (separators, wildcards, control characters, empty, too long) never
+matches.
 
 Certificates are reloaded without a restart: both listeners look at the --tls-cert, --tls-key and
 --tls-ca files before each new connection's handshake, and when one changed (replaced, rewritten)
@@ -18,10 +21,15 @@ certificate) leave the previous certificate in use, with a warning, until they c
 
 from __future__ import annotations
 
+import _ssl
+import functools
 import logging
 import os
+import re
 import ssl
+import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -143,26 +151,87 @@ def _configure(ctx: ssl.SSLContext, cert: str, key: str, ca: str | None, client_
     return ctx
 
 
-def cert_identity(cert: dict[str, Any] | None) -> str:
-    """A verified peer certificate's identity (getpeercert()): its SANs, else its subject CN;
-    "" for no certificate."""
+# A certificate identity that may name an operator: letters, digits and the punctuation of DNS
+# names, URIs and e-mail addresses, starting with a letter or digit. No separator (",", ";",
+# whitespace), wildcard ("*", "?"), quote, control character or empty value, at most
+# IDENTITY_CHARS_MAX characters: such a value is compared whole and never as a list or pattern.
+IDENTITY_CHARS_MAX = 253
+_IDENTITY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@:/+-]*")
+
+
+def identity_problem(name: str) -> str | None:
+    """Why `name` can never be an operator identity (None: it can). Used for the configured names
+    (refused at start) and for the presented ones (never matched)."""
+    if not name:
+        return "an empty name"
+    if len(name) > IDENTITY_CHARS_MAX:
+        return f"longer than {IDENTITY_CHARS_MAX} characters"
+    if _IDENTITY.fullmatch(name) is None:
+        return ("a character other than letters, digits and . _ @ : / + - (or not starting with a letter "
+                "or digit): separators, wildcards, spaces and control characters never name an operator")
+    return None
+
+
+def cert_identities(cert: dict[str, Any] | None) -> tuple[str, ...]:
+    """A verified peer certificate's identities (getpeercert()): each DNS, URI and e-mail SAN as
+    its own value, else the subject's common names; () for no certificate. Values are never
+    joined: an identity matches one of them whole (a SAN "mallory,ops" is not "ops")."""
     if not cert:
-        return ""
-    sans = [value for kind, value in cert.get("subjectAltName", ()) if kind in ("DNS", "URI", "email")]
+        return ()
+    sans = tuple(str(value) for kind, value in cert.get("subjectAltName", ()) if kind in ("DNS", "URI", "email"))
     if sans:
-        return ",".join(sans)
-    for rdn in cert.get("subject", ()):
-        for name, value in rdn:
-            if name == "commonName":
-                return str(value)
-    return ""
+        return sans
+    return tuple(str(value) for rdn in cert.get("subject", ()) for name, value in rdn if name == "commonName")
+
+
+def display_identities(identities: tuple[str, ...]) -> str:
+    """For logs and listings only, never for a decision: one plain name as is, else each value
+    quoted and escaped (a newline or comma in a name cannot forge a log line or a second name)."""
+    if len(identities) == 1 and identity_problem(identities[0]) is None:
+        return identities[0]
+    return " ".join(ascii(value) for value in identities)
+
+
+def cert_identity(cert: dict[str, Any] | None) -> str:
+    """The identities of cert_identities() as one display string (logs, peer listings); ""
+    for no certificate. Authorization uses the tuple, never this string."""
+    return display_identities(cert_identities(cert))
+
+
+# The stdlib's certificate decoder (the one behind SSLSocket.getpeercert(), exposed for its own
+# tests): it keeps a name's bytes whole. gRPC's auth context does not: it cuts a SAN at a NUL
+# byte, so a certificate for "ledger-operator\x00x" would show as "ledger-operator".
+_DECODE_CERT_FILE: Callable[[str], dict[str, Any]] | None = getattr(_ssl, "_test_decode_cert", None)
+DECODED_CERTS_MAX = 256  # distinct client certificates whose names are kept decoded
+
+
+def can_decode_peer_certificates() -> bool:
+    """Whether grpc_peer_identities() can read names exactly (else it reports none: fail closed)."""
+    return _DECODE_CERT_FILE is not None
+
+
+@functools.lru_cache(maxsize=DECODED_CERTS_MAX)
+def _pem_identities(pem: bytes) -> tuple[str, ...]:
+    if _DECODE_CERT_FILE is None:
+        return ()
+    with tempfile.NamedTemporaryFile(prefix="peer-cert-", suffix=".pem") as f:  # a public certificate
+        f.write(pem)
+        f.flush()
+        try:
+            return cert_identities(_DECODE_CERT_FILE(f.name))
+        except (ssl.SSLError, ValueError) as exc:
+            log.warning("cannot decode a verified client certificate; it names no one error=%s", exc)
+            return ()
+
+
+def grpc_peer_identities(context: grpc.ServicerContext) -> tuple[str, ...]:
+    """The verified client certificate's identities of a gRPC call as cert_identities() gives them
+    (each SAN, else each common name, a value of its own), decoded from the certificate itself
+    rather than from gRPC's name fields (which cut a name at a NUL byte); () without mutual TLS."""
+    pems = context.auth_context().get("x509_pem_cert")
+    return _pem_identities(bytes(pems[0])) if pems else ()
 
 
 def grpc_peer_identity(context: grpc.ServicerContext) -> str:
-    """The verified client certificate's identity of a gRPC call ("" without mutual TLS)."""
-    auth = context.auth_context()
-    for key in ("x509_subject_alternative_name", "x509_common_name"):
-        values = auth.get(key)
-        if values:
-            return ",".join(v.decode() for v in values)
-    return ""
+    """grpc_peer_identities() as one display string (display_identities); "" without mutual TLS."""
+    return display_identities(grpc_peer_identities(context))

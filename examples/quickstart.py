@@ -11,7 +11,8 @@ default ~/.pyspark-ledger/metadata.db, and 3 `bookie` processes on loopback), th
 
 No metadataServiceUri option is given: the data source's default is the same embedded store.
 The bookies stop when the script exits; the data stays in the home directory (delete it to
-start from nothing).
+start from nothing). `ledger standalone` starts the same bookies again and keeps them up, so
+the shell and Spark can read what this wrote; while it runs, this script uses its bookies.
 
     python3 examples/quickstart.py
 """
@@ -24,23 +25,38 @@ import time
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from metadata.embedded_store import embedded_path_from_env_default
+from pyspark_ledger.cli.standalone_pidfile import running_standalone
 from pyspark_ledger.testing.local_cluster import LocalCluster, local_spark_session
 
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     started = time.monotonic()
+    home = embedded_path_from_env_default().parent
+    standalone_pid = running_standalone(home)
+    if standalone_pid is not None:  # `ledger standalone` already runs these bookies on this data
+        print(f"using the standalone cluster running on {home} (pid {standalone_pid})")
+        spark_run()
+        print(f"done in {time.monotonic() - started:.1f} s")
+        return
     with LocalCluster.embedded(3) as cluster:
         print(f"embedded cluster: {cluster.metadata_uri} and {len(cluster.bookies)} bookies "
               f"({', '.join(b.address for b in cluster.bookies)})")
-        # Registers the `ledger` source by hand: Spark also finds it by itself when pyspark_ledger
-        # is a top-level module on the workers' sys.path, but this works for every kind of install.
-        spark = local_spark_session("ledger-quickstart", conf={"spark.ui.showConsoleProgress": "false"})
-        try:
-            run(spark)
-        finally:
-            spark.stop()
+        spark_run()
     print(f"done in {time.monotonic() - started:.1f} s")
+    print("The bookies stopped with this script; the data stays. To read it again (`ledger readledger 1`, "
+          "`ledger logs list`, spark.read.format(\"ledger\")), keep the same cluster up with: ledger standalone")
+
+
+def spark_run() -> None:
+    # The `ledger` source: Spark finds it by itself when pyspark_ledger is a top-level module on the
+    # workers' sys.path; local_spark_session registers it by hand when Spark did not.
+    spark = local_spark_session("ledger-quickstart", conf={"spark.ui.showConsoleProgress": "false"})
+    try:
+        run(spark)
+    finally:
+        spark.stop()
 
 
 def orders(spark: SparkSession, first: int, count: int):

@@ -15,7 +15,7 @@ from typing import Any
 from metadata.errors import InvalidMetadataError
 
 U64_MAX = 2**64 - 1
-_QUALIFIED_RE = re.compile(r"^[0-9a-fA-F]{32}$")
+_QUALIFIED_RE = re.compile(r"[0-9a-fA-F]{32}")
 
 
 def _check_u64(name: str, value: Any) -> int:
@@ -48,7 +48,7 @@ class LedgerId:
 
     @classmethod
     def from_qualified_name(cls, name: str) -> LedgerId:
-        if not isinstance(name, str) or not _QUALIFIED_RE.match(name):
+        if not isinstance(name, str) or not _QUALIFIED_RE.fullmatch(name):
             raise InvalidMetadataError(
                 f"not a ledger qualified name (32 hex digits expected): {name!r}"
             )
@@ -78,9 +78,9 @@ class LedgerId:
             return cls(_check_u64("scope id", value[0]), _check_u64("ledger id", value[1]))
         if isinstance(value, str):
             text = value.strip()
-            if _QUALIFIED_RE.match(text):
+            if _QUALIFIED_RE.fullmatch(text):
                 return cls.from_qualified_name(text)
-            if text.isdigit():
+            if text.isascii() and text.isdigit():  # not "١٢" (Unicode digits int() would take)
                 return cls(0, int(text))
             raise InvalidMetadataError(
                 f"not a ledger id: {value!r} (expected a decimal id or 32 hex digits)"

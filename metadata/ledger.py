@@ -13,13 +13,15 @@ Persisting a new value is always a compare-and-set on the stored version (see me
 from __future__ import annotations
 
 import enum
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from metadata.context import CloseContext, CreateContext, now_ms
 from metadata.errors import IllegalStateTransitionError, InvalidMetadataError
 from metadata.ids import LedgerId
+from metadata.password_digest import check_password as password_matches
+from metadata.password_digest import legacy_password_digest
+from metadata.password_digest import password_digest as new_password_digest
 from metadata.quorum import QuorumConfig, validate_quorum
 
 # Version of the stored metadata format this code writes. Readers refuse newer versions.
@@ -50,13 +52,6 @@ class DigestType(enum.Enum):
         except ValueError:
             names = ", ".join(d.value for d in cls)
             raise InvalidMetadataError(f"unknown digest type {value!r} (expected one of {names})") from None
-
-
-def password_digest(password: bytes) -> bytes:
-    """What metadata keeps of a ledger password: a salted SHA-256, never the password itself.
-
-    Used to reject a wrong password with a clear error before talking to any bookie."""
-    return hashlib.sha256(b"pyspark-ledger/password-check\x00" + password).digest()
 
 
 class FrozenMapping(dict[str, bytes]):
@@ -165,7 +160,11 @@ class LedgerMetadata:
         create_context: CreateContext | None = None,
         custom: Mapping[str, bytes] | None = None,
         ctime_ms: int | None = None,
+        salted_digest: bool = True,
     ) -> LedgerMetadata:
+        """salted_digest False keeps the password digest in the format release 0.1.0 checks
+        (metadata.password_digest): clients follow the cluster setting salted_password_digests."""
+        digest = new_password_digest(password) if salted_digest else legacy_password_digest(password)
         return cls(
             ledger_id=ledger_id,
             ensemble_size=quorum.ensemble_size,
@@ -173,7 +172,7 @@ class LedgerMetadata:
             ack_quorum_size=quorum.ack_quorum_size,
             segments=(Segment(0, tuple(ensemble)),),
             digest_type=DigestType.parse(digest_type),
-            password_digest=password_digest(password),
+            password_digest=digest,
             ctime_ms=now_ms() if ctime_ms is None else ctime_ms,
             create_context=create_context,
             custom=custom or {},
@@ -215,7 +214,9 @@ class LedgerMetadata:
         return {b for seg in self.segments for b in seg.bookies}
 
     def check_password(self, password: bytes) -> bool:
-        return not self.password_digest or password_digest(password) == self.password_digest
+        """Whether `password` is the ledger's (metadata.password_digest: salted, either format;
+        cached per process). Raises UnknownPasswordDigestError for a digest of a newer client."""
+        return password_matches(self.password_digest, password)
 
     # ---- state changes (each returns a new value) ---------------------------------------------
 

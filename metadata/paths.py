@@ -14,6 +14,7 @@
     /autorecovery/bookies/<bookie id>                  the auditor's view of a bookie (state, since when)
     /autorecovery/scan                                 the auditor's scan cursor (a new auditor resumes it)
     /autorecovery/swaps/<qualified name>/<fragment>_<bookie>  a prepared replica swap (two-phase change)
+    /cluster/settings                                  settings every client and bookie shares (JSON, metadata.cluster_settings)
 
 Ledger ids: the 128-bit id (scope id, then ledger id) is written as 32 hex digits and cut into
 eight levels of 4 hex digits. No parent ever holds more than 65,536 children, however many
@@ -47,12 +48,13 @@ LEDGER_RESHAPES = "/autorecovery/reshapes"  # expand / contract records (pyspark
 STAGING = "/staging"  # Spark writes (pyspark_ledger/datasource/writer.py, streaming.py)
 STAGING_ROUTES = "/staging-routes"  # Spark writes with a `log` column (pyspark_ledger/datasource/routed_writer.py)
 SINK_EPOCHS = "/sink-epochs"  # the writer epoch each streaming query's run holds (datasource/sink_epoch.py)
+CLUSTER_SETTINGS = "/cluster/settings"  # metadata/cluster_settings.py: one JSON object, unknown keys kept
 SINK_PROGRESS = "/sink-progress"  # what each streaming query appended (datasource/sink_progress.py)
 
 LEDGER_PATH_LEVELS = 8
 SCOPE_PATH_LEVELS = 4
-_LEVEL_RE = re.compile(r"^[0-9a-f]{4}$")
-_NAME_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,255}$")
+_LEVEL_RE = re.compile(r"[0-9a-f]{4}")
+_NAME_RE = re.compile(r"[A-Za-z0-9._:\-]{1,255}")
 
 
 def ledger_path(lid: LedgerId) -> str:
@@ -69,14 +71,14 @@ def ledger_id_from_path(path: str) -> LedgerId:
     if not path.startswith(LEDGERS + "/"):
         raise InvalidMetadataError(f"not a ledger path: {path}")
     parts = path[len(LEDGERS) + 1 :].split("/")
-    if len(parts) != LEDGER_PATH_LEVELS or not all(_LEVEL_RE.match(p) for p in parts):
+    if len(parts) != LEDGER_PATH_LEVELS or not all(_LEVEL_RE.fullmatch(p) for p in parts):
         raise InvalidMetadataError(f"not a ledger path: {path}")
     return LedgerId.from_qualified_name("".join(parts))
 
 
 def check_name(kind: str, name: str) -> str:
     """Bookie ids, log names and counters become one path component: keep them to a safe alphabet."""
-    if not isinstance(name, str) or not _NAME_RE.match(name) or name in (".", ".."):
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or name in (".", ".."):
         raise InvalidMetadataError(
             f"bad {kind} name {name!r}: use 1-255 characters from letters, digits, '.', '_', ':', '-'"
         )

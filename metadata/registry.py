@@ -9,15 +9,33 @@ from __future__ import annotations
 import builtins
 import json
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 from metadata.context import now_ms
-from metadata.errors import CorruptMetadataError
+from metadata.errors import CorruptMetadataError, InvalidMetadataError
 from metadata.paths import BOOKIES_AVAILABLE, bookie_path, check_name
 from metadata.store import MetadataStore, Registration, Watch
 
 log = logging.getLogger(__name__)
+
+_RACK_PART_RE = re.compile(r"[A-Za-z0-9._:\-]{1,64}")
+
+
+def check_rack(rack: str) -> str:
+    """A failure domain as `zone/rack` or `rack` (a leading '/' is dropped, BookKeeper writes
+    `/region/rack`); "" means none given. Returns the normal form, or InvalidMetadataError."""
+    if not isinstance(rack, str):
+        raise InvalidMetadataError(f"bad rack {rack!r}: not a string")
+    name = rack.strip().removeprefix("/")
+    if not name:
+        return ""
+    parts = name.split("/")
+    if len(parts) > 2 or not all(_RACK_PART_RE.fullmatch(p) for p in parts):
+        raise InvalidMetadataError(f"bad rack {rack!r}: use 'zone/rack' or 'rack', each 1-64 characters from "
+                                   "letters, digits, '.', '_', ':', '-'")
+    return name
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,10 +48,16 @@ class BookieInfo:
     version: str = ""
     metrics_address: str = ""
     instance_id: str = ""  # from the bookie's cookie: the same instance restarting may replace its stale registration
+    # The wire versions the bookie speaks (bookie/proto/versions.py); 0 = not advertised: a bookie
+    # of release 0.1.0, which speaks version 1 only. Older readers ignore both fields.
+    wire_version_min: int = 0
+    wire_version_max: int = 0
     registered_ms: int = field(default_factory=now_ms)
+    rack: str = ""  # failure domain, `zone/rack` or `rack` ("" = none given); placement spreads copies over racks
 
     def __post_init__(self) -> None:
         check_name("bookie id", self.bookie_id)
+        object.__setattr__(self, "rack", check_rack(self.rack))
 
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
@@ -44,7 +68,7 @@ class BookieInfo:
             raw = json.loads(data.decode())
             known = {k: raw[k] for k in cls.__dataclass_fields__ if k in raw}  # newer fields are ignored
             return cls(**known)
-        except (ValueError, TypeError, UnicodeDecodeError) as exc:
+        except (ValueError, TypeError, UnicodeDecodeError, InvalidMetadataError) as exc:
             raise CorruptMetadataError(f"bookie {bookie_id}: unreadable registration: {exc}") from exc
 
 
@@ -61,7 +85,8 @@ class BookieRegistration:
             return
         self.info = replace(self.info, read_only=read_only)
         self._handle.update(self.info.to_bytes())
-        log.warning("bookie state changed bookie=%s read_only=%s", self.info.bookie_id, read_only)
+        # Routine: the bookie's storage already warned when it turned read-only (and why).
+        log.info("bookie state changed bookie=%s read_only=%s", self.info.bookie_id, read_only)
 
     @property
     def registered(self) -> bool:

@@ -27,6 +27,7 @@ from metadata.context import CloseContext, CloseReason, CreateContext, Party
 from metadata.errors import CorruptMetadataError, MetadataError, UnsupportedFormatVersionError
 from metadata.ids import LedgerId
 from metadata.ledger import METADATA_FORMAT_VERSION, DigestType, LedgerMetadata, LedgerState, Segment
+from metadata.password_digest import UnknownPasswordDigestError
 
 MAGIC = b"PLMD"
 _HEADER = struct.Struct(">4sHHII")
@@ -257,6 +258,15 @@ def close_context_json(k: CloseContext | None) -> dict[str, Any] | None:
     }
 
 
+def _has_password(meta: LedgerMetadata) -> bool:
+    """Whether opening needs a password other than the empty one (a digest of a newer client's
+    format: assumed so)."""
+    try:
+        return bool(meta.password_digest) and not meta.check_password(b"")
+    except UnknownPasswordDigestError:
+        return True
+
+
 def to_json_dict(meta: LedgerMetadata) -> dict[str, Any]:
     """A readable rendering for the admin shell (`ledgermetadata --json`). Never includes secrets."""
     return {
@@ -269,7 +279,7 @@ def to_json_dict(meta: LedgerMetadata) -> dict[str, Any]:
         "lastEntryId": meta.last_entry_id,
         "lengthBytes": meta.length_bytes,
         "digestType": meta.digest_type.value,
-        "hasPassword": bool(meta.password_digest) and not meta.check_password(b""),
+        "hasPassword": _has_password(meta),
         "ctime": _time(meta.ctime_ms),
         "sealTime": _time(meta.seal_time_ms),
         "ensembles": [{"firstEntryId": s.first_entry_id, "bookies": list(s.bookies)} for s in meta.segments],

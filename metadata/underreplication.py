@@ -3,7 +3,8 @@
     /underreplicated/<qualified name>   JSON {ledger, lostBookies, sinceMs, reason, markedBy}
 
 The auditor (pyspark_ledger.autorecovery) writes a mark for every ledger with a fragment on a
-lost bookie; `ledger decommissionbookie` writes marks for a bookie that is to leave. Replication
+lost bookie, and for every closed ledger whose write sets span too few racks (the bookies to
+move off); `ledger decommissionbookie` writes marks for a bookie that is to leave. Replication
 workers clear a mark once every named bookie is gone from the ledger's ensembles. Every change is
 a compare-and-set, so a worker never clears a mark the auditor extended meanwhile (a second lost
 bookie): the delete names the version the worker read.
@@ -24,6 +25,9 @@ from metadata.store import MetadataStore, RetryPolicy
 
 REASON_LOST = "lost"  # the bookie's registration has been gone longer than the grace period
 REASON_DECOMMISSION = "decommission"  # an operator asked for the bookie's fragments to move
+# The ledger's write sets span too few racks: move these bookies' copies to other racks
+# (pyspark_ledger/autorecovery/placement_scan.py). Only CLOSED ledgers are marked so.
+REASON_MISPLACED = "misplaced"
 
 
 @dataclass(frozen=True, slots=True)

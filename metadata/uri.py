@@ -25,7 +25,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 from metadata.errors import InvalidUriError
 from metadata.store import MetadataStore
 
-_HOST_RE = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.\-]+):(\d{1,5})$")
+_HOST_RE = re.compile(r"(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.\-]+):([0-9]{1,5})")
 DEFAULT_ZK_ROOT = "/ledgers"
 _ZK_PARAMS = {"session_timeout_ms", "connect_timeout_ms", "op_timeout_ms"}
 _SQLITE_PARAMS = {"ttl_ms", "poll_ms"}
@@ -69,6 +69,18 @@ def zk_auth(uri: str, environ: dict[str, str] | None = None) -> tuple[str, str] 
     if scheme not in ZK_AUTH_SCHEMES or not user or not secret:
         raise InvalidUriError("zk_auth must be digest:user:secret or sasl:user:secret")
     return scheme, credential
+
+
+def split_zk_auth(uri: str) -> tuple[str, str | None]:
+    """`uri` without its zk_auth parameter (a plain str), and that parameter's value (None when it
+    has none). A process started with the URI gets the first on its command line and the second
+    in its environment (ZK_AUTH_ENV): a command line is readable by every local user."""
+    plain = uri[:]
+    base, found = _split_tls(plain.strip())
+    auth = found.pop(ZK_AUTH_PARAM, None)
+    if auth is None:
+        return plain, None
+    return (base + ("&" if "?" in base else "?") + urlencode(found)) if found else base, auth
 
 
 def with_client_params(uri: str, params: dict[str, str]) -> str:
@@ -138,7 +150,7 @@ def _int_params(uri: str, query: str, allowed: set[str]) -> dict[str, int]:
     for key, value in parse_qsl(query, keep_blank_values=True):
         if key not in allowed:
             raise InvalidUriError(f"unknown parameter {key!r} in metadata URI {uri!r} (known: {', '.join(sorted(allowed))})")
-        if not value.isdigit() or int(value) <= 0:
+        if not (value.isascii() and value.isdigit()) or int(value) <= 0:
             raise InvalidUriError(f"parameter {key!r} in metadata URI {uri!r} must be a positive integer, got {value!r}")
         params[key] = int(value)
     return params
@@ -163,7 +175,7 @@ def parse_uri(uri: str) -> StoreUri:
             raise InvalidUriError(f"malformed ZooKeeper URI {uri!r}: no host:port given")
         hosts = netloc.split(",")
         for h in hosts:
-            m = _HOST_RE.match(h)
+            m = _HOST_RE.fullmatch(h)
             if not m or not 0 < int(m.group(2)) < 65536:
                 raise InvalidUriError(f"malformed ZooKeeper URI {uri!r}: bad host:port {h!r}")
         root = path_part.rstrip("/") or DEFAULT_ZK_ROOT

@@ -3,6 +3,8 @@ for SASL credentials a confirmed login."""
 
 from __future__ import annotations
 
+import logging
+
 from kazoo.client import KazooClient
 from kazoo.exceptions import AuthFailedError, KazooException
 from kazoo.handlers.threading import KazooTimeoutError
@@ -10,6 +12,41 @@ from kazoo.retry import KazooRetry
 
 from metadata.errors import MetadataError, MetadataUnavailableError
 from metadata.zk_acl import SessionAuth, kazoo_auth_options, kazoo_logger
+
+log = logging.getLogger(__name__)
+
+# What kazoo's connection loop logs at WARNING on every failed attempt while it reconnects
+# (with ZooKeeper down: one line per host per retry, a dozen before a call gives up). The store
+# says it once instead (ZooKeeperStore: connection lost; start_client: not reachable); these go
+# to INFO. With the unbounded retry below, kazoo gives up ("Failed connecting to Zookeeper within
+# the connection retry policy") only when the store stops it, after saying why itself: INFO too.
+# A login refused ("AUTH_FAILED closing") and the rest stay at WARNING.
+KAZOO_RECONNECT_CHATTER = frozenset({
+    "Connection dropped: %s", "Connection time-out: %s", "Transition to CONNECTING", "Session has expired",
+    "Found a RW server, dropping connection", "Failed connecting to Zookeeper within the connection retry policy.",
+})
+
+
+class _QuietReconnects(logging.Filter):
+    """Turns kazoo's reconnect chatter into INFO records (dropped when the logger is above INFO)."""
+
+    def __init__(self, logger: logging.Logger):
+        super().__init__()
+        self._logger = logger
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.WARNING and record.msg in KAZOO_RECONNECT_CHATTER:
+            record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
+            return self._logger.isEnabledFor(logging.INFO)
+        return True
+
+
+def quiet_kazoo_logger() -> logging.Logger:
+    """kazoo_logger() (credentials redacted) with its reconnect chatter at INFO."""
+    logger = kazoo_logger()
+    if not any(isinstance(f, _QuietReconnects) for f in logger.filters):
+        logger.addFilter(_QuietReconnects(logger))
+    return logger
 
 
 def start_client(
@@ -29,7 +66,7 @@ def start_client(
         hosts=hosts,
         timeout=session_timeout_s,
         connection_retry=KazooRetry(max_tries=-1, max_delay=2.0),
-        logger=kazoo_logger(),
+        logger=quiet_kazoo_logger(),
         **kazoo_auth_options(auth),
     )
     session_auth = SessionAuth(client, uri, auth)
@@ -42,6 +79,8 @@ def start_client(
         client.close()
         if session_auth.rejected:
             raise session_auth.authentication_failed("login") from None
+        # The one line at WARNING for it (kazoo's attempts went to INFO); then the clean error.
+        log.warning("ZooKeeper not reachable hosts=%s within %g s", hosts, connect_timeout_s)
         raise MetadataUnavailableError(
             f"could not connect to ZooKeeper at {hosts} within {connect_timeout_s:g} s (metadata service {uri})"
         ) from None

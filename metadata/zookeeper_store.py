@@ -441,10 +441,15 @@ class ZooKeeperStore(MetadataStore):
 
     def _on_state(self, state: str) -> None:
         # Runs on kazoo's thread: never block here, only signal.
+        since = self._disconnected_since
         if state == KazooState.CONNECTED:
+            if since is not None:
+                log.info("ZooKeeper connection back hosts=%s after=%.1fs", self.hosts, time.monotonic() - since)
             self._disconnected_since = None
-        elif self._disconnected_since is None:
+        elif since is None:
             self._disconnected_since = time.monotonic()
+            if not self._stop.is_set():  # once per outage: kazoo's per-attempt lines are at INFO (zk_session.py)
+                log.warning("ZooKeeper connection lost hosts=%s; reconnecting, calls wait %gs", self.hosts, self.op_timeout_s)
         if state == KazooState.LOST and not self._stop.is_set() and not self._session_auth.rejected:
             log.warning("ZooKeeper session expired hosts=%s; registrations will be re-created", self.hosts)
             with self._reg_lock:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"  # = bookie.proto.versions.RELEASE (not imported here: this module stays cheap)
 
 # gRPC's fork handlers (on by default in grpcio) restart its poller thread in every forked child.
 # A child that then execs, as pyspark starts its JVM (subprocess with preexec_fn: a real fork),

@@ -28,6 +28,7 @@ from metadata import (
     QuorumConfig,
     open_store,
 )
+from metadata.cluster_settings import ClusterSettings, ClusterSettingsWatch
 from metadata.log_record import LogRecord
 from metadata.logs import LogManager
 from metadata.uri import printable, tls_params, with_zk_auth
@@ -38,7 +39,7 @@ from pyspark_ledger.ledger.read_handle import ReadHandle
 from pyspark_ledger.ledger.recovery import recover_ledger
 from pyspark_ledger.ledger.write_handle import WriteHandle
 from pyspark_ledger.protocol.digest import master_key
-from pyspark_ledger.protocol.placement import PlacementPolicy, RandomPlacement
+from pyspark_ledger.protocol.placement import PlacementPolicy, RackAwarePlacement, RackRules
 from pyspark_ledger.transport.bookie_pool import BookiePool
 from pyspark_ledger.transport.credentials import operator_secret_from
 from pyspark_ledger.transport.tls import TlsSettings
@@ -92,7 +93,9 @@ class LedgerClient:
         self.registry = BookieRegistry(self.store)
         self.pool = BookiePool(self.registry, add_timeout_s=add_timeout_s, rpc_timeout_s=rpc_timeout_s, tls=tls,
                                operator_secret=operator_secret_from(operator_secret))
-        self.placement: PlacementPolicy = placement or RandomPlacement()
+        # Rack-aware unless the caller brings its own: racks come with the registry listing the
+        # pool reads for every placement anyway; the rule from the cluster settings (below).
+        self.placement: PlacementPolicy = placement or RackAwarePlacement(lambda: self.pool.racks)
         self.add_timeout_s = add_timeout_s
         self.explicit_lac_interval_ms = explicit_lac_interval_ms
         # What the handles, recovery and autorecovery see of this client (never the client itself).
@@ -102,6 +105,18 @@ class LedgerClient:
         self.context = LedgerContext(self.ledgers, self.pool, self.placement, add_timeout_s=add_timeout_s,
                                      explicit_lac_interval_ms=explicit_lac_interval_ms, metrics=self.metrics)
         self._handles: list[ReadHandle] = []
+        # Read now and on every change (a store watch): the settings every client shares.
+        self._settings_watch = ClusterSettingsWatch(self.store, self._settings_changed)
+
+    @property
+    def cluster_settings(self) -> ClusterSettings:
+        """The cluster settings as last seen (metadata/cluster_settings.py): fresh within a watch's delay."""
+        return self._settings_watch.current
+
+    def _settings_changed(self, settings: ClusterSettings) -> None:
+        log.debug("cluster settings seen settings=%s", dict(settings.values))
+        if isinstance(self.placement, RackAwarePlacement):
+            self.placement.rules = RackRules(settings.min_racks_per_write_quorum, settings.enforce_min_racks)
 
     def create_ledger(
         self,
@@ -122,13 +137,15 @@ class LedgerClient:
         quorum = QuorumConfig(ensemble_size, write_quorum_size, ack_quorum_size)
         pw = _password(password)
         if ensemble is None:
-            ensemble = self.placement.new_ensemble(ensemble_size, self.pool.writable())
+            ensemble = self.placement.new_ensemble(ensemble_size, self.pool.writable(),
+                                                   write_quorum_size=write_quorum_size)
         elif len(ensemble) != ensemble_size or len(set(ensemble)) != ensemble_size:
             raise LedgerError(f"an explicit ensemble needs {ensemble_size} distinct bookies, got {ensemble}")
         for _ in range(CREATE_ID_COLLISIONS_MAX):
             lid = self.ledgers.allocate_ledger_id(scope_id)
             meta = LedgerMetadata.new(lid, quorum, ensemble, digest_type=digest_type, password=pw,
-                                      create_context=create_context, custom=custom)
+                                      create_context=create_context, custom=custom,
+                                      salted_digest=self.cluster_settings.salted_password_digests)
             try:
                 version = self.ledgers.create(meta)
                 break
@@ -251,6 +268,7 @@ class LedgerClient:
             except Exception:
                 log.debug("handle close failed", exc_info=True)
         self._handles.clear()
+        self._settings_watch.close()
         self.pool.close()
         self.store.close()
 

@@ -56,6 +56,11 @@ class NotEnoughBookiesError(LedgerError):
     retriable = True
 
 
+class NotEnoughRacksError(NotEnoughBookiesError):
+    """enforce_min_racks is on and the writable bookies span too few racks for a write set
+    (protocol/placement.py); the message names the racks with and without writable bookies."""
+
+
 class LedgerFencedError(LedgerError):
     """The ledger was fenced or closed by someone else: this writer may not add any more."""
 

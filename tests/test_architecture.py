@@ -1,4 +1,5 @@
-"""Layering (DESIGN.md): imports point down only, and the client works without pyspark or a JVM."""
+"""Layering (docs/architecture.md, "Which way imports go"): imports point down only, and the client
+works without pyspark or a JVM."""
 
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ def test_packages_import_without_pyspark_or_grpc_side_effects() -> None:
     assert out.stdout.strip() == "", f"importing the base packages pulled in {out.stdout.strip()}"
 
 
-# ---- the client's rooms (DESIGN.md "Layers") ------------------------------------------------------
+# ---- the client's rooms (docs/architecture.md "The rooms") ---------------------------------------
 
 CLIENT = "pyspark_ledger"
 
@@ -147,7 +148,7 @@ def test_no_import_circles_in_the_client() -> None:
     assert cycle is None, "import circle: " + " -> ".join(cycle or [])
 
 
-# The protocol room is pure (DESIGN.md): no I/O, threads, clocks or metadata store, so the
+# The protocol room is pure (docs/architecture.md): no I/O, threads, clocks or metadata store, so the
 # deterministic simulator can drive the very code production runs. `random` is allowed: the
 # simulator passes seeded Random objects. The bare `metadata` package is out too: it re-exports
 # the stores and the registry, so `from metadata import X` would hide which part is used (name
@@ -184,3 +185,47 @@ def test_room_files_stay_small() -> None:
         if (n := len(f.read_text().splitlines())) > ROOM_FILE_LINES_MAX
     ]
     assert not big, f"files over {ROOM_FILE_LINES_MAX} lines:\n" + "\n".join(big)
+
+
+# The storage engine is made of parts (docs/storage.md): each file one part or one format, under
+# a tighter cap than the other rooms.
+STORAGE_FILE_LINES_MAX = 400
+NO_MIXIN_PACKAGES = ("bookie", "metadata", CLIENT)
+
+
+def test_storage_files_stay_small() -> None:
+    big = [
+        f"{f.relative_to(REPO)}: {n} lines"
+        for f in py_files("bookie/storage")
+        if (n := len(f.read_text().splitlines())) > STORAGE_FILE_LINES_MAX
+    ]
+    assert not big, f"files over {STORAGE_FILE_LINES_MAX} lines:\n" + "\n".join(big)
+
+
+def mixin_classes(source: str) -> list[str]:
+    """Classes named *Mixin, and classes that take a *Mixin base (a mixin under another name
+    still shows where it is mixed in)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef):
+            bases = [b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else ""
+                     for b in node.bases]
+            if node.name.endswith("Mixin") or any(b.endswith("Mixin") for b in bases):
+                found.append(node.name)
+    return found
+
+
+def test_mixin_check_finds_a_mixin() -> None:
+    assert mixin_classes("class ReadsMixin:\n    pass\n") == ["ReadsMixin"]
+    assert mixin_classes("class Engine(a.ReadsMixin, Base):\n    pass\n") == ["Engine"]
+    assert mixin_classes("class Engine(Base):\n    pass\n") == []
+
+
+def test_no_mixin_classes() -> None:
+    bad = [
+        f"{f.relative_to(REPO)}: {name}"
+        for package in NO_MIXIN_PACKAGES
+        for f in py_files(package)
+        for name in mixin_classes(f.read_text())
+    ]
+    assert not bad, "mixin classes (build objects with narrow interfaces instead):\n" + "\n".join(bad)

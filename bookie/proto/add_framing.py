@@ -1,11 +1,14 @@
 """Framing of the plain-TCP add transport (docs/add-transport.md), shared by bookie and client.
 
-A connection opens with an 8-byte hello each way (magic, then the protocol version as a
-big-endian u32); after it, each side sends frames: a big-endian u32 body length, then the body,
-a serialized bookie.proto AddRequest (client to bookie) or AddResponse (bookie to client). The
-bookie answers every request with exactly one response, in order. The messages are the gRPC Add
-stream's; only gRPC's framing, HTTP/2 and its threads are left out, which is most of an add's
-latency in Python (see bench/grpc_transport_bench.py).
+A connection opens with an 8-byte hello each way (magic, then a wire version as a big-endian
+u32, bookie/proto/versions.py): the client's names the version it asks for, the highest both
+sides support by the bookie's advertised range; the bookie's echoes it when the bookie speaks it,
+else names the bookie's highest and the bookie closes. After it, each side sends frames: a
+big-endian u32 body length, then the body, a serialized bookie.proto AddRequest (client to
+bookie) or AddResponse (bookie to client). The bookie answers every request with exactly one
+response, in order. The messages are the gRPC Add stream's; only gRPC's framing, HTTP/2 and its
+threads are left out, which is most of an add's latency in Python (see
+bench/grpc_transport_bench.py).
 """
 
 from __future__ import annotations
@@ -16,9 +19,7 @@ import struct
 from bookie.errors import BookieError
 
 MAGIC = b"PLAD"
-VERSION = 1
-HELLO = MAGIC + struct.pack(">I", VERSION)
-HELLO_BYTES = len(HELLO)
+HELLO_BYTES = 8
 FRAME_HEADER = struct.Struct(">I")
 # A frame's body is at most this large (the gRPC message limit both sides already use).
 FRAME_BYTES_MAX = 64 * 2**20
@@ -29,6 +30,11 @@ RECV_BYTES = 64 * 1024
 
 class FramingError(BookieError):
     """The peer broke the framing: the connection cannot be resynchronised and must close."""
+
+
+def hello(version: int) -> bytes:
+    """The hello that asks for (client) or accepts (bookie) wire version `version`."""
+    return MAGIC + struct.pack(">I", version)
 
 
 def parse_hello(data: bytes) -> int:

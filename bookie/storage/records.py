@@ -1,9 +1,11 @@
 """Byte layouts of journal records and entry-log entries. Pure: no I/O, no state.
 
 Journal record:  [magic u32][body length u32][crc32c(body) u32][body]
-Body:            [type u8] + type-specific fields (little endian throughout)
+Body:            [type u8][version u8] + type-specific fields (little endian throughout). The
+                 version byte is the record's on-disk format (format_version.py): 0 in format 1,
+                 where release 0.1.0 wrote it as padding; else the format number.
 
-ADD_BATCH body:  [type u8][pad 3][scope u64][ledger u64][count u32] then `count` entries, each
+ADD_BATCH body:  [type u8][version u8][pad 2][scope u64][ledger u64][count u32] then `count` entries, each
                  in exactly the entry-log layout below. Because the layouts match, the entry
                  log append after the journal write is a single copy of the body's tail, and
                  a batch lands contiguously in the entry log.
@@ -34,11 +36,11 @@ FENCE = 3
 EXPLICIT_LAC = 4
 DELETE = 5
 
-ADD_HEADER = struct.Struct("<BxxxQQI")
+ADD_HEADER = struct.Struct("<BBxxQQI")
 ADD_HEADER_BYTES = ADD_HEADER.size
-LEDGER_RECORD = struct.Struct("<BxxxQQ")  # FENCE, DELETE
-MASTER_KEY_RECORD = struct.Struct("<BxHQQ")  # then the key bytes
-LAC_RECORD = struct.Struct("<BxxxQQq")
+LEDGER_RECORD = struct.Struct("<BBxxQQ")  # FENCE, DELETE
+MASTER_KEY_RECORD = struct.Struct("<BBHQQ")  # then the key bytes
+LAC_RECORD = struct.Struct("<BBxxQQq")
 
 ENTRY_HEADER = struct.Struct("<QQQqII")
 ENTRY_HEADER_BYTES = ENTRY_HEADER.size
@@ -80,6 +82,7 @@ def encode_add_batch(
     entries: Sequence[tuple[int, int, bytes]],
     entry_bytes_max: int,
     entry_id_max: int,
+    version: int = 0,
 ) -> EncodedBatch:
     """Validate and encode one batch. This loop is the per-entry hot path of every add: one
     crc, one struct pack and a few appends per entry, nothing else."""
@@ -87,7 +90,7 @@ def encode_add_batch(
     if count == 0:
         raise BatchRejected("empty batch")
     pack = ENTRY_HEADER.pack
-    parts: list[bytes] = [ADD_HEADER.pack(ADD_BATCH, scope, ledger, count)]
+    parts: list[bytes] = [ADD_HEADER.pack(ADD_BATCH, version, scope, ledger, count)]
     append = parts.append
     ids: list[int] = []
     lens = array("i")
@@ -120,20 +123,20 @@ def _is_ascending_run(ids: list[int]) -> bool:
     return ids == list(range(first, first + len(ids)))
 
 
-def encode_master_key(scope: int, ledger: int, key: bytes) -> tuple[bytes, bytes]:
-    return frame(MASTER_KEY_RECORD.pack(MASTER_KEY, len(key), scope, ledger) + key)
+def encode_master_key(scope: int, ledger: int, key: bytes, version: int = 0) -> tuple[bytes, bytes]:
+    return frame(MASTER_KEY_RECORD.pack(MASTER_KEY, version, len(key), scope, ledger) + key)
 
 
-def encode_fence(scope: int, ledger: int) -> tuple[bytes, bytes]:
-    return frame(LEDGER_RECORD.pack(FENCE, scope, ledger))
+def encode_fence(scope: int, ledger: int, version: int = 0) -> tuple[bytes, bytes]:
+    return frame(LEDGER_RECORD.pack(FENCE, version, scope, ledger))
 
 
-def encode_delete(scope: int, ledger: int) -> tuple[bytes, bytes]:
-    return frame(LEDGER_RECORD.pack(DELETE, scope, ledger))
+def encode_delete(scope: int, ledger: int, version: int = 0) -> tuple[bytes, bytes]:
+    return frame(LEDGER_RECORD.pack(DELETE, version, scope, ledger))
 
 
-def encode_explicit_lac(scope: int, ledger: int, lac: int) -> tuple[bytes, bytes]:
-    return frame(LAC_RECORD.pack(EXPLICIT_LAC, scope, ledger, lac))
+def encode_explicit_lac(scope: int, ledger: int, lac: int, version: int = 0) -> tuple[bytes, bytes]:
+    return frame(LAC_RECORD.pack(EXPLICIT_LAC, version, scope, ledger, lac))
 
 
 def record_type(body: memoryview | bytes) -> int:
@@ -145,14 +148,14 @@ def record_type(body: memoryview | bytes) -> int:
 def decode_ledger_record(body: memoryview | bytes) -> tuple[int, int]:
     if len(body) != LEDGER_RECORD.size:
         raise RecordFormatError(f"ledger record has {len(body)} bytes, want {LEDGER_RECORD.size}")
-    _, scope, ledger = LEDGER_RECORD.unpack_from(body, 0)
+    _, _, scope, ledger = LEDGER_RECORD.unpack_from(body, 0)
     return scope, ledger
 
 
 def decode_master_key(body: memoryview | bytes) -> tuple[int, int, bytes]:
     if len(body) < MASTER_KEY_RECORD.size:
         raise RecordFormatError("short master key record")
-    _, key_len, scope, ledger = MASTER_KEY_RECORD.unpack_from(body, 0)
+    _, _, key_len, scope, ledger = MASTER_KEY_RECORD.unpack_from(body, 0)
     if len(body) != MASTER_KEY_RECORD.size + key_len:
         raise RecordFormatError("master key record length mismatch")
     return scope, ledger, bytes(body[MASTER_KEY_RECORD.size :])
@@ -161,7 +164,7 @@ def decode_master_key(body: memoryview | bytes) -> tuple[int, int, bytes]:
 def decode_explicit_lac(body: memoryview | bytes) -> tuple[int, int, int]:
     if len(body) != LAC_RECORD.size:
         raise RecordFormatError("explicit lac record length mismatch")
-    _, scope, ledger, lac = LAC_RECORD.unpack_from(body, 0)
+    _, _, scope, ledger, lac = LAC_RECORD.unpack_from(body, 0)
     return scope, ledger, lac
 
 
@@ -179,7 +182,7 @@ def decode_add_batch(body: memoryview | bytes) -> DecodedBatch:
     """Walk the entry headers of a checksummed ADD_BATCH body (journal replay)."""
     if len(body) < ADD_HEADER_BYTES:
         raise RecordFormatError("short add batch record")
-    _, scope, ledger, count = ADD_HEADER.unpack_from(body, 0)
+    _, _, scope, ledger, count = ADD_HEADER.unpack_from(body, 0)
     unpack_from = ENTRY_HEADER.unpack_from
     ids: list[int] = []
     lens = array("i")

@@ -8,7 +8,10 @@ every tick and every CURSOR_EVERY_LEDGERS ledgers of a scan, and stops leading a
 
 While leading, every tick: list registrations and cookies (only after a registration watch fired,
 or every RELIST_S), update the bookies' states (bookie_states), and when a bookie has been down
-longer than the grace period and no scan has covered its loss yet, scan (audit_scan).
+longer than the grace period and no scan has covered its loss yet, scan (audit_scan). Once racks
+are registered, a placement scan (placement_scan) marks misplaced closed ledgers: when a rack
+gains its first writable bookie (a rack came back: what could not be spread before can be now),
+when the placement rule in the cluster settings changes, and every placement_scan_interval_s.
 """
 
 from __future__ import annotations
@@ -19,15 +22,18 @@ import time
 from collections.abc import Callable
 
 from metadata import BookieRegistry, MetadataError
+from metadata.cluster_settings import ClusterSettingsWatch
 from metadata.context import now_ms
 from metadata.ephemeral_lock import EphemeralLock, try_lock
 from metadata.errors import BadVersionError, NodeExistsError, NoNodeError
 from metadata.paths import AUDITED_BOOKIES, AUDITOR_ELECTION, BOOKIE_COOKIES, UNDERREPLICATED, audited_bookie_path
 from metadata.store import MetadataStore
 from pyspark_ledger.autorecovery.audit_scan import AuditScan, ScanCursor, read_cursor
-from pyspark_ledger.autorecovery.bookie_states import BookieState, forget_audits, lost, observe, with_audited
+from pyspark_ledger.autorecovery.bookie_states import DOWN, BookieState, forget_audits, lost, observe, with_audited
 from pyspark_ledger.autorecovery.counting_store import CountingStore
 from pyspark_ledger.autorecovery.metrics import AutorecoveryMetrics
+from pyspark_ledger.autorecovery.placement_scan import PlacementScan, RackView
+from pyspark_ledger.protocol.placement import RackRules, rack_name
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +70,7 @@ def save_state(store: MetadataStore, state: BookieState | None, bookie_id: str) 
 
 class ElectedAuditor:
     def __init__(self, store: MetadataStore, holder: str, *, lost_bookie_grace_s: float, scan_rate_per_s: float,
-                 metrics: AutorecoveryMetrics, stop: threading.Event):
+                 metrics: AutorecoveryMetrics, stop: threading.Event, placement_scan_interval_s: float = 3600.0):
         self.store = store
         self.holder = holder
         self.grace_ms = int(lost_bookie_grace_s * 1000)
@@ -75,11 +81,20 @@ class ElectedAuditor:
         counting = CountingStore(store, metrics.metadata_requests.inc)
         self.scan = AuditScan(counting, holder, scan_rate_per_s, on_ledger=metrics.scanned_ledgers.inc,
                               on_mark=metrics.marked_ledgers.inc)
+        self.placement = PlacementScan(counting, holder, scan_rate_per_s, on_ledger=metrics.scanned_ledgers.inc,
+                                       on_mark=metrics.marked_ledgers.inc)
+        self.placement_scan_interval_s = placement_scan_interval_s
+        self._settings: ClusterSettingsWatch | None = None
+        self._view: RackView | None = None  # racks as the last registry listing showed them
+        # What the last placement decision saw: writable racks, the rule, when it last scanned.
+        self._placement_seen: tuple[frozenset[str], RackRules] | None = None
+        self._placement_scanned_at = time.monotonic()
         self.leading = False
 
     def run(self) -> None:
         """The auditor thread: stand for election until stopped; lead while elected."""
         watch = BookieRegistry(self.store).watch(lambda _ids: self._on_registrations_changed())
+        self._settings = ClusterSettingsWatch(self.store)
         try:
             while not self._stop.is_set():
                 try:
@@ -93,6 +108,7 @@ class ElectedAuditor:
                 self._lead_until_lost(lock)
         finally:
             watch.cancel()
+            self._settings.close()
 
     def _on_registrations_changed(self) -> None:
         self._registrations_changed.set()
@@ -136,17 +152,21 @@ class ElectedAuditor:
             if lost_now:
                 states = self._scan_for_losses(states, lost_now, still_leader, left_over)
                 left_over = None
+            self._maybe_check_placement(still_leader)
             self._stop.wait(TICK_S)
 
     def _observe(self, previous: dict[str, BookieState]) -> dict[str, BookieState]:
-        registered = {b.bookie_id: b.read_only for b in BookieRegistry(self.store).list()}
+        infos = BookieRegistry(self.store).list()
+        self._view = RackView.of(infos)
+        registered = {b.bookie_id: b.read_only for b in infos}
         cookies = set(self.store.children(BOOKIE_COOKIES))
         states = observe(previous, registered, cookies, now_ms())
         for bookie_id in set(previous) | set(states):
             new = states.get(bookie_id)
             if new != previous.get(bookie_id):
-                if new is not None:
-                    log.warning("bookie state bookie=%s state=%s", bookie_id, new.state)
+                if new is not None:  # up and read-only are routine; a bookie gone is for an operator
+                    log.log(logging.WARNING if new.state == DOWN else logging.INFO, "bookie state bookie=%s state=%s",
+                            bookie_id, new.state)
                 save_state(self.store, new, bookie_id)
         return states
 
@@ -177,3 +197,32 @@ class ElectedAuditor:
                 out[b] = with_audited(out[b])
                 save_state(self.store, out[b], b)
         return out
+
+    def _maybe_check_placement(self, still_leader: Callable[[], bool]) -> None:
+        """Scan for misplaced ledgers when a rack came back, the rule changed, or the interval passed."""
+        view = self._view
+        if view is None or not view.uses_racks or self._settings is None:
+            return
+        current = self._settings.current
+        rules = RackRules(current.min_racks_per_write_quorum, current.enforce_min_racks)
+        seen, self._placement_seen = self._placement_seen, (view.writable_racks, rules)
+        due = time.monotonic() - self._placement_scanned_at >= self.placement_scan_interval_s
+        if seen is None:
+            log.info("placement watched writable_racks=%s", ",".join(sorted(rack_name(r) for r in view.writable_racks)))
+        else:
+            came_back, gone = view.writable_racks - seen[0], seen[0] - view.writable_racks
+            if gone:
+                log.info("racks without a writable bookie racks=%s", ",".join(sorted(rack_name(r) for r in gone)))
+            if came_back:
+                log.info("racks writable again, scanning placement racks=%s", ",".join(sorted(came_back)))
+            due = due or bool(came_back) or rules != seen[1]
+        if not due:
+            return
+        self._placement_scanned_at = time.monotonic()
+        checks = [0]
+
+        def keep_going() -> bool:
+            checks[0] += 1
+            return not self._stop.is_set() and (checks[0] % 100 != 0 or still_leader())
+
+        self.placement.run(view, rules, keep_going)

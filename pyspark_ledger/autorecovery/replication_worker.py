@@ -29,7 +29,7 @@ from metadata import LedgerId, MetadataError
 from metadata.context import now_ms
 from metadata.ephemeral_lock import EphemeralLock, try_lock
 from metadata.paths import replication_lock_path
-from metadata.underreplication import UnderReplicationManager
+from metadata.underreplication import REASON_MISPLACED, UnderReplicationManager
 from pyspark_ledger.autorecovery.metrics import AutorecoveryMetrics
 from pyspark_ledger.autorecovery.rereplication import rereplicate
 from pyspark_ledger.autorecovery.swap_record import SwapRecords
@@ -115,6 +115,12 @@ class ReplicationWorker:
             return True
         meta = found[0]
         lost = sorted(set(mark.lost_bookies) & meta.bookies())
+        if mark.reason == REASON_MISPLACED and not meta.is_closed:
+            # Moving a copy of an open ledger would fence its live writer: never (the auditor marks
+            # only closed ledgers so; this is a mark from elsewhere). Its next scan judges it again.
+            log.warning("not moving copies of a ledger that is not closed ledger=%s state=%s", lid, meta.state.value)
+            self.marks.clear(lid, version)
+            return True
         if lost and not meta.is_closed:
             if now_ms() - mark.since_ms < self.open_grace_ms:
                 return False

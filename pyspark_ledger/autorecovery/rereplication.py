@@ -80,7 +80,8 @@ def rereplicate(context: LedgerContext, ledger: LedgerId, lost: str, credentials
     for index in fragments_on(meta, lost):
         if dry_run:
             seg = meta.segments[index]
-            done.append((index, context.placement.replacement(seg.bookies, context.pool.writable(exclude={lost}))))
+            done.append((index, context.placement.replacement(seg.bookies, context.pool.writable(exclude={lost}),
+                                                              failed=lost, write_quorum_size=meta.write_quorum_size)))
             continue
         run = _Run(credentials, on_copied, on_step or (lambda _step: None), holder, resume_swaps)
         now_holding = _rereplicate_fragment(context, ledger, index, lost, run)
@@ -106,7 +107,7 @@ def _rereplicate_fragment(context: LedgerContext, ledger: LedgerId, index: int, 
     for _ in range(REPLACEMENT_ATTEMPTS_MAX):
         meta, version = context.ledgers.read(ledger)
         before = meta.segments[index].bookies
-        new = _prepare(context, swaps, ledger, index, lost, before, run)
+        new = _prepare(context, swaps, ledger, index, lost, before, meta.write_quorum_size, run)
         if new is None:
             return None  # committed before (perhaps by a worker that died then): the record is gone
         slot = before.index(lost)
@@ -140,7 +141,7 @@ def _rereplicate_fragment(context: LedgerContext, ledger: LedgerId, index: int, 
 
 
 def _prepare(context: LedgerContext, swaps: SwapRecords, ledger: LedgerId, index: int, lost: str,
-             before: tuple[str, ...], run: _Run) -> str | None:
+             before: tuple[str, ...], write_quorum_size: int, run: _Run) -> str | None:
     """The replacement: a predecessor's prepared one when it can still be finished, else a new
     choice recorded before any copy (which rolls the predecessor's change back); None when the
     fragment no longer names `lost` (the record, if any, is deleted). The decision is
@@ -159,7 +160,7 @@ def _prepare(context: LedgerContext, swaps: SwapRecords, ledger: LedgerId, index
     if decision.action == ROLL_BACK:
         log.warning("rolling back a replica swap whose replacement is gone or taken ledger=%s fragment=%d lost=%s "
                     "new=%s", ledger, index, lost, got[0].new if got is not None and got[0] else "(unreadable)")
-    new = context.placement.replacement(before, writable)
+    new = context.placement.replacement(before, writable, failed=lost, write_quorum_size=write_quorum_size)
     swaps.prepare(new_record(ledger, index, lost, new, run.holder), None if got is None else got[1])
     return new
 

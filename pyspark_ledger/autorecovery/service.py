@@ -39,6 +39,8 @@ class AutorecoverySettings:
     poll_interval_s: float = 1.0  # an idle worker looks for marks this often
     auditor: bool = True  # stand for election as the auditor
     password: bytes = b""  # empty: work as the operator (replication_worker); else this password for every ledger
+    # Misplaced ledgers (placement_scan) are looked for this often, and whenever a rack comes back.
+    placement_scan_interval_s: float = 3600.0
 
     def validate(self) -> None:
         if self.lost_bookie_grace_s < 0 or self.open_ledger_grace_s < 0:
@@ -49,6 +51,8 @@ class AutorecoverySettings:
             raise ValueError(f"--workers must be in 0..{WORKERS_MAX}")
         if not 0.05 <= self.poll_interval_s <= 60:
             raise ValueError("--poll-interval-s must be in 0.05..60")
+        if self.placement_scan_interval_s <= 0:
+            raise ValueError("--placement-scan-interval-s must be > 0")
 
 
 def holder_name() -> str:
@@ -68,7 +72,8 @@ class AutorecoveryService:
         self._threads: list[threading.Thread] = []
         s = self.settings
         self.auditor = ElectedAuditor(context.ledgers.store, self.holder, lost_bookie_grace_s=s.lost_bookie_grace_s,
-                                      scan_rate_per_s=s.scan_rate_per_s, metrics=self.metrics, stop=self._stop)
+                                      scan_rate_per_s=s.scan_rate_per_s, metrics=self.metrics, stop=self._stop,
+                                      placement_scan_interval_s=s.placement_scan_interval_s)
         self.workers = [ReplicationWorker(context, f"{self.holder}/w{i}", open_ledger_grace_s=s.open_ledger_grace_s,
                                           poll_interval_s=s.poll_interval_s, password=s.password,
                                           metrics=self.metrics, stop=self._stop) for i in range(s.workers)]

@@ -7,7 +7,6 @@ Exit codes: 0 ok, 1 failure (bad id, unknown ledger, unreachable metadata, a fai
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import logging
 import os
 import sys
@@ -16,11 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bookie.proto.versions import RELEASE
 from metadata import DigestType, MetadataError
 from metadata.embedded_store import embedded_path_from_env_default
-from pyspark_ledger.cli import autorecovery_commands, bookie_admin, commands, reshape_commands
+from pyspark_ledger.cli import autorecovery_commands, bookie_admin, cluster_commands, commands, reshape_commands, standalone
 from pyspark_ledger.cli.log_read import add_read_parser
+from pyspark_ledger.cli.no_bookies import explain
 from pyspark_ledger.cli.passwords import add_password_args, check_new_ledger_password, resolve_password
+from pyspark_ledger.cli.standalone_pidfile import StandaloneError
 from pyspark_ledger.errors import LedgerError, PySparkLedgerError
 
 ENV_URI = "LEDGER_METADATA_URI"
@@ -79,10 +81,8 @@ def _json_adder(add_parser: Callable[..., argparse.ArgumentParser]) -> Callable[
 
 
 def installed_version() -> str:
-    try:
-        return importlib.metadata.version("pyspark-ledger")
-    except importlib.metadata.PackageNotFoundError:
-        return "dev"
+    """The version of the code that runs (an editable install's metadata may lag behind it)."""
+    return RELEASE
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -105,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bp44_commands(sub)
     autorecovery_commands.add_parsers(sub)
     reshape_commands.add_parsers(sub, _ledger_args)
+    cluster_commands.add_parsers(sub)
+    cluster_commands.add_placement_parser(sub)
+    standalone.add_parser(sub)
     return ap
 
 
@@ -247,8 +250,11 @@ HANDLERS: dict[str, Callable[..., int]] = {
     "decommissionbookie": autorecovery_commands.decommissionbookie,
     "expandledger": reshape_commands.expandledger,
     "contractledger": reshape_commands.contractledger,
+    "cluster": cluster_commands.cluster,
+    "placementcheck": cluster_commands.placementcheck,
+    "standalone": standalone.standalone,
 }
-NO_METADATA = {"quorums"}
+NO_METADATA = {"quorums", "standalone"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -277,10 +283,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         raise  # the reader of our output went away: cli.closed_pipe ends quietly
-    except (CommandError, MetadataError, LedgerError, ValueError, OSError) as exc:
+    except (CommandError, MetadataError, LedgerError, StandaloneError, ValueError, OSError) as exc:
         if os.environ.get("LEDGER_DEBUG"):
             raise
-        print(f"ledger {args.command}: {exc}", file=sys.stderr)
+        print(f"ledger {args.command}: {explain(client, exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("ledger: interrupted", file=sys.stderr)

@@ -41,6 +41,9 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--open-ledger-grace-s", type=float, default=30.0,
                    help="an OPEN ledger is fenced and closed for re-replication after its mark is this old (default 30)")
     p.add_argument("--no-auditor", action="store_true", help="run workers only, never stand for auditor")
+    p.add_argument("--placement-scan-interval-s", type=float, default=3600.0,
+                   help="look for ledgers whose write sets span too few racks this often, and whenever a rack "
+                        "comes back (default 3600)")
     p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics on 127.0.0.1:PORT")
     p.add_argument("--exit-with-stdin", action="store_true", help=argparse.SUPPRESS)  # bookie --autorecovery
 
@@ -62,7 +65,8 @@ def autorecovery(client: LedgerClient, args: argparse.Namespace) -> int:
     logging.getLogger().setLevel(level)
     settings = AutorecoverySettings(lost_bookie_grace_s=args.lost_bookie_grace_s, scan_rate_per_s=args.scan_rate,
                                     workers=args.workers, open_ledger_grace_s=args.open_ledger_grace_s,
-                                    auditor=not args.no_auditor)
+                                    auditor=not args.no_auditor,
+                                    placement_scan_interval_s=args.placement_scan_interval_s)
     service = AutorecoveryService(client.context, settings)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -131,7 +135,7 @@ def bookie_rows(client: LedgerClient, *, writable: bool, read_only: bool, down: 
         rows.append({"bookieId": bookie_id, "address": info.address if info else "",
                      "addAddress": info.add_address if info else "", "readOnly": bool(info and info.read_only),
                      "version": info.version if info else "", "instanceId": info.instance_id if info else "",
-                     "state": state, "sinceMs": since, "since": _when(since)})
+                     "state": state, "sinceMs": since, "since": _when(since), "rack": info.rack if info else ""})
     return rows
 
 
@@ -141,9 +145,10 @@ def listbookies(client: LedgerClient, args: argparse.Namespace) -> int:
     if args.json:
         print_json(rows)
     else:
-        print_table(["bookie", "address", "add address", "state", "since", "version"],
+        print_table(["bookie", "address", "add address", "rack", "state", "since", "version"],
                     [(r["bookieId"], r["address"], r["addAddress"] or ("" if r["state"] == DOWN else "(gRPC)"),
-                      r["state"], r["since"], r["version"]) for r in rows])
+                      r["rack"] or ("" if r["state"] == DOWN else "-"), r["state"], r["since"], r["version"])
+                     for r in rows])
     return 0
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from bookie.proto import bookie_pb2 as pb
 from bookie.status import Status
+from pyspark_ledger.cli.no_bookies import NoBookieRunningError
 from pyspark_ledger.cli.output import Progress, print_json, print_table
 from pyspark_ledger.errors import LedgerError
 
@@ -61,6 +62,8 @@ def _mib(n: int | None) -> str:
 
 def bookieinfo(client: LedgerClient, args: argparse.Namespace) -> int:
     ids = [args.bookie] if args.bookie else [b.bookie_id for b in client.bookies()]
+    if not ids:  # an empty table and success would read as "all fine"
+        raise NoBookieRunningError()
     reports = [_stats(client, b) for b in ids]
     if args.json:
         print_json([stats_json(r) for r in reports])

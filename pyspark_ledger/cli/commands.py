@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from metadata import LedgerId, NoSuchLedgerError, QuorumConfig, serde
 from pyspark_ledger.cli.output import Progress, print_json, print_table
-from pyspark_ledger.errors import LedgerError
+from pyspark_ledger.errors import LedgerError, NotEnoughBookiesError
 
 if TYPE_CHECKING:
     from pyspark_ledger.client import LedgerClient
@@ -240,7 +240,7 @@ def simpletest(client: LedgerClient, args: argparse.Namespace) -> int:
 def bookiesanity(client: LedgerClient, args: argparse.Namespace) -> int:
     bookies = [args.bookie] if args.bookie else [b.bookie_id for b in client.bookies(read_only=False)]
     if not bookies:
-        raise LedgerError("no writable bookies registered")
+        raise NotEnoughBookiesError("no writable bookies registered")
     results = []
     for b in bookies:
         try:

@@ -59,7 +59,8 @@ def show(client: LedgerClient, args: argparse.Namespace) -> int:
                     [(lg.seq, lg.ledger_id, _ms(lg.ctime_ms), "(open)" if lg.entry_count is None else lg.entry_count,
                       lg.size_bytes) for lg in shown])
     elif count:
-        print(f"newest ledger: seq {rec.ledgers[-1].seq} {rec.ledgers[-1].ledger_id}" if rec.ledgers else "")
+        newest = rec.ledgers[-1] if rec.ledgers else None
+        print(f"newest ledger: seq {newest.seq} (its position in the log), ledger id {newest.ledger_id}" if newest else "")
         print("(--ledgers N lists the newest N)")
     if rec.pending_deletions or queued:
         print(f"pending deletions: {len(rec.pending_deletions)} listed, {queued} seq(s) queued in trimmed segments")

@@ -178,7 +178,8 @@ def _check_known(opts: Mapping[str, str]) -> None:
         return
     key = unknown[0]
     if key in KAFKA_OPTION_NAMES:
-        hint = f"; Spark's Kafka source calls it that, this source {KAFKA_OPTION_NAMES[key]}"
+        ours = " or ".join(f'"{name}"' for name in KAFKA_OPTION_NAMES[key].split(" or "))
+        hint = f"; that is an option of Spark's Kafka source, the ledger source uses {ours} instead"
     else:
         hint = did_you_mean(key, [*KNOWN_OPTIONS.values(), *STREAM_OPTION_NAMES])
     others = f" (unknown too: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""

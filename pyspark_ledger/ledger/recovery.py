@@ -261,7 +261,8 @@ class _Recovery:
         for b in sorted(failed):
             self.ctx.pool.quarantine(b)
             if b in current:
-                repl = self.ctx.placement.replacement(current, self.ctx.pool.writable(exclude=exclude))
+                repl = self.ctx.placement.replacement(current, self.ctx.pool.writable(exclude=exclude), failed=b,
+                                                      write_quorum_size=self.meta.write_quorum_size)
                 self.replaced[b] = repl
                 exclude.add(repl)
         fragments = recovery_fragments(_fragments(self.read_meta), self.replaced, start)

@@ -443,9 +443,10 @@ class WriteHandle(ReadHandle):
         self._outbox = _ours(resend)
         self._notify_all()
 
-    def _pick_replacement(self, ensemble: Sequence[str], candidates: Sequence[str]) -> str | None:
+    def _pick_replacement(self, ensemble: Sequence[str], candidates: Sequence[str], failed: str) -> str | None:
         try:
-            return self._ctx.placement.replacement(ensemble, candidates)
+            return self._ctx.placement.replacement(ensemble, candidates, failed=failed,
+                                                   write_quorum_size=self._metadata.write_quorum_size)
         except NotEnoughBookiesError:
             return None
 

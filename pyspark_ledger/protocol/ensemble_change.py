@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 from pyspark_ledger.protocol.distribution import ack_quorum_reachable
 
-# placement: (ensemble, candidates) -> a replacement outside the ensemble, or None if there is none
-PickReplacement = Callable[[Sequence[str], Sequence[str]], "str | None"]
+# placement: (ensemble, candidates, the failed bookie) -> a replacement outside the ensemble, or None if there is none
+PickReplacement = Callable[[Sequence[str], Sequence[str], str], "str | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +45,7 @@ def plan_ensemble_change(current: Sequence[str], failed: Collection[str], dead: 
     exclude = set(current) | set(failed) | set(dead)
     replaced: dict[str, str] = {}
     for b in failed_here:
-        repl = pick(ensemble, [c for c in candidates if c not in exclude])
+        repl = pick(ensemble, [c for c in candidates if c not in exclude], b)
         if repl is None:
             continue
         ensemble[ensemble.index(b)] = repl

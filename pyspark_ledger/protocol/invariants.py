@@ -1,4 +1,4 @@
-"""`ensure`: an assertion that survives `python -O` (STYLE.md, after TigerBeetle).
+"""`ensure`: an assertion that survives `python -O` (after TigerBeetle's assertions).
 
 A broken invariant is a bug in this code, not an input to handle: it raises InvariantError, which
 no caller catches, and the simulator reports it as a violation with the seed that found it.

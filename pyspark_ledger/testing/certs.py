@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,9 +56,13 @@ class CertificateAuthority:
         self.ca_path.write_bytes(self._cert.public_bytes(serialization.Encoding.PEM))
 
     def issue(self, name: str, *, server: bool = True, client: bool = True, expired: bool = False,
-              hosts: tuple[str, ...] = ("127.0.0.1", "localhost")) -> CertPair:
+              hosts: tuple[str, ...] = ("127.0.0.1", "localhost"),
+              client_names: tuple[str, ...] | None = None) -> CertPair:
         """A leaf certificate with subject CN `name` and SANs `hosts` (plus DNS `name` for a
-        client identity); `expired`: valid only in the past (refused at the handshake)."""
+        client identity); `expired`: valid only in the past (refused at the handshake).
+        `client_names`: a client certificate's DNS SANs instead of (`name`,); () for none, so
+        that the CN is its identity. Names are written as given (tests use hostile ones: commas,
+        newlines, wildcards); the files are named after `name` with such characters replaced."""
         key = ec.generate_private_key(ec.SECP256R1())
         now = dt.datetime.now(dt.UTC)
         start, end = (now - 30 * _DAY, now - _DAY) if expired else (now - _DAY, now + 825 * _DAY)
@@ -69,7 +74,7 @@ class CertificateAuthority:
             except ValueError:
                 sans.append(x509.DNSName(h))
         if not server:
-            sans.append(x509.DNSName(name))
+            sans.extend(x509.DNSName(n) for n in ((name,) if client_names is None else client_names))
         cert = (
             x509.CertificateBuilder()
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
@@ -77,11 +82,13 @@ class CertificateAuthority:
             .not_valid_before(start).not_valid_after(end)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-            .sign(self._key, hashes.SHA256())
         )
-        pair = CertPair(self.directory / f"{name}.pem", self.directory / f"{name}.key")
-        pair.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        if sans:
+            cert = cert.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        signed = cert.sign(self._key, hashes.SHA256())
+        stem = re.sub(r"[^A-Za-z0-9._-]", "_", name)[:100] or "_"
+        pair = CertPair(self.directory / f"{stem}.pem", self.directory / f"{stem}.key")
+        pair.cert.write_bytes(signed.public_bytes(serialization.Encoding.PEM))
         pair.key.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                serialization.NoEncryption()))
         pair.key.chmod(0o600)

@@ -19,9 +19,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from metadata.uri import ZK_AUTH_ENV, split_zk_auth
 from pyspark_ledger.errors import PySparkLedgerError
 from pyspark_ledger.testing.zookeeper_server import free_port
 
@@ -40,6 +42,17 @@ class BookieStartError(PySparkLedgerError, RuntimeError):
     pass
 
 
+@dataclass(frozen=True)
+class BookieLauncher:
+    """How a LocalBookie's process starts: the program before the bookie's flags, its environment
+    (None: this process's) and working directory. The default runs the code this process imports;
+    OldRelease.launcher() runs a previous release (pyspark_ledger.testing.old_release)."""
+
+    program: tuple[str, ...] = (sys.executable, "-m", "bookie.server")
+    env: dict[str, str] | None = None
+    cwd: str | None = None
+
+
 class LocalBookie:
     def __init__(
         self,
@@ -51,9 +64,12 @@ class LocalBookie:
         extra_args: list[str] | None = None,
         log_path: str | Path | None = None,
         client_tls: dict[str, str] | None = None,
+        launcher: BookieLauncher | None = None,
     ):
-        """client_tls: tls_ca/tls_cert/tls_key to reach a TLS bookie (the readiness check)."""
+        """client_tls: tls_ca/tls_cert/tls_key to reach a TLS bookie (the readiness check).
+        launcher: how the process starts (a test may swap it between stop and start: an upgrade)."""
         self.client_tls = client_tls or {}
+        self.launcher = launcher or BookieLauncher()
         self.metadata_uri = metadata_uri
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
@@ -67,17 +83,27 @@ class LocalBookie:
         return f"127.0.0.1:{self.port}"
 
     def command(self) -> list[str]:
+        """The bookie's command line: the metadata URI without its zk_auth (environment())."""
         return [
-            sys.executable, "-m", "bookie.server",
-            "--metadata-uri", self.metadata_uri, "--data-dir", str(self.data_dir),
+            *self.launcher.program,
+            "--metadata-uri", split_zk_auth(self.metadata_uri)[0], "--data-dir", str(self.data_dir),
             "--host", "127.0.0.1", "--port", str(self.port), "--bookie-id", self.bookie_id,
             *self.extra_args,
         ]
 
+    def environment(self) -> dict[str, str]:
+        """The bookie's environment: ours, plus the URI's ZooKeeper credentials as LEDGER_ZK_AUTH,
+        which the bookie reads when its URI carries none (never on a command line, where every
+        local user can read them)."""
+        base = self.launcher.env if self.launcher.env is not None else os.environ
+        auth = split_zk_auth(self.metadata_uri)[1]
+        return {**base, ZK_AUTH_ENV: auth} if auth is not None else dict(base)
+
     def start(self, wait: bool = True) -> LocalBookie:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         logf = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.command(), stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(self.command(), stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env=self.environment(), cwd=self.launcher.cwd)
         logf.close()
         if wait:
             self.wait_serving()
@@ -144,6 +170,11 @@ class LocalBookie:
         code = self.proc.returncode
         self.proc = None
         return code
+
+    def terminate(self) -> None:
+        """Send SIGTERM and return: stop() then waits (a cluster stops its bookies in parallel)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
         """kill -9: no deregistration, no checkpoint, no flush."""
@@ -243,6 +274,9 @@ class LocalCluster:
         return self
 
     def close(self) -> None:
+        # All bookies drain at once: the whole cluster stops within one bookie's STOP_TIMEOUT_S.
+        for b in self.bookies:
+            b.terminate()
         for b in self.bookies:
             try:
                 b.stop()
@@ -277,8 +311,6 @@ def local_spark_session(app_name: str, *, master: str = "local[2]", log_level: s
     rest of this module stays usable without it."""
     from pyspark.sql import SparkSession
 
-    from pyspark_ledger.datasource.source import LedgerDataSource
-
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = (
         SparkSession.builder.master(master).appName(app_name)
@@ -293,5 +325,24 @@ def local_spark_session(app_name: str, *, master: str = "local[2]", log_level: s
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
-    spark.dataSource.register(LedgerDataSource)
+    register_ledger_source(spark)
     return spark
+
+
+def register_ledger_source(spark: SparkSession) -> bool:
+    """Register the `ledger` source by hand unless Spark already found it by itself (it imports
+    every top-level `pyspark_*` module on its Python workers' path and takes DefaultSource):
+    registering over that static source works too, but Spark then logs "The data source ledger
+    replaced a statically registered data source" at WARN on every start. Returns whether it
+    registered. The check asks the session's DataSourceManager over py4j (Spark 4.0+, classic
+    sessions); where that is not reachable, it registers."""
+    from pyspark_ledger.datasource.source import LedgerDataSource
+
+    try:
+        found = bool(spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists("ledger"))
+    except Exception as exc:  # noqa: BLE001 - any failure of the probe means "register to be sure"
+        log.debug("could not ask Spark whether it found the ledger source error=%r", exc)
+        found = False
+    if not found:
+        spark.dataSource.register(LedgerDataSource)
+    return not found

@@ -27,6 +27,7 @@ from pyspark_ledger.testing.fault_check import FaultCounters, Place, RunRecord, 
 from pyspark_ledger.testing.faults import kill9, pause, resume
 from pyspark_ledger.testing.local_cluster import LocalBookie
 from pyspark_ledger.testing.process_lines import ProcessLines
+from pyspark_ledger.testing.takeover_writer import METADATA_URI_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 60.0
@@ -49,10 +50,11 @@ def run_takeover(client: LedgerClient, bookies: list[LocalBookie], log_name: str
     are the three bookies of the cluster (all running). `linger_ms`: the old writer's
     batch_max_delay_ms (long: its last batch is still open at the kill)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pyspark_ledger.testing.takeover_writer", client.metadata_uri, log_name,
+        [sys.executable, "-m", "pyspark_ledger.testing.takeover_writer", log_name,
          str(count), str(size), str(acked_first), str(linger_ms)],
         cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        # The URI (it may carry zk_auth) in the environment, never on the command line.
+        env={**os.environ, "PYTHONPATH": str(REPO), METADATA_URI_ENV: client.metadata_uri[:]},
     )
     out = ProcessLines(proc)
     stopped = [b.proc for b in bookies[1:] if b.proc is not None]

@@ -6,13 +6,15 @@ a batch (open, or sent and unacknowledged). Payloads: fault_check.encode("old", 
 
   OPENED <epoch> / ACK <seq> / READY / SENT <n> / ERROR <seq> <error>
 
-Usage: python -m pyspark_ledger.testing.takeover_writer URI LOG COUNT SIZE ACKED_FIRST [LINGER_MS]
+Usage: LEDGER_METADATA_URI=URI python -m pyspark_ledger.testing.takeover_writer LOG COUNT SIZE ACKED_FIRST [LINGER_MS]
+(the URI, which may carry the ZooKeeper secret, in the environment: never on a command line)
 LINGER_MS: the writer's batch_max_delay_ms (default 1); a long one keeps the last batch open, so
 the kill lands in the middle of a batch that was never sent.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from concurrent.futures import Future
@@ -24,11 +26,12 @@ from pyspark_ledger.testing.fault_check import encode
 
 ADD_TIMEOUT_S = 60.0  # no ensemble change while the test holds bookies stopped
 LIFETIME_S = 300.0  # bounded even if nobody kills it
+METADATA_URI_ENV = "LEDGER_METADATA_URI"
 
 
 def main() -> None:
-    uri, name = sys.argv[1], sys.argv[2]
-    count, size, acked_first = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    uri, name = os.environ[METADATA_URI_ENV], sys.argv[1]
+    count, size, acked_first = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     out_lock = threading.Lock()
 
     def say(line: str) -> None:
@@ -36,7 +39,7 @@ def main() -> None:
             print(line, flush=True)
 
     client = LedgerClient(uri, add_timeout_s=ADD_TIMEOUT_S)
-    linger_ms = float(sys.argv[6]) if len(sys.argv) > 6 else 1.0
+    linger_ms = float(sys.argv[5]) if len(sys.argv) > 5 else 1.0
     writer = client.open_log_writer(name, batch_max_delay_ms=linger_ms)
     say(f"OPENED {writer.epoch}")
     first = [writer.append_async(encode("old", seq, size)) for seq in range(acked_first)]

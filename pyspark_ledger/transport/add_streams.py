@@ -38,23 +38,13 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from bookie.proto import bookie_pb2 as pb
-from bookie.proto.add_framing import (
-    HELLO,
-    HELLO_BYTES,
-    RECV_BYTES,
-    VERSION,
-    FramingError,
-    frame,
-    parse_hello,
-    prepare_socket,
-    recv_exactly,
-    split_frames,
-    start_frames,
-)
+from bookie.proto.add_framing import RECV_BYTES, FramingError, frame, split_frames
+from bookie.proto.versions import WireRange
 from bookie.proto.wire import encode_varint
 from bookie.status import Status
 from pyspark_ledger.errors import BookieUnavailableError
-from pyspark_ledger.transport.tls_socket import TlsSocketIO, describe_tls_failure
+from pyspark_ledger.transport.add_hello import open_add_connection
+from pyspark_ledger.transport.tls_socket import TlsSocketIO
 
 log = logging.getLogger(__name__)
 
@@ -65,14 +55,8 @@ OUTBOUND_BATCHES_MAX = 16_384
 ENQUEUE_TIMEOUT_S = 30.0
 # How often a gRPC sender waiting for its stream's in-flight request re-checks that the stream lives.
 _SLOT_POLL_S = 0.5
-CONNECT_TIMEOUT_S = 5.0  # TCP connect plus the hello exchange
 # Unanswered requests on one plain-TCP add connection (see SocketAddStream).
 REQUESTS_IN_FLIGHT_MAX = 2
-
-_HELLO_REFUSED_PLAIN = ("the bookie closed the connection at the hello (does it require TLS? set tls_ca, "
-                        "and tls_cert/tls_key for mutual TLS)")
-_HELLO_REFUSED_TLS = ("the bookie closed the TLS connection at the hello (does it require a client certificate? "
-                      "set tls_cert/tls_key to one signed by the bookie's CA)")
 
 AddCallback = Callable[[Status, str], None]
 LedgerKey = tuple[int, int]
@@ -305,12 +289,16 @@ class SocketAddStream(AddStream):
     what is pending) by whoever notices trouble, and closed only once the reader is done with
     it and no sender can still be using it."""
 
-    def __init__(self, bookie_id: str, address: str, poller: StreamPoller, ssl_context: ssl.SSLContext | None = None):
+    def __init__(self, bookie_id: str, address: str, poller: StreamPoller, ssl_context: ssl.SSLContext | None = None,
+                 bookie_range: WireRange | None = None):
+        """bookie_range: the wire versions the bookie advertises (its registration; None: assume
+        this client's); the stream speaks the highest version both support (`wire_version`,
+        transport.add_hello)."""
         super().__init__(bookie_id)
         self.address = address
         self.poller = poller
         self._ssl_context = ssl_context
-        self.sock = self._connect(address)
+        self.sock, self.wire_version = open_add_connection(bookie_id, address, ssl_context, bookie_range)
         # Over TLS, reads and sends go through one lock on a non-blocking socket (tls_socket.py).
         self._tls = TlsSocketIO(self.sock) if isinstance(self.sock, ssl.SSLSocket) else None
         self.requests_in_flight = 0
@@ -326,34 +314,6 @@ class SocketAddStream(AddStream):
         except OSError as exc:
             self.sock.close()
             raise BookieUnavailableError(bookie_id, f"add listener {address}: {exc}") from None
-
-    def _connect(self, address: str) -> socket.socket:
-        host, _, port = address.rpartition(":")
-        try:
-            sock = socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S)
-        except (OSError, ValueError) as exc:
-            raise BookieUnavailableError(self.bookie_id, f"add listener {address}: {exc}") from None
-        try:
-            prepare_socket(sock)
-            if self._ssl_context is not None:
-                sock = self._ssl_context.wrap_socket(sock, server_hostname=host.strip("[]"))
-            sock.sendall(HELLO)
-            reply = recv_exactly(sock, HELLO_BYTES)
-            if not reply:
-                raise FramingError(_HELLO_REFUSED_TLS if self._ssl_context else _HELLO_REFUSED_PLAIN)
-            version = parse_hello(reply)
-            if version != VERSION:
-                raise FramingError(f"the bookie speaks add protocol version {version}, this client {VERSION}")
-            start_frames(sock)
-            if isinstance(sock, ssl.SSLSocket):
-                sock.setblocking(False)  # see tls_socket.TlsSocketIO
-            return sock
-        except ssl.SSLError as exc:
-            sock.close()
-            raise BookieUnavailableError(self.bookie_id, f"add listener {address}: {describe_tls_failure(exc)}") from None
-        except (OSError, FramingError) as exc:
-            sock.close()
-            raise BookieUnavailableError(self.bookie_id, f"add listener {address}: {exc}") from None
 
     def answers_waiting(self) -> bool:
         if self._reader_done:

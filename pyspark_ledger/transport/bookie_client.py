@@ -19,6 +19,7 @@ import grpc
 
 from bookie.proto import bookie_pb2 as pb
 from bookie.proto import bookie_pb2_grpc as pb_grpc
+from bookie.proto.versions import OUR_RANGE, WireRange, negotiate
 from pyspark_ledger.errors import BookieRefusedError, BookieUnavailableError
 from pyspark_ledger.transport.add_poller import AddPoller
 from pyspark_ledger.transport.add_streams import (
@@ -68,11 +69,15 @@ class BookieClient:
     function that looks it up, called whenever an add stream opens (BookiePool passes one that
     reads the bookie's registration). `tls`: encrypt both transports and verify the bookie's
     certificate (pyspark_ledger.transport.tls); None = plaintext. `operator_secret`: sent with
-    every gRPC call (pyspark_ledger.transport.credentials); None = calls carry no operator identity."""
+    every gRPC call (pyspark_ledger.transport.credentials); None = calls carry no operator identity.
+    `wire_range`: the wire versions the bookie advertises, asked for after `add_address` whenever
+    an add connection opens (None: assume this client's own range; an older bookie answers the hello
+    with its version and the connection speaks that, transport.add_hello)."""
 
     def __init__(self, bookie_id: str, address: str, *, add_address: str | Callable[[], str] = "",
                  add_timeout_s: float = 10.0, rpc_timeout_s: float = 10.0, poller: AddPoller | None = None,
-                 tls: TlsSettings | None = None, operator_secret: bytes | None = None):
+                 tls: TlsSettings | None = None, operator_secret: bytes | None = None,
+                 wire_range: Callable[[], WireRange] | None = None):
         self.bookie_id = bookie_id
         # The pool's clients share one poller (one epoll set for all their add connections); a
         # client made on its own gets its own with its first add connection.
@@ -80,6 +85,7 @@ class BookieClient:
         self.poller = poller
         self.address = address
         self._add_address = add_address
+        self._wire_range = wire_range
         self.add_timeout_s = add_timeout_s
         self.rpc_timeout_s = rpc_timeout_s
         self._tls = tls
@@ -141,7 +147,8 @@ class BookieClient:
                 if add_address:
                     if self.poller is None:
                         self.poller = AddPoller(f"add-poller {self.bookie_id}")
-                    self._stream = SocketAddStream(self.bookie_id, add_address, self.poller, self._ssl_context)
+                    self._stream = SocketAddStream(self.bookie_id, add_address, self.poller, self._ssl_context,
+                                                   self._wire_range() if self._wire_range else None)
                 else:
                     self._stream = GrpcAddStream(self.bookie_id, self._add_method)
             return self._stream
@@ -160,6 +167,16 @@ class BookieClient:
             stream = self._stream
             if stream is not None:
                 stream.expire(now)
+
+    def wire_version(self) -> int:
+        """The wire version this client speaks with the bookie: what its open add connection
+        settled, else the highest both support by the bookie's advertised range (for gRPC
+        features a later version adds). WireVersionError when they share none."""
+        stream = self._stream
+        if isinstance(stream, SocketAddStream) and not stream.dead:
+            return stream.wire_version
+        advertised = self._wire_range() if self._wire_range else None
+        return negotiate(OUR_RANGE, OUR_RANGE if advertised is None else advertised)
 
     # ---- unary calls --------------------------------------------------------------------------
 

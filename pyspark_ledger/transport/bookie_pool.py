@@ -3,7 +3,8 @@
 A bookie id is resolved to its address through its registration; a bookie that is not registered
 (dead, or being recovered) is still reachable by the last address seen, or by its id when the id
 is itself host:port (the default). The address of its add listener is looked up again whenever
-an add stream opens, since a restarted bookie may listen on a new port. Bookies that failed
+an add stream opens, since a restarted bookie may listen on a new port, and with it the wire
+versions it speaks (a bookie upgraded or downgraded in place advertises another range). Bookies that failed
 recently are quarantined for a while so placement does not pick them again at once.
 """
 
@@ -15,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from bookie.proto.versions import OLDEST_PEER_RANGE, WireRange, peer_range
 from metadata import BookieInfo, BookieRegistry, MetadataError
 from pyspark_ledger.errors import BookieUnavailableError
 from pyspark_ledger.transport.add_poller import AddPoller
@@ -23,7 +25,7 @@ from pyspark_ledger.transport.tls import TlsSettings
 
 log = logging.getLogger(__name__)
 
-_HOSTPORT = re.compile(r"^[A-Za-z0-9.\-]+:\d{1,5}$")
+_HOSTPORT = re.compile(r"[A-Za-z0-9.\-]+:[0-9]{1,5}")
 QUARANTINE_S = 30.0
 
 
@@ -52,6 +54,10 @@ class BookiePool:
         self._clients: dict[str, BookieClient] = {}
         self._addresses: dict[str, str] = {}
         self._add_addresses: dict[str, str] = {}
+        # The rack of every bookie seen registered (placement reads it; replaced, never mutated,
+        # so a reader on another thread sees one whole map).
+        self.racks: dict[str, str] = {}
+        self._wire_ranges: dict[str, WireRange] = {}
         self._quarantine: dict[str, float] = {}
         self._lock = threading.Lock()
         # Reads the add answers of every bookie connection of this pool (pyspark_ledger.transport.add_poller).
@@ -60,6 +66,9 @@ class BookiePool:
     def _remember(self, info: BookieInfo) -> None:
         self._addresses[info.bookie_id] = info.address
         self._add_addresses[info.bookie_id] = info.add_address
+        if self.racks.get(info.bookie_id) != info.rack:
+            self.racks = {**self.racks, info.bookie_id: info.rack}
+        self._wire_ranges[info.bookie_id] = peer_range(info.wire_version_min, info.wire_version_max)
 
     def _address(self, bookie_id: str) -> str:
         """The bookie's address as registered now; when the registry cannot be read (the metadata
@@ -78,7 +87,7 @@ class BookiePool:
             return info.address
         if bookie_id in self._addresses:
             return self._addresses[bookie_id]
-        if _HOSTPORT.match(bookie_id):
+        if _HOSTPORT.fullmatch(bookie_id):
             return bookie_id
         raise BookieUnavailableError(bookie_id, "not registered and no known address")
 
@@ -92,7 +101,8 @@ class BookiePool:
             if client is None:
                 client = BookieClient(bookie_id, address, add_address=lambda: self._add_address(bookie_id),
                                       add_timeout_s=self.add_timeout_s, rpc_timeout_s=self.rpc_timeout_s,
-                                      poller=self.poller, tls=self.tls, operator_secret=self._operator_secret)
+                                      poller=self.poller, tls=self.tls, operator_secret=self._operator_secret,
+                                      wire_range=lambda: self._wire_ranges.get(bookie_id, OLDEST_PEER_RANGE))
                 self._clients[bookie_id] = client
             return client
 

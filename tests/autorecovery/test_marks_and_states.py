@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
-from metadata import LedgerId, MetadataStore, open_store
+import pytest
+
+from metadata import BookieInfo, BookieRegistry, LedgerId, MetadataStore, open_store
 from metadata.ephemeral_lock import read_lock, try_lock
-from metadata.paths import AUDITOR_ELECTION
+from metadata.paths import AUDITOR_ELECTION, cookie_path
 from metadata.underreplication import REASON_LOST, UnderReplicationManager
 from pyspark_ledger.autorecovery.bookie_states import DOWN, READ_ONLY, UP, forget_audits, lost, observe, with_audited
 from pyspark_ledger.autorecovery.elected_auditor import ElectedAuditor
@@ -106,3 +110,26 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 15.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "never happened"
         time.sleep(0.05)
+
+
+def test_the_auditor_logs_routine_bookie_states_at_info_and_a_bookie_down_at_warning(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """docs/contributing.md: WARNING only for what an operator must act on. A bookie up or
+    read-only is routine (its storage warned when it turned read-only); a bookie down is not."""
+    store = open_store(f"sqlite://{tmp_path / 'meta.db'}")
+    try:
+        registry = BookieRegistry(store)
+        regs = [registry.register(BookieInfo(b, f"127.0.0.1:{3181 + i}")) for i, b in enumerate(("b0", "b1"))]
+        regs[1].set_read_only(True)
+        store.ensure_path(cookie_path("b2"))  # registered once, not now: down
+        auditor = ElectedAuditor(store, "auditor", lost_bookie_grace_s=60, scan_rate_per_s=100,
+                                 metrics=AutorecoveryMetrics(), stop=threading.Event())
+        with caplog.at_level(logging.INFO, logger="pyspark_ledger.autorecovery.elected_auditor"):
+            auditor._observe({})
+        levels = {r.getMessage(): r.levelname for r in caplog.records if r.getMessage().startswith("bookie state ")}
+        assert levels == {"bookie state bookie=b0 state=up": "INFO", "bookie state bookie=b1 state=read-only": "INFO",
+                          "bookie state bookie=b2 state=down": "WARNING"}, levels
+        for reg in regs:
+            reg.close()
+    finally:
+        store.close()

@@ -14,13 +14,12 @@ from bookie.proto import add_framing
 from bookie.proto import bookie_pb2 as pb
 from bookie.proto.add_framing import (
     FRAME_BYTES_MAX,
-    HELLO,
     HELLO_BYTES,
     MAGIC,
-    VERSION,
     FrameReader,
     FramingError,
     frame,
+    hello,
     parse_hello,
     set_keepalive,
     set_send_timeout,
@@ -34,9 +33,9 @@ def header(size: int) -> bytes:
 
 
 def test_hello_round_trip() -> None:
-    assert HELLO_BYTES == 8 and HELLO == b"PLAD\x00\x00\x00\x01"
-    assert parse_hello(HELLO) == VERSION == 1
-    # Another version is still a hello: the listener answers it with its own and closes.
+    assert HELLO_BYTES == 8 and hello(1) == b"PLAD\x00\x00\x00\x01"  # what release 0.1.0 sends
+    assert parse_hello(hello(1)) == 1
+    # Another version is still a hello: the listener answers it with its own highest and closes.
     assert parse_hello(MAGIC + struct.pack(">I", 2)) == 2
     assert parse_hello(MAGIC + b"\xff\xff\xff\xff") == 2**32 - 1
 
@@ -45,9 +44,9 @@ def test_hello_round_trip() -> None:
     b"GET / HT",  # an HTTP client
     b"PRI * HT",  # an HTTP/2 (gRPC) client on the wrong port
     b"plad\x00\x00\x00\x01",  # magic is case-sensitive
-    HELLO[:7],  # short
+    hello(1)[:7],  # short
     b"",  # the peer closed at once
-    HELLO + b"\x00",  # long
+    hello(1) + b"\x00",  # long
 ])
 def test_a_hello_with_the_wrong_magic_or_length_is_refused(data: bytes) -> None:
     with pytest.raises(FramingError, match="not an add-transport hello"):

@@ -18,7 +18,8 @@ import pytest
 from bookie.add_handler import AddOutcome
 from bookie.add_listener import AddListener
 from bookie.proto import bookie_pb2 as pb
-from bookie.proto.add_framing import FRAME_BYTES_MAX, HELLO, HELLO_BYTES, MAGIC, frame, recv_exactly
+from bookie.proto.add_framing import FRAME_BYTES_MAX, HELLO_BYTES, MAGIC, frame, hello, recv_exactly
+from bookie.proto.versions import WIRE_VERSION_MAX, WIRE_VERSION_MIN
 from bookie.status import Status
 from metadata import BookieRegistry, open_store
 from pyspark_ledger.testing.local_cluster import LocalBookie
@@ -56,8 +57,8 @@ def recv_all(sock: socket.socket, n: int) -> bytes:
 
 def connect_and_greet(address: str) -> socket.socket:
     sock = connect(address)
-    sock.sendall(HELLO)
-    assert recv_all(sock, HELLO_BYTES) == HELLO
+    sock.sendall(hello(WIRE_VERSION_MIN))  # the oldest version: what a client of release 0.1.0 asks for
+    assert recv_all(sock, HELLO_BYTES) == hello(WIRE_VERSION_MIN)
     return sock
 
 
@@ -184,12 +185,14 @@ def test_a_frame_that_is_not_an_add_request_closes_the_connection(
     assert_adds_work(add_address, 304)
 
 
-def test_a_client_of_another_version_gets_the_bookies_hello_and_is_closed(
+def test_a_client_asking_for_a_version_the_bookie_lacks_gets_the_bookies_highest_and_is_closed(
         shared_bookie: LocalBookie, add_address: str) -> None:
+    newer = WIRE_VERSION_MAX + 1
     with connect(add_address) as sock:
-        sock.sendall(MAGIC + struct.pack(">I", 2))
-        assert until_closed(sock) == HELLO  # version 1, so the client can say what it met
-    line = wait_for_log(shared_bookie, "reason=client speaks add protocol version 2, this bookie 1")
+        sock.sendall(MAGIC + struct.pack(">I", newer))
+        # The bookie's highest, so the client can fall back to it or say what it met.
+        assert until_closed(sock) == hello(WIRE_VERSION_MAX)
+    line = wait_for_log(shared_bookie, f"reason=client asks for wire version {newer}, this bookie speaks")
     assert " WARNING " in line
     assert_adds_work(add_address, 305)
 

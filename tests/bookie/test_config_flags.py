@@ -13,6 +13,8 @@ import pytest
     (["--entry-log-size-mb", "99999999"], "--entry-log-size-mb must be in 1.."),
     (["--minor-compaction-threshold", "0.9", "--major-compaction-threshold", "0.5"], "compaction thresholds"),
     (["--compaction-rate-mb-s", "0"], "--compaction-rate-mb-s"),
+    (["--rack", "eu/r1/extra"], "--rack: bad rack 'eu/r1/extra': use 'zone/rack' or 'rack'"),
+    (["--rack", "rack 7"], "--rack: bad rack"),
 ])
 def test_bad_storage_flags_are_refused_with_their_names(tmp_path: Path, flags: list[str], message: str) -> None:
     from bookie.config import ConfigError, build_parser, config_from_args

@@ -140,3 +140,17 @@ def test_triggergc_runs_the_storage_gc_and_bookieinfo_and_metrics_show_its_figur
                   if family.name == "bookie_directory_capacity_bytes" for s in family.samples}
     assert capacities[(str(b1.cfg.data_dir), "ledgers")] == capacity
     assert 'role="journal"' in page and "bookie_directory_used_bytes{" in page
+
+
+def test_with_no_bookie_running_the_shell_says_so_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """bookieinfo used to print an empty table and exit 0; commands that need bookies named each
+    bookie of each write set. With none registered: one line, exit 1. A failure that is not
+    about bookies keeps its own message."""
+    from pyspark_ledger.cli.no_bookies import NO_BOOKIE_RUNNING
+
+    uri = f"sqlite://{tmp_path / 'meta.db'}"
+    for args in (["bookieinfo"], ["bookieinfo", "--json"], ["simpletest", "-n", "3"], ["bookiesanity"]):
+        code, out, err = run(capsys, uri, *args)
+        assert (code, out, err.splitlines()[-1]) == (1, "", f"ledger {args[0]}: {NO_BOOKIE_RUNNING}"), args
+    code, _, err = run(capsys, uri, "ledgermetadata", "999")
+    assert code == 1 and "no such ledger 999" in err

@@ -163,6 +163,8 @@ def test_logs_list_show_trim(capsys: pytest.CaptureFixture[str], cluster: LocalC
     assert code == 0 and "trimmed 2 ledger(s)" in out
     code, out, _ = run(capsys, uri, "logs", "show", "clicks")
     assert code == 0 and "2 ledger(s)" in out
+    newest = client.logs.read_head("clicks")[0].record.ledgers[-1]
+    assert f"newest ledger: seq {newest.seq} (its position in the log), ledger id {newest.ledger_id}" in out
     w.close()
 
 

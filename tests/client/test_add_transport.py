@@ -14,11 +14,13 @@ from types import SimpleNamespace
 import pytest
 
 from bookie.proto import bookie_pb2 as pb
-from bookie.proto.add_framing import HELLO, HELLO_BYTES, FrameReader, FramingError, frame, recv_exactly
+from bookie.proto.add_framing import HELLO_BYTES, FrameReader, FramingError, frame, hello, parse_hello, recv_exactly
+from bookie.proto.versions import OUR_RANGE, WireRange
 from bookie.status import Status
 from pyspark_ledger.errors import BookieUnavailableError
 from pyspark_ledger.ledger import write_handle
 from pyspark_ledger.testing.zookeeper_server import free_port
+from pyspark_ledger.transport import add_hello
 from pyspark_ledger.transport.add_streams import EncodedAddBatch, SocketAddStream
 from pyspark_ledger.transport.bookie_client import BookieClient
 from tests.bookie.server_helpers import KEY, Acks
@@ -37,8 +39,11 @@ class FakeAddListener:
     the connection it came on (1, 2, ...) and acts on it as `policy` says. A policy may call
     hold() to sit on a request until the test calls release.set() (or the fake closes)."""
 
-    def __init__(self, policy: Policy):
+    def __init__(self, policy: Policy, speaks: WireRange = OUR_RANGE):
+        """speaks: the wire versions it answers like a bookie (echo one it speaks, else its highest and close)."""
         self.policy = policy
+        self.speaks = speaks
+        self.asked: list[int] = []  # the version each connection's hello asked for
         self.holding = threading.Event()
         self.release = threading.Event()
         self.sock = socket.create_server(("127.0.0.1", 0))
@@ -68,9 +73,12 @@ class FakeAddListener:
 
     def _serve(self, conn: socket.socket, n: int) -> None:
         try:
-            if recv_exactly(conn, HELLO_BYTES) != HELLO:
+            asked = parse_hello(recv_exactly(conn, HELLO_BYTES))
+            self.asked.append(asked)
+            if asked not in self.speaks:
+                conn.sendall(hello(self.speaks.high))
                 return
-            conn.sendall(HELLO)
+            conn.sendall(hello(asked))
             frames = FrameReader(conn)
             while (body := frames.read()) is not None:
                 request = pb.AddRequest.FromString(body)
@@ -125,15 +133,15 @@ class FakeAddListener:
             t.join(WAIT_S)
 
 
-MakeFake = Callable[[Policy], FakeAddListener]
+MakeFake = Callable[..., FakeAddListener]
 
 
 @pytest.fixture
 def fake_listener() -> Iterator[MakeFake]:
     started: list[FakeAddListener] = []
 
-    def make(policy: Policy) -> FakeAddListener:
-        f = FakeAddListener(policy)
+    def make(policy: Policy, speaks: WireRange = OUR_RANGE) -> FakeAddListener:
+        f = FakeAddListener(policy, speaks)
         started.append(f)
         return f
 
@@ -341,6 +349,58 @@ def test_the_add_address_is_looked_up_again_for_each_new_stream(fake_listener: M
         assert acks.ok == [entry(1), entry(2)]  # answers come back in order
     assert lookups == [old.address, new.address]  # once per stream, not per add
     assert old.connections == 1 and new.connections == 1
+
+
+# ---- wire versions (bookie/proto/versions.py): a client newer than its bookie speaks the bookie's ----
+# This release knows one version; a newer client is made by widening the range the hello module
+# speaks, as a later release will.
+
+def _adds_work(client: BookieClient) -> None:
+    acks = Acks()
+    client.add_batch((0, 1), KEY, entry(0), acks.callback(entry(0)))
+    acks.wait(1)
+    assert acks.ok == [entry(0)], acks.failed
+
+
+def test_a_newer_client_speaks_the_version_an_older_bookie_advertises(
+        fake_listener: MakeFake, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(add_hello, "OUR_RANGE", WireRange(1, 3))
+    old_bookie = fake_listener(lambda conn, number: "answer", WireRange(1, 1))
+    with BookieClient("old", NO_GRPC, add_address=old_bookie.address, wire_range=lambda: WireRange(1, 1)) as client:
+        assert client.wire_version() == 1  # by its registration, before any connection
+        _adds_work(client)
+        assert isinstance(client._stream, SocketAddStream) and client._stream.wire_version == 1 == client.wire_version()
+    assert old_bookie.asked == [1] and old_bookie.connections == 1  # no failed hello first
+    both_newer = fake_listener(lambda conn, number: "answer", WireRange(1, 2))
+    with BookieClient("newer", NO_GRPC, add_address=both_newer.address, wire_range=lambda: WireRange(1, 2)) as client:
+        _adds_work(client)
+        assert isinstance(client._stream, SocketAddStream) and client._stream.wire_version == 2
+    assert both_newer.asked == [2]  # the highest both speak
+
+
+def test_a_bookie_older_than_its_registration_says_gets_a_second_hello_in_its_version(
+        fake_listener: MakeFake, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Downgraded since the client read its registration: it answers with its own highest and closes."""
+    monkeypatch.setattr(add_hello, "OUR_RANGE", WireRange(1, 3))
+    downgraded = fake_listener(lambda conn, number: "answer", WireRange(1, 1))
+    with BookieClient("downgraded", NO_GRPC, add_address=downgraded.address, wire_range=lambda: WireRange(1, 3)) as client:
+        _adds_work(client)
+        assert isinstance(client._stream, SocketAddStream) and client._stream.wire_version == 1
+    assert downgraded.asked == [3, 1] and downgraded.connections == 2
+
+
+def test_a_bookie_sharing_no_version_fails_the_add_naming_both(
+        fake_listener: MakeFake, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(add_hello, "OUR_RANGE", WireRange(2, 3))  # a client that dropped version 1
+    ancient = fake_listener(lambda conn, number: "answer", WireRange(1, 1))
+    with BookieClient("ancient", NO_GRPC, add_address=ancient.address, wire_range=lambda: WireRange(1, 1)) as client:
+        with pytest.raises(BookieUnavailableError, match=r"no common wire version: this side speaks 2\.\.3, the peer 1"):
+            client.add_batch((0, 1), KEY, entry(0), lambda status, message: None)
+    assert ancient.connections == 0  # known from the registration: no connection at all
+    with BookieClient("ancient", NO_GRPC, add_address=ancient.address) as client:  # no registration: asks for 3
+        with pytest.raises(BookieUnavailableError, match=r"the bookie speaks add protocol version 1, this client 2\.\.3"):
+            client.add_batch((0, 1), KEY, entry(0), lambda status, message: None)
+    assert ancient.asked == [3]
 
 
 def test_an_add_listener_nobody_listens_on_fails_the_add_at_once() -> None:

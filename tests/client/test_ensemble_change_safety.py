@@ -80,7 +80,7 @@ class ScriptedPool:
 
 
 class FirstPlacement:
-    def replacement(self, ensemble: Sequence[str], candidates: Sequence[str]) -> str:
+    def replacement(self, ensemble: Sequence[str], candidates: Sequence[str], **_: object) -> str:
         return sorted(set(candidates) - set(ensemble))[0]
 
 

@@ -25,7 +25,7 @@ class PreferringPlacement(RandomPlacement):
         super().__init__()
         self.preferred = list(preferred)
 
-    def replacement(self, ensemble: Sequence[str], candidates: Sequence[str]) -> str:
+    def replacement(self, ensemble: Sequence[str], candidates: Sequence[str], **_: object) -> str:
         return next(b for b in self.preferred if b in candidates and b not in ensemble)
 
 

@@ -50,3 +50,51 @@ def test_unreachable_zookeeper_is_bounded_and_names_the_address() -> None:
 def test_embedded_store_in_missing_directory(tmp_path) -> None:
     with pytest.raises(MetadataUnavailableError, match="does not exist"):
         open_store(f"sqlite://{tmp_path}/missing/dir/meta.db")
+
+
+# Issue 31, item 7: names are checked with a full match; "^...$" with match() let a trailing
+# newline through ("$" matches before a final newline).
+def test_a_trailing_newline_is_refused_in_every_checked_name() -> None:
+    import pytest
+
+    from metadata.errors import InvalidMetadataError, InvalidUriError
+    from metadata.ids import LedgerId
+    from metadata.paths import LEDGERS, check_name, ledger_id_from_path
+    from metadata.registry import check_rack
+    from metadata.uri import parse_uri
+
+    qualified = "00000000000000000000000000000007"
+    assert LedgerId.from_qualified_name(qualified) == LedgerId(0, 7)
+    with pytest.raises(InvalidMetadataError):
+        LedgerId.from_qualified_name(qualified + "\n")
+    with pytest.raises(InvalidMetadataError):
+        LedgerId.parse("\u0661\u0662")  # Arabic-Indic digits: int() takes them, an id does not
+    assert check_name("log", "orders") == "orders"
+    with pytest.raises(InvalidMetadataError):
+        check_name("log", "orders\n")
+    path = LEDGERS + "".join("/" + qualified[i:i + 4] for i in range(0, 32, 4))
+    assert ledger_id_from_path(path) == LedgerId(0, 7)
+    with pytest.raises(InvalidMetadataError):
+        ledger_id_from_path(path + "\n")
+    assert check_rack("zone-a/rack-1") == "zone-a/rack-1"
+    with pytest.raises(InvalidMetadataError):
+        check_rack("zone-a\n/rack-1")
+    assert parse_uri("zk://127.0.0.1:2181/ledgers").hosts == "127.0.0.1:2181"
+    for bad in ("zk://127.0.0.1:2181\n/ledgers", "zk://127.0.0.1:2181\n,127.0.0.1:2182/ledgers",
+                "zk://127.0.0.1:2181/ledgers?op_timeout_ms=\u0661\u0662"):
+        with pytest.raises(InvalidUriError):
+            parse_uri(bad)
+
+
+def test_no_product_pattern_relies_on_anchors_with_match() -> None:
+    """Every name pattern of the product is used with fullmatch: none is written "^...$" (the
+    form that, with match(), lets a trailing newline through)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    anchored = re.compile(r"""re\.compile\(r?["']\^.*\$["']""")
+    found = [f"{p.relative_to(root)}:{n}" for package in ("bookie", "metadata", "pyspark_ledger")
+             for p in sorted((root / package).rglob("*.py")) if not p.name.endswith("_pb2.py")
+             for n, line in enumerate(p.read_text().splitlines(), 1) if anchored.search(line)]
+    assert found == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -123,3 +124,39 @@ def test_same_bookie_id_twice_is_refused_on_embedded(sqlite_uri: str) -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_racks_in_registrations_and_older_and_newer_readers() -> None:
+    """The rack (issue 29) rides in the registration JSON: normalised, checked, and invisible to
+    an older reader (unknown fields ignored), as newer fields are to this one."""
+    import json
+
+    from metadata import CorruptMetadataError, InvalidMetadataError
+
+    info = BookieInfo("b1", "127.0.0.1:1", rack="/eu-west-1a/rack-07")
+    assert info.rack == "eu-west-1a/rack-07"
+    raw = json.loads(info.to_bytes())
+    assert raw["rack"] == "eu-west-1a/rack-07"
+    assert BookieInfo.from_bytes("b1", info.to_bytes()) == info
+    older = json.dumps({k: v for k, v in raw.items() if k != "rack"}).encode()  # written before racks
+    assert BookieInfo.from_bytes("b1", older).rack == ""
+    newer = json.dumps({**raw, "disks": 3}).encode()
+    assert BookieInfo.from_bytes("b1", newer) == info
+    with pytest.raises(InvalidMetadataError, match="bad rack"):
+        BookieInfo("b1", "127.0.0.1:1", rack="a/b/c")
+    with pytest.raises(CorruptMetadataError, match="bookie b1: unreadable registration"):
+        BookieInfo.from_bytes("b1", json.dumps({**raw, "rack": "a b"}).encode())
+
+
+def test_a_read_only_flip_is_logged_at_info(store: MetadataStore, caplog: pytest.LogCaptureFixture) -> None:
+    """Routine for the registry: the bookie's storage warns when it turns read-only (and why)."""
+    reg = BookieRegistry(store).register(BookieInfo("bookie-1", "127.0.0.1:3181"))
+    try:
+        with caplog.at_level(logging.INFO, logger="metadata.registry"):
+            reg.set_read_only(True)
+            reg.set_read_only(False)
+        flips = [(r.levelname, r.getMessage()) for r in caplog.records if "read_only=" in r.getMessage()]
+        assert flips == [("INFO", "bookie state changed bookie=bookie-1 read_only=True"),
+                         ("INFO", "bookie state changed bookie=bookie-1 read_only=False")], flips
+    finally:
+        reg.close()

@@ -16,7 +16,7 @@ from pyspark_ledger.protocol.recovery_plan import (
 )
 
 
-def first_free(ensemble: Sequence[str], candidates: Sequence[str]) -> str | None:
+def first_free(ensemble: Sequence[str], candidates: Sequence[str], failed: str = "") -> str | None:
     free = [c for c in candidates if c not in ensemble]
     return free[0] if free else None
 

@@ -4,7 +4,9 @@ directory changes. Shared by the real check and the planted-bug check (test_auth
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ import grpc
 
 from bookie.proto import bookie_pb2 as pb
 from bookie.status import Status
+from pyspark_ledger.testing.certs import CertificateAuthority
 
 LEDGER = (0, 7)
 RIGHT_KEY = hashlib.sha256(b"ledger" + b"right password").digest()
@@ -26,18 +29,31 @@ class Aborted(Exception):
         self.code = code
 
 
-class FakeContext:
-    """What a handler reads of a gRPC call: its metadata, the peer identity, abort()."""
+@functools.cache
+def client_certificate_pem(*names: str) -> bytes:
+    """A real client certificate (PEM) whose DNS SANs are `names`, of a throwaway CA: the bookie
+    reads identities from the certificate itself (bookie.tls.grpc_peer_identities)."""
+    with tempfile.TemporaryDirectory() as d:
+        return CertificateAuthority(Path(d)).issue("fake-context", server=False, client_names=names).cert.read_bytes()
 
-    def __init__(self, secret: bytes | None = None, identity: str = ""):
+
+class FakeContext:
+    """What a handler reads of a gRPC call: its metadata, the peer certificate, abort().
+    `identity`: one certificate name; `identities`: several SANs of one certificate."""
+
+    def __init__(self, secret: bytes | None = None, identity: str = "", identities: tuple[str, ...] = ()):
         self._metadata = [("x-ledger-operator-secret-bin", secret)] if secret is not None else []
-        self._identity = identity
+        self._names = identities or ((identity,) if identity else ())
 
     def invocation_metadata(self) -> list[tuple[str, Any]]:
         return self._metadata
 
     def auth_context(self) -> dict[str, list[bytes]]:
-        return {"x509_common_name": [self._identity.encode()]} if self._identity else {}
+        if not self._names:
+            return {}
+        # What gRPC also shows: its name fields joined and cut; the bookie must not read them.
+        return {"x509_pem_cert": [client_certificate_pem(*self._names)],
+                "x509_subject_alternative_name": [n.split("\x00")[0].encode() for n in self._names]}
 
     def abort(self, code: grpc.StatusCode, details: str) -> None:
         raise Aborted(code, details)

@@ -23,6 +23,7 @@ class SecuredCerts:
     operator: CertPair
     expired: CertPair
     stranger: CertPair  # signed by another CA
+    authority: CertificateAuthority  # issues more certificates of the cluster's CA (hostile names)
 
     def tls(self, kind: str) -> TlsSettings | None:
         """The client TLS settings of a kind of caller."""
@@ -39,7 +40,7 @@ def make_certs(directory: Path) -> SecuredCerts:
     other = CertificateAuthority(directory / "other-ca", name="another CA")
     return SecuredCerts(ca.ca_path, ca.issue("bookie"), ca.issue("ledger-client", server=False),
                         ca.issue(OPERATOR_NAME, server=False), ca.issue("expired-client", server=False, expired=True),
-                        other.issue("stranger", server=False))
+                        other.issue("stranger", server=False), ca)
 
 
 def secured_cluster(work_dir: Path, num_bookies: int, *, metadata_uri: str | None = None,

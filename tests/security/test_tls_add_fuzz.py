@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bookie.proto.add_framing import FRAME_BYTES_MAX, HELLO, MAGIC
+from bookie.proto.add_framing import FRAME_BYTES_MAX, MAGIC, hello
 from bookie.status import Status
 from pyspark_ledger.protocol.digest import master_key
 from pyspark_ledger.testing.local_cluster import LocalCluster
@@ -37,15 +37,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 def _garbage_after_hello(rng: random.Random) -> bytes:
     kind = rng.randrange(5)
     if kind == 0:  # a hello of the wrong magic or length
-        return rng.choice([b"XXXX" + HELLO[4:], MAGIC, rng.randbytes(rng.randrange(1, 16))])
+        return rng.choice([b"XXXX" + hello(1)[4:], MAGIC, rng.randbytes(rng.randrange(1, 16))])
     if kind == 1:  # a header over the limit
-        return HELLO + struct.pack(">I", rng.randrange(FRAME_BYTES_MAX + 1, 2**32))
+        return hello(1) + struct.pack(">I", rng.randrange(FRAME_BYTES_MAX + 1, 2**32))
     if kind == 2:  # a body that is not an AddRequest
         body = rng.randbytes(rng.randrange(1, 200))
-        return HELLO + struct.pack(">I", len(body)) + body
+        return hello(1) + struct.pack(">I", len(body)) + body
     if kind == 3:  # cut inside a frame
-        return HELLO + struct.pack(">I", 1000) + rng.randbytes(rng.randrange(0, 999))
-    return HELLO + rng.randbytes(rng.randrange(1, 4096))  # noise
+        return hello(1) + struct.pack(">I", 1000) + rng.randbytes(rng.randrange(0, 999))
+    return hello(1) + rng.randbytes(rng.randrange(1, 4096))  # noise
 
 
 def _drain(sock: socket.socket) -> None:

@@ -151,3 +151,20 @@ def test_a_mark_cleared_before_the_commit_is_caught(monkeypatch: pytest.MonkeyPa
     needed, r = first_violation(lambda v: "swap records left" in v or "still names lost bookies" in v)
     print(f"\nmark cleared before the commit: caught after {needed} seeds (seed {r.seed}): {r.violation}")
     assert needed <= AUTORECOVERY_SEEDS_MAX
+
+
+def test_a_placement_blind_to_racks_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Defect: the rack-aware seeds place with a policy that ignores racks (issue 29): a new
+    ensemble of one write set spans fewer racks than were writable."""
+    from pyspark_ledger.protocol.placement import RandomPlacement
+    from pyspark_ledger.testing.sim import racks
+
+    real_init = racks.SimPlacement.__init__
+
+    def blind(self: racks.SimPlacement, rack_of: dict[str, str], rng: Any, checker: Any) -> None:
+        real_init(self, rack_of, rng, checker)
+        self.policy = RandomPlacement(rng)
+
+    monkeypatch.setattr(racks.SimPlacement, "__init__", blind)
+    seeds, r = first_violation(lambda v: "racks" in v and "new ensemble" in v, seeds_max=AUTORECOVERY_SEEDS_MAX)
+    print(f"rack-blind placement caught after {seeds} seeds: {r.violation}")

@@ -72,7 +72,8 @@ def test_timestamps_min_partitions_and_data_loss() -> None:
         ({"log": "a", "maxEntriesPerTriger": "3"},
          'ledger data source option "maxentriespertriger": unknown option; did you mean "maxEntriesPerTrigger"?'),
         ({"subscribe": "a"},
-         'ledger data source option "subscribe": unknown option; Spark\'s Kafka source calls it that, this source logs'),
+         'ledger data source option "subscribe": unknown option; that is an option of Spark\'s Kafka source, '
+         'the ledger source uses "logs" instead'),
         ({"log": "a", "zzz": "1"}, 'ledger data source option "zzz": unknown option'),
         ({"log": "a", "startingPosition": '{"seq": 1, "ledger": "00"'},
          'ledger data source option "startingPosition": not valid JSON (Expecting \',\' delimiter: line 1 column 26 '
@@ -123,8 +124,8 @@ def test_unknown_option_lists_the_known_ones_below_the_first_line() -> None:
     with pytest.raises(OptionError) as err:
         parse(log="a", startingOffsets="earliest")
     first, second = str(err.value).splitlines()
-    assert first == ('ledger data source option "startingoffsets": unknown option; Spark\'s Kafka source calls it that, '
-                     "this source startingPosition or startingPositions")
+    assert first == ('ledger data source option "startingoffsets": unknown option; that is an option of Spark\'s Kafka '
+                     'source, the ledger source uses "startingPosition" or "startingPositions" instead')
     assert second.startswith("known options: ") and "logPattern" in second and "minPartitions" in second
 
 

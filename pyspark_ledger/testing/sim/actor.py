@@ -29,6 +29,7 @@ class Cluster:
         self.quorum: tuple[int, int, int] = (0, 0, 0)  # (E, W, A) the seed drew (runner.py)
         self.held_down: set[str] = set()  # lost bookies the heal does not bring back (autorecovery.py)
         self.checker_recovery: Any = None  # autorecovery's invariants (recovery_checker.py), when it runs
+        self.placement: Any = None  # racks.SimPlacement in the seeds that place by rack, else random picks
 
     def writable_bookies(self) -> list[str]:
         """What the registry would list as writable (up and not read-only)."""

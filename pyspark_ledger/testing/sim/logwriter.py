@@ -106,7 +106,10 @@ class SimLogWriter(Actor):
         if len(writable) < self.ensemble_size:
             self._retry(f"only {len(writable)} writable bookies for an ensemble of {self.ensemble_size}")
             return
-        ensemble = tuple(rng.sample(writable, self.ensemble_size))
+        if self.cluster.placement is not None:
+            ensemble = self.cluster.placement.new_ensemble(self.ensemble_size, self.w, writable)
+        else:
+            ensemble = tuple(rng.sample(writable, self.ensemble_size))
 
         def op() -> object:
             record, version = store.log

@@ -16,6 +16,7 @@ from pyspark_ledger.testing.sim.faults import FAULT_KINDS, schedule_faults
 from pyspark_ledger.testing.sim.logwriter import SimLogWriter
 from pyspark_ledger.testing.sim.metastore import MetaStore
 from pyspark_ledger.testing.sim.network import Network
+from pyspark_ledger.testing.sim.racks import SimPlacement, draw_racks, places_by_rack
 from pyspark_ledger.testing.sim.recoverer import SimRecovery
 from pyspark_ledger.testing.sim.tailer import SimTailer
 from pyspark_ledger.testing.sim.world import Violation, World
@@ -44,11 +45,14 @@ class SeedResult:
     entries_acked: int = 0
 
 
-def run_seed(seed: int, *, trace: bool = False, autorecovery: bool | None = None) -> SeedResult:
+def run_seed(seed: int, *, trace: bool = False, autorecovery: bool | None = None,
+             racks: bool | None = None) -> SeedResult:
     """autorecovery: None runs it when the seed's own draw says so (autorecovery.py); False
-    replays the seed's history as it was before autorecovery joined the simulator."""
+    replays the seed's history as it was before autorecovery joined the simulator. racks: the
+    same for rack-aware placement (racks.py)."""
     world = World(seed, trace_all=trace)
     world.autorecovery = runs_autorecovery(seed) if autorecovery is None else autorecovery
+    world.racks = places_by_rack(seed) if racks is None else racks
     rng = world.rng
     violation: str | None = None
     checker: Checker | None = None
@@ -85,6 +89,9 @@ def _build(world: World) -> Cluster:
     cluster = Cluster(world, net, bookies, store, checker, read_bytes_max=READ_BYTES_MAX,
                       read_entries_max=READ_ENTRIES_MAX)
     cluster.quorum = quorum
+    if world.racks:
+        cluster.placement = SimPlacement(draw_racks(world.seed, ids), rng, checker)
+        world.note(f"racks {cluster.placement.racks}")
     world.note(f"seed {world.seed}: bookies={ids} E,W,A={quorum} loss={net.loss:.3f} dup={net.duplication:.3f}")
     return cluster
 

@@ -99,7 +99,11 @@ class FragmentSwap:
         if not candidates:
             self.on_end(False, f"no writable bookie outside {list(fragment)} to replace {self.lost}")
             return
-        new = self.world.rng.choice(candidates)
+        placement = self.cluster.placement
+        if placement is not None:
+            new = placement.replacement(fragment, candidates, self.lost, meta.write_quorum_size) or candidates[0]
+        else:
+            new = self.world.rng.choice(candidates)
         replacing = None if record is None else record.version
         holder = self.worker.name
 

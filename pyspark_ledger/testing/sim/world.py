@@ -42,6 +42,7 @@ class World:
         self.faults: Counter[str] = Counter()
         self.stats: Counter[str] = Counter()  # what the history exercised (not faults)
         self.autorecovery = False  # whether auditors and replication workers run (runner.py)
+        self.racks = False  # whether bookies have racks and placement follows them (racks.py)
 
     # ---- scheduling ---------------------------------------------------------------------------
 

@@ -124,7 +124,9 @@ class SimWriter(Actor):
         failed, self.failed = self.failed, set()
         rng = self.world.rng
 
-        def pick(ensemble: Sequence[str], candidates: Sequence[str]) -> str | None:
+        def pick(ensemble: Sequence[str], candidates: Sequence[str], failed: str) -> str | None:
+            if self.cluster.placement is not None:
+                return self.cluster.placement.replacement(ensemble, candidates, failed, self.w)
             return rng.choice(list(candidates)) if candidates else None
 
         plan = plan_ensemble_change(self.ensemble, failed, self.dead, self.cluster.writable_bookies(), pick,

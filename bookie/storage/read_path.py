@@ -1,9 +1,14 @@
-"""The storage engine's read paths: LAC reads, long polls, entry and range reads."""
+"""The read path of the storage engine: LAC reads, long polls, entry and range reads (index
+lookup, then preads of the entry logs outside the lock). Owns the count of reads in flight, so
+that an entry log is never removed (GC) or closed (shutdown) under a read."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 from bookie.status import Status
 from bookie.storage.config import (
@@ -13,12 +18,17 @@ from bookie.storage.config import (
     READ_RANGE_ENTRIES_MAX,
     WAIT_LAC_TIMEOUT_MAX_S,
 )
-from bookie.storage.engine_fields import EngineFields
-from bookie.storage.engine_types import LedgerKey, ReadResult, _LacWaiters, _results, _valid_ledger
+from bookie.storage.engine_types import LedgerKey, ReadResult, _results, _valid_ledger
+from bookie.storage.entry_log import EntryLogs
 from bookie.storage.ledger_index import HOLE, LedgerMeta, unpack_location
+from bookie.storage.ledger_table import LedgerTable
+from bookie.storage.modes import EngineModes
 from bookie.storage.range_read import RangeRead, read_window
+from bookie.storage.stats import StorageStats
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # Corrupt entries found by reads are logged at most once per this interval.
 CORRUPT_LOG_INTERVAL_S = 1.0
@@ -29,23 +39,46 @@ def _capped_lac(meta: LedgerMeta) -> int:
     return meta.lac if meta.closed_last is None else min(meta.lac, meta.closed_last)
 
 
-class ReadPathMixin(EngineFields):
-    """Part of BookieStorage (engine.py): uses its fields and lock."""
+class ReadPath:
+    def __init__(self, table: LedgerTable, logs: EntryLogs, modes: EngineModes,
+                 stats: StorageStats) -> None:
+        self._table = table
+        self._logs = logs
+        self._modes = modes
+        self._stats = stats
+        self._inflight = 0  # guarded by table.lock
+        self._drained = threading.Condition(table.lock)
+        self._corrupt_log_next = 0.0
+        self._corrupt_log_suppressed = 0
 
-    # ---- read path ----------------------------------------------------------------------
+    # ---- quiescing ----------------------------------------------------------------------
+
+    def when_idle(self, action: Callable[[], T], timeout_s: float) -> T | None:
+        """Run `action` under the table lock once no read is in flight (none can start while it
+        runs); None if reads were still in flight after `timeout_s`."""
+        with self._table.lock:
+            if not self._drained.wait_for(lambda: self._inflight == 0, timeout_s):
+                return None
+            return action()
+
+    def reads_in_flight_locked(self) -> int:
+        return self._inflight
+
+    # ---- LAC ----------------------------------------------------------------------------
 
     def _missing_ledger_status(self) -> Status:
         # In uncertain mode we may have lost what we once had: never claim "no such ledger".
-        return Status.UNKNOWN_ENTRY_STATE if self._uncertain else Status.NO_SUCH_LEDGER
+        return Status.UNKNOWN_ENTRY_STATE if self._modes.uncertain else Status.NO_SUCH_LEDGER
 
     def read_lac(self, ledger: LedgerKey) -> tuple[Status, int]:
         if not _valid_ledger(ledger):
             return Status.INVALID_REQUEST, LAC_NONE
-        with self._lock:
-            if self._closed:
+        table = self._table
+        with table.lock:
+            if table.closed:
                 return Status.INTERNAL_ERROR, LAC_NONE
-            meta = self._ledgers.get(ledger)
-            if meta is None or meta.deleted:
+            meta = table.live_locked(ledger)
+            if meta is None:
                 return self._missing_ledger_status(), LAC_NONE
             return Status.OK, _capped_lac(meta)
 
@@ -55,31 +88,29 @@ class ReadPathMixin(EngineFields):
         if not _valid_ledger(ledger) or not isinstance(min_lac, int):
             return Status.INVALID_REQUEST, LAC_NONE
         deadline = time.monotonic() + min(max(timeout_s, 0.0), WAIT_LAC_TIMEOUT_MAX_S)
-        with self._lock:
-            meta = self._ledgers.get(ledger)
-            if self._closed:
+        table = self._table
+        with table.lock:
+            meta = table.live_locked(ledger)
+            if table.closed:
                 return Status.INTERNAL_ERROR, LAC_NONE
-            if meta is None or meta.deleted:
+            if meta is None:
                 return self._missing_ledger_status(), LAC_NONE
             if meta.lac >= min_lac:
                 return Status.OK, _capped_lac(meta)
-            waiters = self._lac_waiters.get(ledger)
-            if waiters is None:
-                waiters = self._lac_waiters[ledger] = _LacWaiters(self._lock)
-            waiters.count += 1
+            waiters = table.join_waiters_locked(ledger)
             try:
-                while meta.lac < min_lac and not meta.deleted and not self._closed:
+                while meta.lac < min_lac and not meta.deleted and not table.closed:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         break
                     waiters.cond.wait(remaining)
             finally:
-                waiters.count -= 1
-                if waiters.count == 0:
-                    del self._lac_waiters[ledger]
+                table.leave_waiters_locked(ledger, waiters)
             if meta.deleted:
                 return self._missing_ledger_status(), LAC_NONE
             return Status.OK, _capped_lac(meta)
+
+    # ---- entries ------------------------------------------------------------------------
 
     def read_entry(self, ledger: LedgerKey, entry_id: int) -> ReadResult:
         """One entry. When the ledger itself is missing (or the request invalid) the result
@@ -108,33 +139,25 @@ class ReadPathMixin(EngineFields):
             return Status.INVALID_REQUEST, None
         count = min(last - first + 1, max_entries, READ_RANGE_ENTRIES_MAX)
         max_bytes = min(max_bytes, READ_RANGE_BYTES_MAX)
-        with self._lock:
-            if self._closed:
+        table = self._table
+        with table.lock:
+            if table.closed:
                 return Status.INTERNAL_ERROR, None
-            meta = self._ledgers.get(ledger)
-            if meta is None or meta.deleted:
+            meta = table.live_locked(ledger)
+            if meta is None:
                 return self._missing_ledger_status(), None
             locs, lens = meta.index.window(first, count)
             if meta.closed_last is not None and first + count - 1 > meta.closed_last:
                 # A dirty tail (past a CLOSED ledger's last entry): never served, as if absent.
                 for i in range(max(meta.closed_last + 1 - first, 0), count):
                     locs[i] = HOLE
-            missing = Status.UNKNOWN_ENTRY_STATE if self._uncertain else Status.NO_SUCH_ENTRY
-            self._reads_inflight += 1
+            missing = Status.UNKNOWN_ENTRY_STATE if self._modes.uncertain else Status.NO_SUCH_ENTRY
+            self._inflight += 1
         answer = RangeRead()
         try:
             answer = read_window(self._logs.pread, ledger, first, locs, lens, max_bytes, missing)
         finally:
-            with self._lock:
-                self._reads_inflight -= 1
-                if self._closed and self._reads_inflight == 0:
-                    self._reads_drained.notify_all()
-                stats = self._stats
-                stats.read_calls += 1
-                stats.reads += answer.count
-                stats.read_bytes += answer.data_bytes
-                stats.corrupt_reads += len(answer.corrupt)
-                stats.read_preads += answer.preads
+            self._count_read(answer)
         for log_id, offset, error in answer.failed_preads:
             log.error("entry log read failed ledger=%s log_id=%d offset=%d error=%s",
                       ledger, log_id, offset, error)
@@ -143,6 +166,18 @@ class ReadPathMixin(EngineFields):
             # recovery is asking about (PAR / TigerBeetle "do not nack corrupt entries").
             self._report_corrupt(ledger, c.entry_id, c.location, c.length)
         return Status.OK, answer
+
+    def _count_read(self, answer: RangeRead) -> None:
+        with self._table.lock:
+            self._inflight -= 1
+            if self._table.closed and self._inflight == 0:
+                self._drained.notify_all()
+            stats = self._stats
+            stats.read_calls += 1
+            stats.reads += answer.count
+            stats.read_bytes += answer.data_bytes
+            stats.corrupt_reads += len(answer.corrupt)
+            stats.read_preads += answer.preads
 
     def _report_corrupt(self, ledger: LedgerKey, entry_id: int, loc: int, length: int) -> None:
         # At most one line per CORRUPT_LOG_INTERVAL_S: a damaged log file read in a loop must
@@ -157,4 +192,3 @@ class ReadPathMixin(EngineFields):
                   self._corrupt_log_suppressed)
         self._corrupt_log_next = now + CORRUPT_LOG_INTERVAL_S
         self._corrupt_log_suppressed = 0
-

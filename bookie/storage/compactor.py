@@ -1,6 +1,6 @@
 """The storage engine's compaction: the live entries of entry logs whose live fraction is under
 a threshold are copied into a new log, the index is pointed at the copies, and the old logs are
-removed (engine_gc.reclaim_entry_logs).
+removed (the reclaim step, entry_log_gc.EntryLogGc.reclaim, passed in by the engine).
 
 Crash safety, step by step: (1) the copies are written to a new log and fsynced; nothing
 points into it yet, so a crash leaves an unreferenced log that the next open removes.
@@ -16,11 +16,14 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 from bookie.storage import records
-from bookie.storage.engine_fields import EngineFields
 from bookie.storage.engine_types import LedgerKey
+from bookie.storage.entry_log import EntryLogs
 from bookie.storage.ledger_index import HOLE, pack_location, unpack_location
+from bookie.storage.ledger_table import LedgerTable
 
 log = logging.getLogger(__name__)
 
@@ -36,31 +39,42 @@ CURRENT_LOG_ROLL_FRACTION = 1 / 16
 Move = tuple[LedgerKey, int, int, int]  # ledger, entry id, location, length
 
 
-class CompactionMixin(EngineFields):
-    """Part of BookieStorage (engine.py): uses its fields and lock."""
+Usage = Callable[[], dict[int, tuple[int, int]]]  # (file bytes, live bytes) per entry log
 
-    def compaction_candidates(self, threshold: float) -> dict[int, tuple[int, int]]:
+
+class Compactor:
+    def __init__(self, table: LedgerTable, logs: EntryLogs, usage: Usage, entry_log_max_bytes: int,
+                 fsync: bool, data_dir: Path) -> None:
+        self._table = table
+        self._logs = logs
+        self._usage = usage
+        self._entry_log_max_bytes = entry_log_max_bytes
+        self._fsync = fsync
+        self._data_dir = data_dir
+
+    def candidates(self, threshold: float) -> dict[int, tuple[int, int]]:
         """Entry logs (never the current one) whose live fraction is under threshold."""
         keep = {self._logs.current_id, *self._logs.protected}
-        return {log_id: (size, live) for log_id, (size, live) in self.entry_log_usage().items()
+        return {log_id: (size, live) for log_id, (size, live) in self._usage().items()
                 if log_id not in keep and size > 0 and live / size < threshold}
 
-    def roll_dead_current_log(self, threshold: float) -> bool:
+    def roll_dead_current(self, threshold: float) -> bool:
         """Roll the current entry log if it is big enough and under threshold, so that this
         compaction can take it. True if it rolled."""
         current = self._logs.current_id
-        size, live = self.entry_log_usage().get(current, (0, 0))
-        if size < self._config.entry_log_max_bytes * CURRENT_LOG_ROLL_FRACTION or live / size >= threshold:
+        size, live = self._usage().get(current, (0, 0))
+        if size < self._entry_log_max_bytes * CURRENT_LOG_ROLL_FRACTION or live / size >= threshold:
             return False
         rolled = self._logs.roll_current(current)
         if rolled:
             log.info("current entry log rolled for compaction log_id=%d size=%d live=%d", current, size, live)
         return rolled
 
-    def compact_entry_logs(self, threshold: float, rate_bytes_s: float) -> tuple[int, int]:
-        """Rewrite the logs under threshold; returns (logs compacted, net bytes reclaimed)."""
-        self.roll_dead_current_log(threshold)
-        candidates = self.compaction_candidates(threshold)
+    def compact(self, threshold: float, rate_bytes_s: float, reclaim: Callable[[], int]) -> tuple[int, int]:
+        """Rewrite the logs under threshold; `reclaim` checkpoints and removes the logs left
+        dead (steps 3 and 4). Returns (logs compacted, net bytes reclaimed)."""
+        self.roll_dead_current(threshold)
+        candidates = self.candidates(threshold)
         if not candidates:
             return 0, 0
         to_copy = sum(live for _, live in candidates.values())
@@ -74,12 +88,13 @@ class CompactionMixin(EngineFields):
         side_id, fd = self._logs.open_side_log()
         try:
             moved = self._copy_entries(copies, side_id, fd, rate_bytes_s)
-            with self._lock:
+            table = self._table
+            with table.lock:
                 for ledger, entry_id, old, new in moved + [(lg, e, o, HOLE) for lg, e, o, _ in tails]:
-                    meta = self._ledgers.get(ledger)
-                    if meta is not None and not meta.deleted and meta.index.relocate(entry_id, old, new):
-                        self._dirty.add(ledger)
-            freed = self.reclaim_entry_logs()
+                    meta = table.live_locked(ledger)
+                    if meta is not None and meta.index.relocate(entry_id, old, new):
+                        table.mark_dirty_locked(ledger)
+            freed = reclaim()
         finally:
             self._logs.release_side_log(side_id)
         copied = sum(records.ENTRY_HEADER_BYTES + length for _, _, _, length in copies)
@@ -92,9 +107,7 @@ class CompactionMixin(EngineFields):
         """(live entries, dirty-tail entries) of existing ledgers stored in log_ids."""
         copies: list[Move] = []
         tails: list[Move] = []
-        with self._lock:
-            metas = [(k, m) for k, m in self._ledgers.items() if not m.deleted]
-        for ledger, meta in metas:
+        for ledger, meta in self._table.live():
             cap = meta.closed_last
             for entry_id, loc, length in list(meta.index.items()):
                 if unpack_location(loc)[0] in log_ids:
@@ -119,6 +132,6 @@ class CompactionMixin(EngineFields):
                 ahead = offset / rate_bytes_s - (time.monotonic() - started)
                 if ahead > 0:
                     time.sleep(min(ahead, 1.0))
-        if self._config.fsync:
+        if self._fsync:
             os.fsync(fd)  # the copies are durable before any index points at them
         return moved
