@@ -58,7 +58,8 @@ class LedgerOptions:
 class LogWriter:
     """The single writer of a log. `append` returns the position of the acknowledged message.
 
-    With `batching` (the default) messages are gathered into batches, one entry each (entry
+    With `batching` (LedgerClient.open_log_writer's default, once the cluster setting
+    message_batches allows it) messages are gathered into batches, one entry each (entry
     format 3, protocol.message_batch): a batch is sent when it holds batch.max_messages
     messages or batch.max_bytes bytes, when its first message is batch.max_delay_ms old, on
     `append` (which sends at once and waits), `flush` and `close`. Without it every message is
@@ -75,7 +76,7 @@ class LogWriter:
         rollover_bytes: int | None = None,
         rollover_age_s: float | None = None,
         crash_hook: Callable[[str], None] | None = None,
-        batching: bool = True,
+        batching: bool = False,
         batch: BatchSettings | None = None,
     ):
         self.client = client
@@ -276,8 +277,8 @@ class LogWriter:
 
     def _unbatched_only(self, key: bytes | None, timestamp: int | None, headers: Sequence[Header] | None) -> None:
         if key is not None or timestamp is not None or headers:
-            raise LedgerError(f"log writer for {self.name!r} is unbatched (batching=False): its entries (format 2) "
-                              "carry no key, event time or headers")
+            raise LedgerError(f"log writer for {self.name!r} is unbatched (batching=False, or the cluster setting "
+                              "message_batches is off): its entries (format 2) carry no key, event time or headers")
 
     def _check_appendable(self) -> None:
         if self._stopped is not None:

@@ -21,6 +21,7 @@ from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.log import LogFencedError, LogFormatError, LogReader, MessageHandle, Position
 from pyspark_ledger.protocol.entry_format import ENTRY_FORMAT_KEY
 from pyspark_ledger.testing.local_cluster import LocalCluster
+from pyspark_ledger.testing.message_batches import set_message_batches
 
 WAIT_S = 120.0
 
@@ -29,6 +30,7 @@ WAIT_S = 120.0
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LedgerClient]:
     with LocalCluster(3, work_dir=tmp_path_factory.mktemp("batching")) as cluster, \
             LedgerClient(cluster.metadata_uri, add_timeout_s=10) as c:
+        set_message_batches(c, True)
         yield c
 
 
@@ -65,6 +67,25 @@ def test_batched_messages_read_back_once_in_order_with_their_own_positions(clien
         assert r.record.message_format == MESSAGE_FORMAT_BATCHED
         meta = client.ledger_metadata(positions[0].ledger_id)
         assert meta.custom[ENTRY_FORMAT_KEY] == b"3"
+
+
+def test_batches_wait_for_the_cluster_setting(client: LedgerClient) -> None:
+    """Until message_batches is on, open_log_writer writes format 2 (a client of release 0.1.0 reads it)."""
+    set_message_batches(client, False)
+    try:
+        with client.open_log_writer("not-yet") as w:
+            assert w.batching is False
+            assert w.append(b"one").index == 0
+            with pytest.raises(LedgerError, match="message_batches is off"):
+                w.append_async(b"two", key=b"k")
+        assert client.describe_log("not-yet").message_format == "single"
+    finally:
+        set_message_batches(client, True)
+    with client.open_log_writer("not-yet") as w:
+        assert w.batching is True
+        w.append(b"three")
+    assert [m for _, m in read_all(client, "not-yet")] == [b"one", b"three"]
+    assert client.describe_log("not-yet").message_format == MESSAGE_FORMAT_BATCHED
 
 
 def test_bytes_bound_linger_and_flush(client: LedgerClient) -> None:
