@@ -7,7 +7,12 @@ In the same run, a 3-node NATS JetStream cluster (replicas=3, Python nats-py, as
 measured with the same payloads (bench/nats_baseline.py; needs Debian's nats-server and nats-py,
 and is skipped with a note if they are missing).
 
+LogWriter rows (bench/log_writer_rows.py): batched and unbatched messages of 100 B and 1 KiB from
+one producer and four, p50/p99 of a batched message at 10% and 90% of peak, and medians of
+alternating batched/unbatched rounds of 100-byte messages (issue 30).
+
     python bench/client_bench.py [--entries 100000] [--latency-adds 2000] [--no-nats]
+                                 [--log-messages 300000] [--log-rounds 3] [--no-log-writer]
     python bench/client_bench.py --journal-dir-layouts [--rounds 3] --no-nats
 
 --journal-dir-layouts measures, in the same run, bookies with today's single --data-dir against
@@ -101,6 +106,9 @@ def main() -> None:
     ap.add_argument("--journal-dir-layouts", action="store_true",
                     help="compare a single --data-dir with --journal-dir + two --ledger-dirs, same run")
     ap.add_argument("--rounds", type=int, default=1, help="with --journal-dir-layouts: alternations of the two")
+    ap.add_argument("--log-messages", type=int, default=300_000, help="messages per batched LogWriter run")
+    ap.add_argument("--log-rounds", type=int, default=3, help="alternating batched/unbatched rounds")
+    ap.add_argument("--no-log-writer", action="store_true", help="skip the LogWriter rows")
     args = ap.parse_args()
     layouts = ["data-dir", "journal-dir"] if args.journal_dir_layouts else ["data-dir"]
     rows = []
@@ -120,6 +128,12 @@ def main() -> None:
                 for size in (1024, 100):
                     rate, p50, p99 = (statistics.median(run[size][k] for run in runs[layout]) for k in range(3))
                     rows.append((name, size, rate, p50, p99, "acked after fdatasync (group commit) on 2 of 3 bookies"))
+            if not args.no_log_writer:
+                from log_writer_rows import rows as log_writer_rows
+
+                with LocalCluster(3, metadata_uri=zk.uri("/bench-log-writer"), work_dir=Path(tmp) / "log-writer") as cluster:
+                    with LedgerClient(cluster.metadata_uri) as client:
+                        rows += log_writer_rows(client, args.log_messages, args.log_rounds)
     if not args.no_nats:
         try:
             from nats_baseline import NatsCluster, measure

@@ -49,10 +49,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as work, LocalCluster(3, work_dir=Path(work)) as cluster, \
             LedgerClient(cluster.metadata_uri) as client:
         t0 = time.monotonic()
-        with client.open_log_writer(LOG, rollover_entries=args.entries) as w:
+        with client.open_log_writer(LOG, rollover_entries=args.entries, batching=False) as w:
             for f in [w.append_async(b"x" * 100) for _ in range(args.ledgers * args.entries)]:
                 f.result(timeout=120)
-        writer = client.open_log_writer(LOG)  # an open last ledger with a few entries
+        writer = client.open_log_writer(LOG, batching=False)  # an open last ledger with a few entries
         for _ in range(3):
             writer.append(b"y" * 100)
         print(f"log: {args.ledgers} sealed ledgers x {args.entries} entries + an open one "

@@ -53,7 +53,7 @@ class Seen:
 
 def produce(client: LedgerClient, log: str, events: int, rate: float, started: threading.Event,
             warmed_up: threading.Event, produced_in_s: list[float]) -> None:
-    with client.open_log_writer(log, rollover_entries=5_000) as writer:
+    with client.open_log_writer(log, rollover_entries=5_000, batching=False) as writer:
         started.set()
         # A few events first, so that the query's first micro-batch (Python workers starting,
         # the JVM warming up) is not part of the measurement.
@@ -99,7 +99,7 @@ def run(uri: str, args: argparse.Namespace, work: Path) -> None:
     # Enough progress events kept for the breakdown (Spark keeps 100 by default).
     spark = local_spark_session("ledger-streaming-pipeline", conf={"spark.sql.streaming.numRecentProgressUpdates": "100000"})
     with LedgerClient(uri) as client:
-        client.open_log_writer(source).close()  # the source log must exist before the query starts
+        client.open_log_writer(source, batching=False).close()  # the source log must exist before the query starts
         query = start_query(spark, uri, source, sink, work, args)
         started, warmed_up = threading.Event(), threading.Event()
         produced_in_s = [0.0]

@@ -82,6 +82,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "downgraded (docs/upgrading.md)", minimum=1),
     Setting("salted_password_digests", bool, False, "new ledgers keep a per-ledger salted password digest; turn on "
             "once no client of release 0.1.0 will open ledgers (docs/security.md, docs/upgrading.md)"),
+    Setting("message_batches", bool, False, "log writers batch messages (entry format 3, docs/entry-format.md); turn "
+            "on once no client of release 0.1.0 will read logs (docs/upgrading.md)"),
 )}
 
 
@@ -163,6 +165,10 @@ class ClusterSettings:
     @property
     def salted_password_digests(self) -> bool:
         return bool(self.values["salted_password_digests"])
+
+    @property
+    def message_batches(self) -> bool:
+        return bool(self.values["message_batches"])
 
 
 def _parse(got: Versioned | None) -> ClusterSettings:

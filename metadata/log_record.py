@@ -26,6 +26,13 @@ _HEADER = struct.Struct(">4sHHII")
 # immutable segment records, so this caps only the in-memory view of one log.
 LOG_LEDGERS_MAX = 2_000_000
 COMMITTED_BATCH_KEYS_MAX = 1_000
+# How the log's entries hold messages (docs/entry-format.md): "single" = one message per entry
+# (entry format 2, every release reads it); "batched" = entries may be message batches (entry
+# format 3, read by releases with batched messages). A record without the field is "single".
+# A client meeting a format it does not know refuses the log by name instead of guessing.
+MESSAGE_FORMAT_SINGLE = "single"
+MESSAGE_FORMAT_BATCHED = "batched"
+MESSAGE_FORMATS = (MESSAGE_FORMAT_SINGLE, MESSAGE_FORMAT_BATCHED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +74,7 @@ class LogRecord:
     # Every seq below this was trimmed. A head view (metadata.logs.LogManager.update_head) holds
     # only the tail's ledgers, so a trim of sealed segments is said here, not by a ledger list.
     trim_seq: int = 0
+    message_format: str = MESSAGE_FORMAT_SINGLE  # kept as stored, even if unknown (see MESSAGE_FORMATS)
 
     def __post_init__(self) -> None:
         if len(self.ledgers) > LOG_LEDGERS_MAX:
@@ -164,6 +172,15 @@ class LogRecord:
     def with_retention(self, retention: Retention) -> LogRecord:
         return replace(self, retention=retention)
 
+    def with_message_format(self, message_format: str) -> LogRecord:
+        """Name how entries hold messages from now on. "batched" never goes back to "single":
+        the log's older entries may be batches."""
+        if message_format not in MESSAGE_FORMATS:
+            raise InvalidMetadataError(f"log {self.name}: message format {message_format!r} not one of {MESSAGE_FORMATS}")
+        if self.message_format == MESSAGE_FORMAT_BATCHED or self.message_format == message_format:
+            return self
+        return replace(self, message_format=message_format)
+
 
 def _lid(x: LedgerId) -> str:
     return x.qualified_name
@@ -178,6 +195,7 @@ def to_json_dict(rec: LogRecord) -> dict[str, Any]:
         "ctimeMs": rec.ctime_ms,
         "schema": rec.schema,
         "payloadFormat": rec.payload_format,
+        "messageFormat": rec.message_format,
         "ledgers": [
             {"seq": lg.seq, "ledger": _lid(lg.ledger_id), "ctimeMs": lg.ctime_ms, "entryCount": lg.entry_count,
              "sizeBytes": lg.size_bytes}
@@ -209,6 +227,7 @@ def from_json_dict(d: dict[str, Any]) -> LogRecord:
         ctime_ms=int(d.get("ctimeMs", 0)),
         format_version=int(d.get("formatVersion", LOG_FORMAT_VERSION)),
         trim_seq=int(d.get("trimSeq", 0)),
+        message_format=str(d.get("messageFormat", MESSAGE_FORMAT_SINGLE)),
     )
 
 

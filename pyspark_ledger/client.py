@@ -221,13 +221,21 @@ class LedgerClient:
     def open_log_writer(self, name: str, create: bool = True, *, ensemble_size: int = 3, write_quorum_size: int = 3,
                         ack_quorum_size: int = 2, digest_type: str = "crc32c", password: bytes | str = b"",
                         rollover_entries: int | None = None, rollover_bytes: int | None = None,
-                        rollover_age_s: float | None = None, crash_hook: Any = None) -> LogWriter:
-        """Become the log's single writer (fencing any previous one); see pyspark_ledger.log."""
-        from pyspark_ledger.log import LedgerOptions, LogWriter
+                        rollover_age_s: float | None = None, crash_hook: Any = None, batching: bool = True,
+                        batch_max_messages: int = 1000, batch_max_bytes: int = 131072,
+                        batch_max_delay_ms: float = 1) -> LogWriter:
+        """Become the log's single writer (fencing any previous one); see pyspark_ledger.log.
+        batching: many messages per entry (entry format 3, read by this release on) once the
+        cluster setting message_batches is on (docs/upgrading.md: clients of release 0.1.0 cannot
+        read batches); until then, and with False, one message per entry (format 2, read by every
+        release and by the Spark source). `LogWriter.batching` says which it does."""
+        from pyspark_ledger.log import BatchSettings, LedgerOptions, LogWriter
 
         opts = LedgerOptions(ensemble_size, write_quorum_size, ack_quorum_size, str(digest_type), _password(password))
+        batch = BatchSettings(batch_max_messages, batch_max_bytes, batch_max_delay_ms)
         return LogWriter(self, name, create=create, options=opts, rollover_entries=rollover_entries,
-                         rollover_bytes=rollover_bytes, rollover_age_s=rollover_age_s, crash_hook=crash_hook)
+                         rollover_bytes=rollover_bytes, rollover_age_s=rollover_age_s, crash_hook=crash_hook,
+                         batching=batching and self.cluster_settings.message_batches, batch=batch)
 
     def open_log_reader(self, name: str, password: bytes | str = b"") -> LogReader:
         from pyspark_ledger.log import LogReader

@@ -36,3 +36,9 @@ def test_version(module: str, name: str) -> None:
     # The version of the code that runs (an editable install's metadata keeps the version it was
     # installed with); tests/upgrade/test_versions.py checks it is pyproject.toml's.
     assert out.stdout.strip() == f"{name} {RELEASE}"
+
+
+def test_logs_read_is_a_command_with_from_and_limit() -> None:
+    args = ledger_parser().parse_args(["logs", "read", "events", "--from", '{"seq": 0}', "--limit", "5", "--json"])
+    assert (args.logs_command, args.name, args.start, args.limit, args.json) == ("read", "events", '{"seq": 0}', 5, True)
+    assert ledger_parser().parse_args(["logs", "read", "events"]).limit == 1000

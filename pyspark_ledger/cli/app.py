@@ -19,6 +19,7 @@ from bookie.proto.versions import RELEASE
 from metadata import DigestType, MetadataError
 from metadata.embedded_store import embedded_path_from_env_default
 from pyspark_ledger.cli import autorecovery_commands, bookie_admin, cluster_commands, commands, reshape_commands, standalone
+from pyspark_ledger.cli.log_read import add_read_parser
 from pyspark_ledger.cli.no_bookies import explain
 from pyspark_ledger.cli.passwords import add_password_args, check_new_ledger_password, resolve_password
 from pyspark_ledger.cli.standalone_pidfile import StandaloneError
@@ -192,7 +193,7 @@ def _quorum_args(p: argparse.ArgumentParser, defaults: tuple[int, int, int] | No
 
 
 def _add_log_commands(sub: Any) -> None:
-    p = sub.add_parser("logs", help="list, show, trim or delete named logs")
+    p = sub.add_parser("logs", help="list, show, read, trim or delete named logs")
     lsub = p.add_subparsers(dest="logs_command", metavar="ACTION")
     lsub.required = True
     lsub.add_parser = _json_adder(lsub.add_parser)
@@ -200,6 +201,7 @@ def _add_log_commands(sub: Any) -> None:
     q = lsub.add_parser("show", help="show a log's state (from its head) and, on request, its newest ledgers")
     q.add_argument("name", help="the log's name")
     q.add_argument("--ledgers", type=int, default=0, metavar="N", help="also list the newest N ledgers (bounded)")
+    add_read_parser(lsub)
     q = lsub.add_parser("trim", help="trim whole ledgers off the front of a log")
     q.add_argument("name", help="the log's name")
     q.add_argument("--before", help='a position JSON: {"seq": n, "ledger": hex, "entry": n}')

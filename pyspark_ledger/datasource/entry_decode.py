@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from bookie.crc_batch import PIECES_MIN, all_match, byte_tables, shift
 from metadata import DigestType
 from pyspark_ledger.protocol.digest import Digest
-from pyspark_ledger.protocol.entry_format import FORMAT_VERSION, HEADER_BYTES, flags_byte
+from pyspark_ledger.protocol.entry_format import BATCH_FORMAT_VERSION, FORMAT_VERSION, HEADER_BYTES, flags_byte
 
 # entry_format's header (flags, scope id, ledger id, entry id, LAC, length), big-endian.
 _HEADER_FIELDS = [("flags", "u1"), ("scope", ">u8"), ("ledger", ">u8"), ("entry", ">i8"), ("lac", ">i8"), ("length", ">i8")]
@@ -150,6 +150,9 @@ def decode_blob(digest: Digest, scope_id: int, ledger_id: int, first_entry_id: i
 
 
 def _why(digest: Digest, rec: np.ndarray, bad: int, flags_ok: bool, ids_ok: bool) -> str:
+    if not flags_ok and (int(rec["flags"][bad]) >> 4) & 0x7 == BATCH_FORMAT_VERSION:
+        return ("a batch of messages (entry format 3): this Spark source reads one message per entry; read the log "
+                "with LogReader or `ledger logs read`")
     if not flags_ok:
         return f"unsupported entry format or digest (flags 0x{int(rec['flags'][bad]):02x}, format {FORMAT_VERSION} expected)"
     if not ids_ok:

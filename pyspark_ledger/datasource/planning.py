@@ -24,7 +24,7 @@ import re
 from typing import TYPE_CHECKING
 
 from metadata import LedgerMetadata, MetadataError, NoSuchLedgerError
-from metadata.log_record import LogLedger, LogRecord
+from metadata.log_record import MESSAGE_FORMAT_SINGLE, LogLedger, LogRecord
 from metadata.log_segments import LogHead
 from metadata.logs import NoSuchLogError
 from pyspark_ledger.datasource.cuts import Cut, DataLossError, end_cut, start_cut
@@ -114,6 +114,13 @@ class SourceShape:
 
 
 def log_shape(rec: LogRecord, opts: LedgerSourceOptions) -> SourceShape:
+    if rec.message_format != MESSAGE_FORMAT_SINGLE:
+        # Batched messages (entry format 3) are read by LogReader and `ledger logs read`; this
+        # source reads one message per entry and must not hand a batch's framing over as a row.
+        raise LedgerSourceError(
+            f"log {rec.name!r} holds batched messages (message format {rec.message_format!r}): this Spark source "
+            "reads logs of one message per entry only; read it with LogReader or `ledger logs read`, or write it "
+            "with open_log_writer(..., batching=False)")
     fmt = opts.payload_format or rec.payload_format
     if fmt == "arrow" and rec.payload_format != "arrow":
         raise LedgerSourceError(f"log {rec.name!r} holds raw entries, not Arrow (option payloadFormat)")

@@ -42,7 +42,7 @@ from pyspark_ledger.ledger.read_handle import ReadHandle
 from pyspark_ledger.ledger.writer_metadata import record_fragment, write_close
 from pyspark_ledger.protocol.digest import Digest, master_key
 from pyspark_ledger.protocol.distribution import byte_bounded_chunks
-from pyspark_ledger.protocol.entry_format import entry_encoder
+from pyspark_ledger.protocol.entry_format import entry_encoder, entry_format_of_ledger
 from pyspark_ledger.protocol.pending_adds import PendingAdd
 from pyspark_ledger.protocol.writer_machine import ChangeDone, Phase, Stop, StopKind, WriteFragment, WriterMachine
 from pyspark_ledger.transport.add_future import AddFuture, AddFutureGroup, complete_run
@@ -113,7 +113,8 @@ class WriteHandle(ReadHandle):
         self._master_key = master_key(password)
         self._digest = Digest.for_ledger(metadata.digest_type, password)
         self._key = (metadata.ledger_id.scope_id, metadata.ledger_id.id)
-        self._encode = entry_encoder(self._digest, *self._key)
+        # The format the ledger's creator named (2, or 3 for message batches: protocol.message_batch).
+        self._encode = entry_encoder(self._digest, *self._key, entry_format_of_ledger(metadata.custom))
         lock = threading.RLock()
         self._lock = lock  # taken directly on the per-add paths (a Condition's `with` is Python code)
         # Two conditions on one lock: acks wake only add callers waiting for room (or close), not

@@ -6,13 +6,15 @@ Opening a log as writer (reference/bookkeeper-protocol.md "Opening a log", Oxia 
      the old writer may have been rolling over, or may have stopped after a failed seal);
   3. create a new ledger and append it by compare-and-set, checking the epoch is still ours.
 Nothing is written before step 3 succeeds. Rollover appends the new ledger (by CAS) before the old
-one is closed. A position is (ledger sequence number, entry id): totally ordered along the log.
+one is closed. A position is (ledger sequence number, entry id, index): totally ordered along the
+log; index is a message's place in a batched entry (0 for an unbatched one).
 
 The room: position (Position, LogEntry), service (what the log needs of a client), errors,
 writer (LogWriter), reader (LogReader), retention (trims). This module only re-exports them.
 """
 
-from pyspark_ledger.log.errors import LogFencedError, LogWriterStoppedError
+from pyspark_ledger.log.batching import BatchSettings, MessageHandle
+from pyspark_ledger.log.errors import LogFencedError, LogFormatError, LogWriterStoppedError
 from pyspark_ledger.log.position import LogEntry, Position
 from pyspark_ledger.log.reader import TAIL_WAIT_S, LogReader
 from pyspark_ledger.log.retention import choose_trim, set_retention, trim_log
@@ -20,6 +22,7 @@ from pyspark_ledger.log.service import LedgerService
 from pyspark_ledger.log.writer import LedgerOptions, LogWriter
 
 __all__ = [
-    "LedgerOptions", "LedgerService", "LogEntry", "LogFencedError", "LogReader", "LogWriter", "LogWriterStoppedError",
+    "BatchSettings", "LedgerOptions", "LedgerService", "LogEntry", "LogFencedError", "LogFormatError", "LogReader",
+    "LogWriter", "LogWriterStoppedError", "MessageHandle",
     "Position", "TAIL_WAIT_S", "choose_trim", "set_retention", "trim_log",
 ]

@@ -31,3 +31,8 @@ class StaleEpochError(LogFencedError):
 
     def __reduce__(self) -> tuple[type, tuple[str, int, int, str]]:  # picklable (Spark ships errors)
         return (StaleEpochError, (self.log_name, self.current_epoch, self.writer_epoch, self.writer))
+
+
+class LogFormatError(LedgerError):
+    """The log's messages are in a format this release cannot read (metadata.log_record's
+    message format, or an entry format): refused by name rather than handed over as bytes."""

@@ -1,4 +1,8 @@
-"""A place in a log: (ledger sequence number, entry id), totally ordered along the log."""
+"""A place in a log: (ledger sequence number, entry id, index in the entry), totally ordered.
+
+`index` is a message's place in a batched entry (protocol.message_batch), 0 for an unbatched
+entry. JSON positions carry it as "index"; a position written before batches (no "index")
+reads as index 0."""
 
 from __future__ import annotations
 
@@ -11,29 +15,43 @@ from metadata import LedgerId
 
 @dataclass(frozen=True, order=True, slots=True)
 class Position:
-    """A place in a log. Ordered by (seq, entry_id); `ledger_id` is carried for convenience."""
+    """A place in a log. Ordered by (seq, entry_id, index); `ledger_id` is carried for convenience."""
 
     seq: int
     entry_id: int
     ledger_id: LedgerId = field(compare=False)
+    index: int = 0
+
+    def __post_init__(self) -> None:
+        if self.index < 0:
+            raise ValueError(f"a position's index is >= 0, not {self.index}")
 
     def to_json(self) -> dict[str, Any]:
-        return {"seq": self.seq, "ledger": self.ledger_id.qualified_name, "entry": self.entry_id}
+        return {"seq": self.seq, "ledger": self.ledger_id.qualified_name, "entry": self.entry_id, "index": self.index}
 
     @classmethod
     def from_json(cls, d: dict[str, Any] | str) -> Position:
         if isinstance(d, str):
             d = json.loads(d)
         try:
-            return cls(int(d["seq"]), int(d["entry"]), LedgerId.from_qualified_name(d["ledger"]))  # type: ignore[index]  # bad JSON: TypeError below
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"not a log position: {d!r} (expected {{\"seq\": n, \"ledger\": hex, \"entry\": n}})") from exc
+            return cls(int(d["seq"]), int(d["entry"]), LedgerId.from_qualified_name(d["ledger"]),  # type: ignore[index]  # bad JSON: TypeError below
+                       int(d.get("index", 0)))  # type: ignore[union-attr]  # bad JSON: AttributeError below
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"not a log position: {d!r} (expected {{\"seq\": n, \"ledger\": hex, \"entry\": n, "
+                             f"\"index\": n}}; index optional)") from exc
 
     def __str__(self) -> str:
-        return f"{self.seq}:{self.ledger_id}:{self.entry_id}"
+        return f"{self.seq}:{self.ledger_id}:{self.entry_id}" + (f":{self.index}" if self.index else "")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LogEntry:
+    """One message of a log: an unbatched entry, or one message of a batch (with its key, append
+    time, event time and headers when the batch carries them)."""
+
     position: Position
     payload: bytes
+    key: bytes | None = None
+    append_time_ms: int | None = None  # None: an unbatched entry (no time of its own)
+    event_time_ms: int | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()

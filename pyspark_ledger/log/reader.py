@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from metadata import LedgerId
 from metadata.log_record import LogLedger, LogRecord
 from metadata.log_segments import LogHead
+from pyspark_ledger.log.messages import check_readable, messages
 from pyspark_ledger.log.position import LogEntry, Position
 from pyspark_ledger.log.service import LedgerService
 
@@ -29,6 +30,7 @@ class LogReader:
         self.name = name
         self.password = password
         self.head, self.version = client.logs.read_head(name)
+        check_readable(self.head.record)
         self._changed = threading.Event()
         self._watch = client.logs.watch_head(name, self._on_change)
         self._handles: dict[LedgerId, ReadHandle] = {}
@@ -45,6 +47,7 @@ class LogReader:
 
     def refresh(self) -> LogRecord:
         self.head, self.version = self.client.logs.read_head(self.name)
+        check_readable(self.head.record)
         return self.record
 
     def _ledgers(self, from_seq: int = 0) -> Iterator[LogLedger]:
@@ -94,8 +97,9 @@ class LogReader:
             yield from (lg for lg in reversed(self.client.logs.segment(self.name, index)) if lg.seq >= head.trim_seq)
 
     def read(self, start: Position | None = None, end: Position | None = None) -> Iterator[LogEntry]:
-        """Entries from start to end inclusive (defaults: the whole readable log), in order.
-        Only the segments from start's on are fetched, as the read reaches them."""
+        """Messages from start to end inclusive (defaults: the whole readable log), in order: one
+        per unbatched entry, each of a batch with its own index. Only the segments from start's
+        on are fetched, as the read reaches them."""
         self.refresh()
         for lg in self._ledgers(0 if start is None else start.seq):
             if end is not None and lg.seq > end.seq:
@@ -107,14 +111,18 @@ class LogReader:
             if last < first:
                 continue
             for e in self._handle(lg.ledger_id).read_entries(first, last):
-                yield LogEntry(Position(lg.seq, e.entry_id, lg.ledger_id), e.payload)
+                skip = start.index if start is not None and (lg.seq, e.entry_id) == (start.seq, start.entry_id) else 0
+                upto = end.index if end is not None and (lg.seq, e.entry_id) == (end.seq, end.entry_id) else None
+                yield from messages(lg.seq, lg.ledger_id, e, skip, upto)
 
     def tail(self, start: Position | None = None, *, idle_timeout_s: float | None = None) -> Iterator[LogEntry]:
-        """Follow the log across rollovers, yielding every entry once and in order. Waits on the
+        """Follow the log across rollovers, yielding every message once and in order (from
+        `start` inclusive, which may be inside a batch). Waits on the
         log's metadata watch and on long-poll LAC reads, never on sleep loops. Ends after
         idle_timeout_s without new entries (None: never)."""
         seq = start.seq if start is not None else None
         nxt = start.entry_id if start is not None else 0
+        skip_at = (start.seq, start.entry_id, start.index) if start is not None and start.index else None
         idle_since = time.monotonic()
         while True:
             rec = self.record
@@ -135,7 +143,8 @@ class LogReader:
                 wait_s = min(wait_s, TAIL_WAIT_S) if is_last else 0.0
             progressed = False
             for e in h.tail(nxt, idle_timeout_s=wait_s if is_last else 0.0):
-                yield LogEntry(Position(lg.seq, e.entry_id, lg.ledger_id), e.payload)
+                skip = skip_at[2] if skip_at is not None and skip_at[:2] == (lg.seq, e.entry_id) else 0
+                yield from messages(lg.seq, lg.ledger_id, e, skip)
                 nxt = e.entry_id + 1
                 progressed = True
             if progressed:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from metadata import CreateContext, LedgerId
@@ -20,7 +21,8 @@ class LedgerService(Protocol):
     logs: LogManager
 
     def create_ledger(self, ensemble_size: int, write_quorum_size: int, ack_quorum_size: int, digest_type: str,
-                      password: bytes, *, create_context: CreateContext | None = None) -> WriteHandle: ...
+                      password: bytes, *, create_context: CreateContext | None = None,
+                      custom: Mapping[str, bytes] | None = None) -> WriteHandle: ...
 
     def open_ledger(self, ledger_id: LedgerId, recovery: bool = False, password: bytes = b"") -> ReadHandle: ...
 

@@ -16,18 +16,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from metadata import CloseContext, CreateContext, LedgerId, LedgerMetadata, MetadataError
-from metadata.log_record import LogRecord
+from metadata.log_record import MESSAGE_FORMAT_BATCHED, LogRecord
 from pyspark_ledger.errors import LedgerError, LedgerFencedError
+from pyspark_ledger.log.batching import BATCH_BYTES_MAX, BatchSettings, Linger, MessageHandle, OpenBatch, Place
 from pyspark_ledger.log.errors import LogFencedError, LogWriterStoppedError, StaleEpochError
 from pyspark_ledger.log.position import Position
 from pyspark_ledger.log.service import LedgerService
 from pyspark_ledger.log.takeover import check_epoch, take_over
+from pyspark_ledger.protocol.entry_format import BATCH_FORMAT_VERSION, ENTRY_FORMAT_KEY
+from pyspark_ledger.protocol.message_batch import Header
 
 if TYPE_CHECKING:
     from pyspark_ledger.ledger.write_handle import WriteHandle
@@ -40,6 +43,7 @@ log = logging.getLogger(__name__)
 SEAL_RECOVERY_ATTEMPTS_MAX = 3
 SEAL_RECOVERY_BACKOFF_S = 0.25
 APPEND_TIMEOUT_S = 120.0
+FLUSH_TIMEOUT_S = 120.0
 
 
 @dataclass
@@ -52,7 +56,14 @@ class LedgerOptions:
 
 
 class LogWriter:
-    """The single writer of a log. `append` returns the position of the acknowledged entry."""
+    """The single writer of a log. `append` returns the position of the acknowledged message.
+
+    With `batching` (LedgerClient.open_log_writer's default, once the cluster setting
+    message_batches allows it) messages are gathered into batches, one entry each (entry
+    format 3, protocol.message_batch): a batch is sent when it holds batch.max_messages
+    messages or batch.max_bytes bytes, when its first message is batch.max_delay_ms old, on
+    `append` (which sends at once and waits), `flush` and `close`. Without it every message is
+    one entry of format 2, readable by every release."""
 
     def __init__(
         self,
@@ -65,6 +76,8 @@ class LogWriter:
         rollover_bytes: int | None = None,
         rollover_age_s: float | None = None,
         crash_hook: Callable[[str], None] | None = None,
+        batching: bool = False,
+        batch: BatchSettings | None = None,
     ):
         self.client = client
         self.name = name
@@ -86,7 +99,14 @@ class LogWriter:
         self._unrecorded_seals: dict[LedgerId, tuple[int, int]] = {}
         self.epoch = -1
         self.from_seq = -1  # every ledger this writer appends has seq >= from_seq
+        self.batching = batching
+        self.batch = batch or BatchSettings()
+        self._batch: OpenBatch | None = None  # the open batch (under self._lock)
+        self._last_sent: Future[Place] | None = None  # the newest batch sent: flush waits on it
         self._open(create)
+        self._linger = None
+        if batching and self.batch.max_delay_ms > 0:
+            self._linger = Linger(self._lock, self.batch.max_delay_ms, self._open_batch_time, self._send_batch, name)
 
     # -- opening --
 
@@ -111,9 +131,12 @@ class LogWriter:
         ctx = CreateContext.builder().part_of_data_set(f"log:{self.name}")
         if previous is not None:
             ctx = ctx.follows_ledger(previous)
+        if not self.batching:  # exactly the call of releases before batches
+            return self.client.create_ledger(o.ensemble_size, o.write_quorum_size, o.ack_quorum_size, o.digest_type,
+                                             o.password, create_context=ctx.build())
         return self.client.create_ledger(
             o.ensemble_size, o.write_quorum_size, o.ack_quorum_size, o.digest_type, o.password,
-            create_context=ctx.build(),
+            create_context=ctx.build(), custom={ENTRY_FORMAT_KEY: str(BATCH_FORMAT_VERSION).encode()},
         )
 
     # -- the log record --
@@ -139,7 +162,10 @@ class LogWriter:
 
         def change(r: LogRecord) -> LogRecord:
             self._check_epoch(r)
-            return self._with_unrecorded_seals(r).with_ledger(lid)
+            r = self._with_unrecorded_seals(r).with_ledger(lid)
+            # Batches: say so in the record before any batch is written, so readers that cannot
+            # read them refuse the log by name (metadata.log_record.MESSAGE_FORMATS).
+            return r.with_message_format(MESSAGE_FORMAT_BATCHED) if self.batching else r
 
         try:
             rec, _ = self.client.logs.update_head(self.name, change)
@@ -190,27 +216,123 @@ class LogWriter:
 
     # -- appending --
 
-    def append(self, payload: bytes, timeout_s: float | None = None) -> Position:
-        return self.append_async(payload).result(timeout=timeout_s if timeout_s is not None else APPEND_TIMEOUT_S)
-
-    def append_async(self, payload: bytes) -> Future[Position]:
+    def append(self, payload: bytes, timeout_s: float | None = None, *, key: bytes | None = None,
+               timestamp: int | None = None, headers: Sequence[Header] | None = None) -> Position:
+        """Append one message, send it at once (with whatever its batch held) and wait for it."""
+        wait_s = timeout_s if timeout_s is not None else APPEND_TIMEOUT_S
+        if not self.batching:
+            self._unbatched_only(key, timestamp, headers)
+            return self._append_entry(payload).result(timeout=wait_s)
+        handle = self._append_message(payload, key, timestamp, headers)
         with self._lock:
-            if self._stopped is not None:
-                raise self._stopped
-            if self._closed:
-                raise LedgerError(f"log writer for {self.name!r} is closed")
-            if self._rollover_due(len(payload)):
-                self._rollover()
-            handle, seq = self._ledger, self._seq
-            assert handle is not None
+            if self._batch is not None and handle.in_batch(self._batch.future):
+                self._send_batch()
+        return handle.result(timeout=wait_s)
+
+    def append_async(self, payload: bytes, *, key: bytes | None = None, timestamp: int | None = None,
+                     headers: Sequence[Header] | None = None) -> MessageHandle | Future[Position]:
+        """Queue one message. Batching: a MessageHandle, settled with its batch; `key`, the event
+        time `timestamp` (ms) and `headers` ((str, bytes) pairs) travel with it. Unbatched: a
+        Future of the entry's position (no key, time or headers: format 2 has no place for them)."""
+        if not self.batching:
+            self._unbatched_only(key, timestamp, headers)
+            return self._append_entry(payload)
+        return self._append_message(payload, key, timestamp, headers)
+
+    def _append_message(self, payload: bytes, key: bytes | None, timestamp: int | None,
+                        headers: Sequence[Header] | None) -> MessageHandle:
+        if not isinstance(payload, bytes):
+            if not isinstance(payload, (bytearray, memoryview)):
+                raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+            payload = bytes(payload)
+        if len(payload) > BATCH_BYTES_MAX:
+            raise LedgerError(f"message of {len(payload)} bytes exceeds the maximum {BATCH_BYTES_MAX}")
+        settings = self.batch
+        with self._lock:
+            self._check_appendable()
+            b = self._batch
+            if b is not None and b.size_bytes + len(payload) > settings.max_bytes:
+                self._send_batch()  # the message would overflow the batch: it starts the next one
+                b = None
+            if b is None:
+                b = self._batch = OpenBatch(time.monotonic())
+                if self._linger is not None:
+                    self._linger.batch_opened()
+            index = b.add(payload, key, timestamp, headers)
+            if index + 1 >= settings.max_messages or b.size_bytes >= settings.max_bytes or self._linger is None:
+                self._send_batch()
+        return MessageHandle(b.future, index)
+
+    def flush(self, timeout_s: float | None = None) -> None:
+        """Send the open batch and wait until every batch sent so far is settled (acknowledged or
+        failed: each message's handle says which). Unbatched: nothing is ever held back."""
+        with self._lock:
+            self._send_batch()
+            last = self._last_sent
+        if last is not None:
             try:
-                inner = handle.add_entry_async(payload)
-            except LedgerFencedError as exc:
-                raise self._stop(exc) from exc
-            self._entries += 1
-            self._bytes += len(payload)
+                last.exception(timeout=timeout_s if timeout_s is not None else FLUSH_TIMEOUT_S)
+            except TimeoutError:
+                raise LedgerError(f"log {self.name!r}: flush timed out") from None
+
+    def _unbatched_only(self, key: bytes | None, timestamp: int | None, headers: Sequence[Header] | None) -> None:
+        if key is not None or timestamp is not None or headers:
+            raise LedgerError(f"log writer for {self.name!r} is unbatched (batching=False, or the cluster setting "
+                              "message_batches is off): its entries (format 2) carry no key, event time or headers")
+
+    def _check_appendable(self) -> None:
+        if self._stopped is not None:
+            raise self._stopped
+        if self._closed:
+            raise LedgerError(f"log writer for {self.name!r} is closed")
+
+    def _open_batch_time(self) -> float | None:
+        return None if self._batch is None else self._batch.opened
+
+    def _send_batch(self) -> None:
+        """Send the open batch as one entry (under self._lock). Never raises: a failure settles
+        the batch's messages with it (the linger thread calls this too)."""
+        b, self._batch = self._batch, None
+        if b is None:
+            return
+        self._last_sent = out = b.future
+        try:
+            self._check_appendable()
+            data = b.encode(time.time_ns() // 1_000_000)
+            inner, seq, lid = self._add(data)
+        except Exception as exc:  # noqa: BLE001 - settles every message of the batch
+            out.set_exception(exc)
+            return
+
+        def done(f: AddFuture) -> None:
+            exc = f.exception()
+            if exc is None:
+                out.set_result((seq, f.result(), lid))
+            else:
+                out.set_exception(self._stop(exc) if isinstance(exc, LedgerFencedError) else exc)
+
+        inner.add_done_callback(done)
+
+    def _add(self, data: bytes) -> tuple[AddFuture, int, LedgerId]:
+        """Add one entry to the current ledger, rolling over first if due (under self._lock)."""
+        if self._rollover_due(len(data)):
+            self._rollover()
+        handle, seq = self._ledger, self._seq
+        assert handle is not None
+        try:
+            inner = handle.add_entry_async(data)
+        except LedgerFencedError as exc:
+            raise self._stop(exc) from exc
+        self._entries += 1
+        self._bytes += len(data)
+        return inner, seq, handle.ledger_id
+
+    def _append_entry(self, payload: bytes) -> Future[Position]:
+        """One message as one entry of format 2 (batching=False), exactly as before batches."""
+        with self._lock:
+            self._check_appendable()
+            inner, seq, lid = self._add(payload)
         out: Future[Position] = Future()
-        lid = handle.ledger_id
 
         def done(f: AddFuture) -> None:
             exc = f.exception()
@@ -318,9 +440,12 @@ class LogWriter:
         return self._with_unrecorded_seals(r)
 
     def close(self) -> None:
+        if self._linger is not None:
+            self._linger.stop()  # outside the lock: its thread needs the lock to end
         with self._lock:
             if self._closed:
                 return
+            self._send_batch()  # what is pending goes (or fails with the reason the writer stopped)
             self._closed = True
             if self._ledger is None:
                 return

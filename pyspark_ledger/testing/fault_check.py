@@ -31,6 +31,8 @@ from crc32c import crc32c
 
 MARKER = b"FLT1|"
 
+Place = tuple[int, int, int]  # (ledger seq, entry id, index in the entry): one message's position
+
 
 def encode(writer: str, seq: int, size: int = 64) -> bytes:
     if "|" in writer:
@@ -94,13 +96,13 @@ class RunRecord:
 
     writers: list[str] = field(default_factory=list)
     acked: dict[str, list[int]] = field(default_factory=dict)
-    tailed: list[tuple[tuple[int, int], bytes]] = field(default_factory=list)
+    tailed: list[tuple[Place, bytes]] = field(default_factory=list)
     stalled: list[str] = field(default_factory=list)
 
 
-def check(record: RunRecord, log_entries: Sequence[tuple[tuple[int, int], bytes]]) -> FaultCounters:
+def check(record: RunRecord, log_entries: Sequence[tuple[Place, bytes]]) -> FaultCounters:
     """Count violations of `record` against the whole log read back at the end, given as
-    ((ledger seq, entry id), payload) in log order."""
+    ((ledger seq, entry id, index), payload) in log order (index: the message in a batch)."""
     c = FaultCounters(rounds=1, stalled=len(record.stalled), read_back=len(log_entries), tailed=len(record.tailed))
     seen: dict[tuple[str, int], int] = {}
     last_seq: dict[str, int] = {}
@@ -131,8 +133,8 @@ def check(record: RunRecord, log_entries: Sequence[tuple[tuple[int, int], bytes]
     return c
 
 
-def count_past_lac(tailed: Iterable[tuple[tuple[int, int], bytes]],
-                   log_entries: Sequence[tuple[tuple[int, int], bytes]]) -> int:
+def count_past_lac(tailed: Iterable[tuple[Place, bytes]],
+                   log_entries: Sequence[tuple[Place, bytes]]) -> int:
     final = dict(log_entries)
     return sum(1 for pos, payload in tailed if final.get(pos) != payload)
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark_ledger.client import LedgerClient
-from pyspark_ledger.testing.fault_check import FaultCounters, RunRecord, check, encode
+from pyspark_ledger.testing.fault_check import FaultCounters, Place, RunRecord, check, encode
 from pyspark_ledger.testing.faults import kill9, pause, resume
 from pyspark_ledger.testing.local_cluster import LocalBookie
 from pyspark_ledger.testing.process_lines import ProcessLines
@@ -39,17 +39,19 @@ class TakeoverResult:
     open_s: float  # kill -> the new writer opened (fence + recovery of the previous ledger + new ledger)
     acked: list[int]  # the old writer's acknowledged seqs
     sent: bool  # the old writer had called append_async for the whole burst before the kill
-    old_in_log: int  # the old writer's entries the log holds after the takeover
+    old_in_log: int  # the old writer's messages the log holds after the takeover
     counters: FaultCounters
+    messages: list[tuple[Place, bytes]]  # the whole log read back: (position, payload) per message
 
 
 def run_takeover(client: LedgerClient, bookies: list[LocalBookie], log_name: str, *, count: int, size: int,
-                 acked_first: int = 3, settle_s: float = 0.3) -> TakeoverResult:
+                 acked_first: int = 3, settle_s: float = 0.3, linger_ms: float = 1.0) -> TakeoverResult:
     """One takeover (see the module doc). `client` is the standby that takes over; `bookies`
-    are the three bookies of the cluster (all running)."""
+    are the three bookies of the cluster (all running). `linger_ms`: the old writer's
+    batch_max_delay_ms (long: its last batch is still open at the kill)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "pyspark_ledger.testing.takeover_writer", log_name,
-         str(count), str(size), str(acked_first)],
+         str(count), str(size), str(acked_first), str(linger_ms)],
         cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         # The URI (it may carry zk_auth) in the environment, never on the command line.
         env={**os.environ, "PYTHONPATH": str(REPO), METADATA_URI_ENV: client.metadata.uri_with_secrets()},
@@ -81,8 +83,8 @@ def run_takeover(client: LedgerClient, bookies: list[LocalBookie], log_name: str
     took_over_at = time.monotonic()
     writer.close()
     with client.open_log_reader(log_name) as reader:
-        entries = [((e.position.seq, e.position.entry_id), e.payload) for e in reader.read()]
+        entries = [((e.position.seq, e.position.entry_id, e.position.index), e.payload) for e in reader.read()]
     record = RunRecord(writers=["old", "new"], acked={"old": acked, "new": [0]})
     old_in_log = sum(1 for _, p in entries if p.startswith(b"FLT1|old|"))
     return TakeoverResult(took_over_at - killed_at, opened_at - killed_at, acked, sent, old_in_log,
-                          check(record, entries))
+                          check(record, entries), entries)

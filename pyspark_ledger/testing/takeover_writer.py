@@ -1,12 +1,15 @@
 """A log writer process for takeover runs (pyspark_ledger.testing.takeover): it appends
-`acked_first` entries one by one (each acknowledged), says READY, waits for GO on stdin, then
-calls append_async for `count` entries of `size` bytes without waiting and says SENT; it then
-only prints acknowledgements until it is killed. Payloads: fault_check.encode("old", seq, size).
+`acked_first` messages (batched as they fit, then flushed: each acknowledged), says READY, waits
+for GO on stdin, then calls append_async for `count` messages of `size` bytes without waiting and
+says SENT; it then only prints acknowledgements until it is killed, which may be in the middle of
+a batch (open, or sent and unacknowledged). Payloads: fault_check.encode("old", seq, size).
 
   OPENED <epoch> / ACK <seq> / READY / SENT <n> / ERROR <seq> <error>
 
-Usage: LEDGER_METADATA_URI=URI python -m pyspark_ledger.testing.takeover_writer LOG COUNT SIZE ACKED_FIRST
+Usage: LEDGER_METADATA_URI=URI python -m pyspark_ledger.testing.takeover_writer LOG COUNT SIZE ACKED_FIRST [LINGER_MS]
 (the URI, which may carry the ZooKeeper secret, in the environment: never on a command line)
+LINGER_MS: the writer's batch_max_delay_ms (default 1); a long one keeps the last batch open, so
+the kill lands in the middle of a batch that was never sent.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from concurrent.futures import Future
 from functools import partial
 
 from pyspark_ledger.client import LedgerClient
+from pyspark_ledger.log import MessageHandle, Position
 from pyspark_ledger.testing.fault_check import encode
 
 ADD_TIMEOUT_S = 60.0  # no ensemble change while the test holds bookies stopped
@@ -35,16 +39,19 @@ def main() -> None:
             print(line, flush=True)
 
     client = LedgerClient(uri, add_timeout_s=ADD_TIMEOUT_S)
-    writer = client.open_log_writer(name)
+    linger_ms = float(sys.argv[5]) if len(sys.argv) > 5 else 1.0
+    writer = client.open_log_writer(name, batch_max_delay_ms=linger_ms)
     say(f"OPENED {writer.epoch}")
-    for seq in range(acked_first):
-        writer.append(encode("old", seq, size), timeout_s=ADD_TIMEOUT_S)
+    first = [writer.append_async(encode("old", seq, size)) for seq in range(acked_first)]
+    writer.flush(ADD_TIMEOUT_S)
+    for seq, handle in enumerate(first):
+        handle.result(timeout=ADD_TIMEOUT_S)
         say(f"ACK {seq}")
     say("READY")
     if sys.stdin.readline().strip() != "GO":
         return
 
-    def report(seq: int, fut: Future[object]) -> None:
+    def report(seq: int, fut: MessageHandle | Future[Position]) -> None:
         exc = fut.exception()
         say(f"ACK {seq}" if exc is None else f"ERROR {seq} {type(exc).__name__}")
 

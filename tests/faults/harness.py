@@ -18,7 +18,7 @@ from pathlib import Path
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.log import Position
-from pyspark_ledger.testing.fault_check import FaultCounters, format_table
+from pyspark_ledger.testing.fault_check import FaultCounters, Place, format_table
 from pyspark_ledger.testing.faults import ProxyMode, SmallFilesystem, TcpProxy
 from pyspark_ledger.testing.local_cluster import LocalBookie, LocalCluster
 from pyspark_ledger.testing.process_lines import ProcessLines
@@ -103,13 +103,13 @@ class WriterProcess:
 
 
 class LogTailer:
-    """A tailing reader on its own client; records every entry it is given as ((ledger seq,
-    entry id), payload)."""
+    """A tailing reader on its own client; records every message it is given as ((ledger seq,
+    entry id, index), payload)."""
 
     def __init__(self, uri: str, log_name: str):
         self.client = LedgerClient(uri)
         self.reader = self.client.open_log_reader(log_name)
-        self.entries: list[tuple[tuple[int, int], bytes]] = []
+        self.entries: list[tuple[Place, bytes]] = []
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -122,8 +122,8 @@ class LogTailer:
         try:
             while not self._stop.is_set():
                 for e in self.reader.tail(start, idle_timeout_s=TAIL_IDLE_S):
-                    self.entries.append(((e.position.seq, e.position.entry_id), e.payload))
-                    start = Position(e.position.seq, e.position.entry_id + 1, e.position.ledger_id)
+                    self.entries.append(((e.position.seq, e.position.entry_id, e.position.index), e.payload))
+                    start = Position(e.position.seq, e.position.entry_id, e.position.ledger_id, e.position.index + 1)
         except LedgerError as exc:  # a reader error is not a safety violation, but reported
             self.error = exc
 
@@ -138,12 +138,12 @@ class LogTailer:
         return ended
 
 
-def read_log(uri: str, log_name: str) -> list[tuple[tuple[int, int], bytes]] | None:
+def read_log(uri: str, log_name: str) -> list[tuple[Place, bytes]] | None:
     """Every readable entry of the log, in order, with a fresh client; None if the read did not
     end within READ_BOUND_S (stalled)."""
-    def read() -> list[tuple[tuple[int, int], bytes]]:
+    def read() -> list[tuple[Place, bytes]]:
         with LedgerClient(uri) as client, client.open_log_reader(log_name) as reader:
-            return [((e.position.seq, e.position.entry_id), e.payload) for e in reader.read()]
+            return [((e.position.seq, e.position.entry_id, e.position.index), e.payload) for e in reader.read()]
 
     pool = concurrent.futures.ThreadPoolExecutor(1)
     try:

@@ -203,7 +203,7 @@ def test_read_during_appends_returns_a_prefix_up_to_the_planned_lac(spark: Spark
 
     def produce() -> None:
         try:
-            with LedgerClient(uri) as c, c.open_log_writer(log_name, rollover_entries=1500) as w:
+            with LedgerClient(uri) as c, c.open_log_writer(log_name, rollover_entries=1500, batching=False) as w:
                 i = 0
                 while not stop.is_set() and i < 200_000:
                     w.append(f"{i:08d}".encode())  # waits for the ack: at most one entry in flight
@@ -238,7 +238,7 @@ def test_read_during_appends_returns_a_prefix_up_to_the_planned_lac(spark: Spark
 
 
 def test_positions_bound_the_read(spark: SparkSession, uri: str, log_name: str, client: LedgerClient) -> None:
-    with client.open_log_writer(log_name, rollover_entries=100) as w:
+    with client.open_log_writer(log_name, rollover_entries=100, batching=False) as w:
         positions = [w.append(f"{i}".encode()) for i in range(350)]
     start, end = positions[120], positions[305]
     got = read(spark, uri, log_name, startingPosition=json.dumps(start.to_json()),

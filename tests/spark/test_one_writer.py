@@ -158,7 +158,7 @@ def test_streaming_query_and_log_writer_race_for_one_log(spark: SparkSession, cl
             count = check_each_epoch_one_writer(client, log_name, holders)
             check_tail_reaches_the_end(client, log_name, count)
 
-            writer = client.open_log_writer(log_name, rollover_entries=4)  # takes the log over from the query
+            writer = client.open_log_writer(log_name, rollover_entries=4, batching=False)  # takes the log over from the query
             holders[writer.epoch] = (b"p%d:x" % run, writer.from_seq)
             for i in range(10):
                 writer.append(b"p%d:x:first-%d" % (run, i))
@@ -216,7 +216,7 @@ def test_batch_write_loses_to_a_log_writer_and_leaves_nothing(spark: SparkSessio
         ledgers until the job ends, to check they are deleted."""
         try:
             job = wait_for("the batch job's staging node", lambda: client.store.children(staging))[0]
-            writer = client.open_log_writer(log_name)
+            writer = client.open_log_writer(log_name, batching=False)
             taken.append(writer)
             for i in range(10):
                 writer.append(b"python:%d" % i)
@@ -251,7 +251,7 @@ def test_batch_write_loses_to_a_log_writer_and_leaves_nothing(spark: SparkSessio
 
 
 def test_log_writer_loses_to_a_batch_write(spark: SparkSession, client: LedgerClient, uri: str, log_name: str) -> None:
-    writer = client.open_log_writer(log_name, rollover_entries=3)
+    writer = client.open_log_writer(log_name, rollover_entries=3, batching=False)
     for i in range(7):
         writer.append(b"python:%d" % i)
     rows = spark.createDataFrame([(b"spark:%d" % i,) for i in range(5)], "payload binary")

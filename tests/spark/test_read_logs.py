@@ -93,9 +93,9 @@ def test_log_pattern_reads_every_log_whose_whole_name_matches(spark: SparkSessio
 def test_positions_per_log_start_inclusive_and_end_exclusive(spark: SparkSession, uri: str, prefix: str,
                                                            client: LedgerClient) -> None:
     a, b = names(prefix, 2)
-    with client.open_log_writer(a, rollover_entries=40) as w:
+    with client.open_log_writer(a, rollover_entries=40, batching=False) as w:
         pos = [w.append(str(i).encode()) for i in range(100)]
-    with client.open_log_writer(b) as w:
+    with client.open_log_writer(b, batching=False) as w:
         for i in range(1000, 1010):
             w.append(str(i).encode())
     starting = {a: pos[30].to_json(), b: "latest"}
@@ -123,7 +123,7 @@ def test_timestamps_select_whole_ledgers_by_the_time_they_joined_the_log(spark: 
 
 
 def test_min_partitions_cuts_a_small_plan(spark: SparkSession, uri: str, log_name: str, client: LedgerClient) -> None:
-    with client.open_log_writer(log_name) as w:
+    with client.open_log_writer(log_name, batching=False) as w:
         for f in [w.append_async(str(i).encode()) for i in range(1000)]:
             f.result(60)
     assert load(spark, uri, log=log_name).rdd.getNumPartitions() == 1  # one ledger, one fragment
@@ -133,7 +133,7 @@ def test_min_partitions_cuts_a_small_plan(spark: SparkSession, uri: str, log_nam
 
 
 def test_fail_on_data_loss(spark: SparkSession, uri: str, log_name: str, client: LedgerClient) -> None:
-    with client.open_log_writer(log_name, rollover_entries=10) as w:
+    with client.open_log_writer(log_name, rollover_entries=10, batching=False) as w:
         pos = [w.append(str(i).encode()) for i in range(30)]
     client.trim_log(log_name, before=pos[10])  # the first ledger (entries 0..9) is gone
     start = json.dumps(pos[5].to_json())
@@ -170,7 +170,11 @@ def test_a_rows_columns_resume_exactly_after_it(spark: SparkSession, uri: str, l
 
 def test_a_position_built_from_a_row_is_a_log_position(spark: SparkSession, uri: str, log_name: str,
                                                       client: LedgerClient) -> None:
-    with client.open_log_writer(log_name) as w:
+    with client.open_log_writer(log_name, batching=False) as w:
         written = [w.append(str(i).encode()) for i in range(5)]
     row = load(spark, uri, log=log_name).orderBy("entry").collect()[3]
-    assert Position.from_json(position_after(row)) == written[3]  # same seq, entry and ledger
+    assert Position.from_json({k: v for k, v in position_after(row).items() if k != "index"}) == written[3]
+    # With its index (the message after the row's, Position.index): after entry 3, before entry 4.
+    after = Position.from_json(position_after(row))
+    assert (after.seq, after.entry_id, after.ledger_id, after.index) == (written[3].seq, 3, written[3].ledger_id, 1)
+    assert written[3] < after < written[4]

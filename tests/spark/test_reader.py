@@ -33,7 +33,7 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
 
 
 def write_log(client: LedgerClient, name: str, entries: int = ENTRIES, **quorum: int) -> None:
-    with client.open_log_writer(name, rollover_entries=1000, **quorum) as w:
+    with client.open_log_writer(name, rollover_entries=1000, **quorum, batching=False) as w:
         futures = [w.append_async(f"entry-{i:05d}".encode()) for i in range(entries)]
         futures[-1].result(60)
 
@@ -198,7 +198,7 @@ def test_arrow_entries_come_back_as_the_written_columns(client: LedgerClient, lo
     schema = pa.schema([("id", pa.int64()), ("name", pa.string())])
     packer = codec.ArrowEntryPacker(schema, rows_max=250, compression="lz4")
     batch = pa.record_batch([pa.array(range(2000), pa.int64()), pa.array([f"n{i}" for i in range(2000)])], schema=schema)
-    with client.open_log_writer(log_name) as w:
+    with client.open_log_writer(log_name, batching=False) as w:
         for entry in list(packer.add(batch)) + list(packer.flush()):
             w.append(entry.to_pybytes())
     spec = ReadSpec("arrow", arrow_read_schema(schema), b"")

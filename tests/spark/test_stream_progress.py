@@ -29,7 +29,7 @@ WAIT_S = 120
 
 def produce(client: LedgerClient, name: str, n: int, rollover: int = 100, first: int = 0, size: int = 0) -> None:
     """n entries in sealed ledgers of `rollover` entries (the writer closes): sizes known exactly."""
-    with client.open_log_writer(name, rollover_entries=rollover) as w:
+    with client.open_log_writer(name, rollover_entries=rollover, batching=False) as w:
         futures = [w.append_async(b"event-%05d" % i + b"x" * size) for i in range(first, first + n)]
         for f in futures:
             f.result(timeout=60)

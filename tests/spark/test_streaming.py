@@ -29,7 +29,7 @@ KILLS = int(os.environ.get("LEDGER_STREAM_KILLS", "3"))
 
 
 def produce(client: LedgerClient, name: str, n: int, rollover: int = 400) -> list[bytes]:
-    with client.open_log_writer(name, rollover_entries=rollover) as w:
+    with client.open_log_writer(name, rollover_entries=rollover, batching=False) as w:
         payloads = [b"event-%05d" % i for i in range(n)]
         futures = [w.append_async(p) for p in payloads]
         for f in futures:
@@ -75,7 +75,7 @@ def test_offsets_follow_rollovers_and_limits(client: LedgerClient, uri: str, log
 def test_sink_and_source_exactly_once_in_order_with_a_live_producer(spark: SparkSession, client: LedgerClient, uri: str,
                                                                     log_name: str, tmp_path: Path) -> None:
     sink = log_name + "-out"
-    writer = client.open_log_writer(log_name, rollover_entries=150)  # the source log must exist first
+    writer = client.open_log_writer(log_name, rollover_entries=150, batching=False)  # the source log must exist first
     out = stream(spark, uri, log_name, maxEntriesPerTrigger="100").select(F.col("payload"))
     query = (out.writeStream.format("ledger").option("metadataServiceUri", uri).option("log", sink)
              .option("checkpointLocation", str(tmp_path / "ckpt")).start())

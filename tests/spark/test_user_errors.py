@@ -73,7 +73,7 @@ def test_unreachable_metadata_service_says_so_within_the_connect_timeout(spark: 
 
 def test_wrong_password_says_which_option_to_fix(spark: SparkSession, uri: str, log_name: str,
                                                  client: LedgerClient) -> None:
-    with client.open_log_writer(log_name, password="right") as w:
+    with client.open_log_writer(log_name, password="right", batching=False) as w:
         lid = w.append(b"x").ledger_id
     line = first_line(reading(spark, uri, log=log_name, password="wrong"))
     assert line == (PARTITIONS + OPTION_ERROR + f'ledger data source option "password": wrong password for log '
@@ -85,7 +85,7 @@ def test_wrong_password_says_which_option_to_fix(spark: SparkSession, uri: str, 
 
 def test_a_position_of_another_ledger_says_which_one_is_at_its_seq(spark: SparkSession, uri: str, log_name: str,
                                                                    client: LedgerClient) -> None:
-    with client.open_log_writer(log_name) as w:
+    with client.open_log_writer(log_name, batching=False) as w:
         p = w.append(b"x")
     wrong = LedgerId(p.ledger_id.scope_id, p.ledger_id.id + 1000).qualified_name
     other = {"seq": p.seq, "ledger": wrong, "entry": 0}

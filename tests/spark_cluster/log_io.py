@@ -9,7 +9,7 @@ STEP_S = 300.0  # one driver step's answer; the step's own waits are shorter
 
 
 def produce(client: LedgerClient, name: str, payloads: list[bytes], rollover: int) -> None:
-    with client.open_log_writer(name, rollover_entries=rollover) as w:
+    with client.open_log_writer(name, rollover_entries=rollover, batching=False) as w:
         for f in [w.append_async(p) for p in payloads]:
             f.result(timeout=60)
 

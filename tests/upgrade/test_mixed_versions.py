@@ -4,6 +4,8 @@ loopback.
 
 - new clients on old bookies, old clients on new bookies: ledgers and a log, appended and read;
   then those bookies go back to the last release (no new format was turned on) and still serve it;
+- message batches (the cluster setting message_batches on): the last release's reader refuses a
+  batched log naming the entry format, never returning a batch as a message;
 - a rolling upgrade under a writing log: three old bookies replaced one at a time by this code on
   the same data directory (stop, start the new code), while a client of the last release appends;
   no acknowledged entry lost, every entry and the data written before the upgrade read back, by
@@ -34,6 +36,7 @@ from metadata.cluster_settings import update_cluster_settings
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.log import Position
 from pyspark_ledger.testing.local_cluster import BookieLauncher, LocalBookie
+from pyspark_ledger.testing.message_batches import set_message_batches
 from pyspark_ledger.testing.old_release import OldRelease, Release, ReleaseBuildError, build_release, last_release
 from pyspark_ledger.testing.process_lines import ProcessLines
 from pyspark_ledger.testing.zookeeper_server import free_port
@@ -195,6 +198,25 @@ def test_clients_of_the_last_release_on_bookies_of_this_one(old: OldRelease, tmp
     assert run_old_client(old, "ledger-read", uri, ledger)["payloads"] == expected
     with LedgerClient(uri, add_timeout_s=ADD_TIMEOUT_S) as client:
         assert read_log(client, "mixed") == written
+
+
+def test_a_client_of_the_last_release_refuses_batched_messages(old: OldRelease, tmp_path: Path,
+                                                               started: list[Bookies]) -> None:
+    """Once message_batches is on, this release's writer batches (entry format 3); the last
+    release's reader stops with an error naming the format, never handing a batch over as a message."""
+    uri = f"sqlite://{tmp_path / 'metadata.db'}"
+    started.append(Bookies(tmp_path, uri, NEW, RELEASE))
+    with LedgerClient(uri, add_timeout_s=ADD_TIMEOUT_S) as client:
+        set_message_batches(client, True)
+        with client.open_log_writer("batched") as log:
+            handles = [log.append_async(b"batched-%d" % i) for i in range(10)]
+            log.flush()
+        assert {h.result(WAIT_S).entry_id for h in handles} == {0}  # one entry, ten messages
+        assert [m for _, m in read_log(client, "batched")] == [b"batched-%d" % i for i in range(10)]
+    out = subprocess.run([str(old.python), str(CLIENT_SCRIPT), "log-read", uri, "batched"], env=old.env(),
+                         cwd=old.cwd, capture_output=True, text=True, timeout=WAIT_S)
+    assert out.returncode != 0 and "unsupported entry format (flags 0xb2)" in out.stderr, out.stderr[-2000:]
+    assert "batched-" not in out.stdout
 
 
 # ---- a rolling upgrade -------------------------------------------------------------------------------

@@ -1,0 +1,92 @@
+"""Unbatched adds, this tree against another (a `git worktree` of the code before a change), in
+alternating rounds on one cluster: each round runs a child process with the other tree first on
+PYTHONPATH, so both measure the same bookies, disk and hour. Medians and their ratio.
+
+    git worktree add --detach /tmp/before main
+    python bench/before_after.py --before /tmp/before [--rounds 5] [--entries 20000] [--size 1024]
+
+Rows: WriteHandle adds (E3 W3 A2, pipelined) and LogWriter appends with one message per entry
+(batching=False here; the default of a tree without batches).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+
+CHILD = r"""
+import sys, time
+from collections import deque
+sys.path.insert(0, {bench!r})
+from client_bench import throughput
+from pyspark_ledger.client import LedgerClient
+uri, size, total, kind = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+cpu0 = time.process_time()
+with LedgerClient(uri) as client:
+    if kind == "handle":
+        rate = throughput(client, size, total)
+    else:
+        import inspect
+        kw = {{"batching": False}} if "batching" in inspect.signature(client.open_log_writer).parameters else {{}}
+        w = client.open_log_writer(f"ab-{{time.monotonic_ns()}}", **kw)
+        window, payload = deque(), b"p" * size
+        start = time.perf_counter()
+        for _ in range(total):
+            if len(window) >= 5000:
+                window.popleft().result(timeout=60)
+            window.append(w.append_async(payload))
+        for f in window:
+            f.result(timeout=60)
+        rate = total / (time.perf_counter() - start)
+        w.close()
+print(rate, (time.process_time() - cpu0) / total * 1e6)
+"""
+
+
+def measure(tree: Path, uri: str, size: int, total: int, kind: str) -> tuple[float, float]:
+    """(adds/s, client CPU µs per add including the client's start) of one child run."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    out = subprocess.run([sys.executable, "-c", CHILD.format(bench=str(HERE)), uri, str(size), str(total), kind],
+                         env=env, capture_output=True, text=True, timeout=900, check=True)
+    rate, cpu_us = out.stdout.strip().splitlines()[-1].split()
+    return float(rate), float(cpu_us)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--before", type=Path, required=True, help="the other tree (e.g. a worktree of main)")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--entries", type=int, default=20_000)
+    ap.add_argument("--size", type=int, default=1024)
+    args = ap.parse_args()
+    sys.path.insert(0, str(REPO))
+    from pyspark_ledger.testing.local_cluster import LocalCluster
+    from pyspark_ledger.testing.zookeeper_server import LocalZooKeeper
+
+    trees = {"before": args.before.resolve(), "after": REPO}
+    with tempfile.TemporaryDirectory(prefix="before-after-") as tmp, LocalZooKeeper(Path(tmp) / "zk") as zk, \
+            LocalCluster(3, metadata_uri=zk.uri("/ab"), work_dir=Path(tmp) / "cluster") as cluster:
+        for kind in ("handle", "log"):
+            got: dict[str, list[tuple[float, float]]] = {"before": [], "after": []}
+            for r in range(args.rounds):
+                order = ("before", "after") if r % 2 == 0 else ("after", "before")
+                for name in order:
+                    got[name].append(measure(trees[name], cluster.metadata_uri, args.size, args.entries, kind))
+            b, a = (statistics.median(x for x, _ in got[n]) for n in ("before", "after"))
+            bc, ac = (statistics.median(c for _, c in got[n]) for n in ("before", "after"))
+            print(f"{kind:>6} {args.size} B E3W3A2 unbatched, medians of {args.rounds} alternating rounds: "
+                  f"before {b:,.0f}/s, after {a:,.0f}/s, after/before {a / b:.3f}; client CPU per add "
+                  f"before {bc:.1f} us, after {ac:.1f} us, after/before {ac / bc:.3f} "
+                  f"(rates before {[round(x) for x, _ in got['before']]}, after {[round(x) for x, _ in got['after']]})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""bench/client_bench.py's LogWriter rows: batched and unbatched messages (issue 30).
+
+- rate: messages/s a producer gets from LogWriter.append_async with at most WINDOW_MESSAGES
+  unacknowledged (the producer waits for the oldest once the window is full), for 1 and 4
+  producers (threads of one process, each the writer of its own log);
+- latency: p50/p99 from append_async to the message's acknowledgement, paced at 10% and 90% of
+  the measured peak (a burst every PACE_TICK_S);
+- compare: alternating rounds of batched and unbatched 100-byte messages from one producer, in
+  the same run, reported as medians and their ratio.
+Works against releases without batches too (batching=None: the call of those releases).
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from pyspark_ledger.client import LedgerClient
+
+WINDOW_MESSAGES = 20_000
+PACE_TICK_S = 0.002
+_names = iter(range(10**9))
+
+
+def _writer(client: LedgerClient, batching: bool | None) -> Any:
+    name = f"bench-{next(_names)}-{time.monotonic_ns()}"
+    return client.open_log_writer(name) if batching is None else client.open_log_writer(name, batching=batching)
+
+
+def produce(client: LedgerClient, size: int, total: int, batching: bool | None) -> float:
+    """Messages/s of one producer: pipelined append_async, bounded window."""
+    w = _writer(client, batching)
+    payload = b"p" * size
+    window: deque[Any] = deque()
+    append = w.append_async
+    start = time.perf_counter()
+    for _ in range(total):
+        if len(window) >= WINDOW_MESSAGES:
+            window.popleft().result(timeout=120)
+        window.append(append(payload))
+    if batching:
+        w.flush()
+    for h in window:
+        h.result(timeout=120)
+    elapsed = time.perf_counter() - start
+    w.close()
+    return total / elapsed
+
+
+def produce_parallel(client: LedgerClient, size: int, total: int, batching: bool | None, producers: int) -> float:
+    """Messages/s of `producers` threads together, each writing total/producers messages."""
+    rates: list[float] = []
+    each = total // producers
+    threads = [threading.Thread(target=lambda: rates.append(produce(client, size, each, batching)))
+               for _ in range(producers)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    return each * producers / (time.perf_counter() - start)
+
+
+def paced_latency(client: LedgerClient, size: int, rate: float, seconds: float) -> tuple[float, float]:
+    """p50/p99 ms of a batched message from append_async to acknowledgement at `rate` msgs/s."""
+    w = _writer(client, True)
+    payload = b"l" * size
+    samples: list[float] = []
+    per_tick = max(1, round(rate * PACE_TICK_S))
+    start = time.perf_counter()
+    sent, handles = 0, []
+    while time.perf_counter() - start < seconds:
+        due = int((time.perf_counter() - start) * rate)
+        while sent < due:
+            for _ in range(min(per_tick, due - sent)):
+                t = time.perf_counter()
+                h = w.append_async(payload)
+                h.add_done_callback(lambda _h, t=t: samples.append(time.perf_counter() - t))
+                handles.append(h)
+                sent += 1
+        time.sleep(PACE_TICK_S)
+    w.flush()
+    for h in handles:
+        h.result(timeout=120)
+    w.close()
+    samples.sort()
+    return statistics.median(samples) * 1000, samples[max(int(len(samples) * 0.99) - 1, 0)] * 1000
+
+
+def rows(client: LedgerClient, messages: int, rounds: int) -> list[tuple[str, int, float, float, float, str]]:
+    """(system, size, msgs/s, p50 ms, p99 ms, note) rows for client_bench's table."""
+    from pyspark_ledger.testing.message_batches import set_message_batches
+
+    set_message_batches(client, True)  # batches wait for the cluster setting (docs/upgrading.md)
+    out = []
+    batched_100, unbatched_100 = [], []
+    for _ in range(rounds):  # alternating rounds, same run: the ratio the issue asks for
+        batched_100.append(produce(client, 100, messages, True))
+        unbatched_100.append(produce(client, 100, max(messages // 10, 5_000), False))
+    b, u = statistics.median(batched_100), statistics.median(unbatched_100)
+    print(f"100 B from one producer, medians of {rounds} alternating rounds: batched {b:,.0f} msgs/s, "
+          f"unbatched {u:,.0f} msgs/s, ratio {b / u:.1f}x")
+    for size in (100, 1024):
+        for batching in (True, False):
+            n = messages if batching else max(messages // 10, 5_000)
+            for producers in (1, 4):
+                rate = b if (size, batching, producers) == (100, True, 1) else \
+                    u if (size, batching, producers) == (100, False, 1) else \
+                    produce_parallel(client, size, n, batching, producers)
+                p50 = p99 = float("nan")
+                if batching and producers == 1:
+                    lo = paced_latency(client, size, rate * 0.1, 3.0)
+                    hi = paced_latency(client, size, rate * 0.9, 3.0)
+                    print(f"batched {size} B message latency: p50/p99 {lo[0]:.2f}/{lo[1]:.2f} ms at 10% of peak, "
+                          f"{hi[0]:.2f}/{hi[1]:.2f} ms at 90%")
+                    p50, p99 = lo
+                label = f"LogWriter {'batched' if batching else 'unbatched'} x{producers}"
+                out.append((label, size, rate, p50, p99, "per message; latency at 10% of peak"))
+    return out
