@@ -151,8 +151,10 @@ def test_a_reader_refuses_a_message_format_it_does_not_know(client: LedgerClient
 
 
 def test_the_spark_source_refuses_a_batched_log_by_name(client: LedgerClient) -> None:
-    rec = client.describe_log("batched")
-    opts = parse_options({"metadataserviceuri": "sqlite:///unused.db", "log": "batched"})
+    with client.open_log_writer("refused-by-spark") as w:  # its own log: tests run in any order
+        w.append(payload(0))
+    rec = client.describe_log("refused-by-spark")
+    opts = parse_options({"metadataserviceuri": "sqlite:///unused.db", "log": "refused-by-spark"})
     with pytest.raises(LedgerSourceError, match="holds batched messages.*batching=False"):
         log_shape(rec, opts)
 
