@@ -36,7 +36,8 @@ def _payload(i: int) -> bytes:
 def test_scrubber_repairs_a_flipped_byte_in_one_pass_under_read_auth(zk_uri: str, tmp_path: Path) -> None:
     cluster, certs, _secret = secured_cluster(tmp_path, 3, metadata_uri=zk_uri, require_read_auth=True)
     with cluster:
-        with LedgerClient(cluster.metadata_uri, **cluster.client_tls) as client:
+        with LedgerClient(cluster.metadata_uri, tls_ca=str(certs.ca), tls_cert=str(certs.client.cert),
+                          tls_key=str(certs.client.key)) as client:
             w = client.create_ledger(3, 3, 3, password=PASSWORD)
             for i in range(ENTRIES):
                 w.add_entry(_payload(i))
