@@ -66,10 +66,10 @@ def test_long_polls_and_idle_connections_leave_info_answering(tmp_path: Path) ->
     cluster, certs, _secret = secured_cluster(tmp_path, 1, require_read_auth=True)
     mport = free_port()
     cluster.bookie_args = [*cluster.bookie_args, "--metrics-port", str(mport)]
-    tls_kwargs = {"tls_ca": str(certs.ca), "tls_cert": str(certs.client.cert), "tls_key": str(certs.client.key)}
     with cluster:
         bookie = cluster.bookies[0]
-        client = LedgerClient(cluster.metadata_uri, **tls_kwargs)  # type: ignore[arg-type]
+        client = LedgerClient(cluster.metadata_uri, tls_ca=str(certs.ca), tls_cert=str(certs.client.cert),
+                              tls_key=str(certs.client.key))
         w = client.create_ledger(1, 1, 1, password=PASSWORD)
         w.add_entry(b"first")
         key = (w.ledger_id.scope_id, w.ledger_id.id)
@@ -85,7 +85,9 @@ def test_long_polls_and_idle_connections_leave_info_answering(tmp_path: Path) ->
             stub = pb_grpc.BookieStub(channel)
             polls += [(i, stub.ReadLac.future(request, timeout=60)) for _ in range(POLLS_PER_IDENTITY)]
         idle: list[socket.socket] = []
-        add_port = int(client.pool.registry.get(bookie.bookie_id).add_address.rsplit(":", 1)[1])  # type: ignore[union-attr]
+        info = client.pool.registry.get(bookie.bookie_id)
+        assert info is not None and info.add_address, "the bookie registered no add listener"
+        add_port = int(info.add_address.rsplit(":", 1)[1])
         try:
             for n in range(IDLE_CONNECTIONS):
                 idle.append(socket.create_connection(("127.0.0.1", bookie.port if n % 2 else add_port), timeout=10))
