@@ -178,6 +178,7 @@ class AddListener:
 
     def _serve(self, conn: socket.socket, peer: object) -> None:
         raw = conn
+        framing = False
         try:
             prepare_socket(conn)
             conn.settimeout(min(HELLO_TIMEOUT_S, self.idle_timeout_s))
@@ -192,7 +193,14 @@ class AddListener:
                 return
             conn.sendall(hello(asked))  # accepted: every frame of this connection is of that version
             start_frames(conn)
-            _set_recv_timeout(conn, self.idle_timeout_s)  # idle or half-open: closed (clients reconnect)
+            framing = True
+            # Idle or half-open: closed (clients reconnect). CPython's ssl retries a read that
+            # SO_RCVTIMEO interrupted, so a TLS connection takes a socket timeout instead (it polls
+            # only when no record is waiting, and bounds a stalled send the same way).
+            if isinstance(conn, ssl.SSLSocket):
+                conn.settimeout(self.idle_timeout_s)
+            else:
+                _set_recv_timeout(conn, self.idle_timeout_s)
             frames = FrameReader(conn)
             while (body := frames.read()) is not None:
                 try:
@@ -202,11 +210,12 @@ class AddListener:
                 conn.sendall(frame([encode_add_response(self.handler.handle(request))]))
         except FramingError as exc:
             log.warning("add connection closed peer=%s reason=%s", peer, exc)
-        except TimeoutError:
-            log.warning("add connection closed peer=%s reason=no hello within %g s", peer,
-                        min(HELLO_TIMEOUT_S, self.idle_timeout_s))
-        except (BlockingIOError, ssl.SSLWantReadError):
-            log.info("add connection closed peer=%s reason=idle for %g s", peer, self.idle_timeout_s)
+        except (TimeoutError, BlockingIOError, ssl.SSLWantReadError):
+            if framing:
+                log.info("add connection closed peer=%s reason=idle for %g s", peer, self.idle_timeout_s)
+            else:
+                log.warning("add connection closed peer=%s reason=no hello within %g s", peer,
+                            min(HELLO_TIMEOUT_S, self.idle_timeout_s))
         except OSError as exc:
             # The client went away (what it sent still completes durably), or we are stopping.
             log.debug("add connection ended peer=%s error=%s", peer, exc)

@@ -169,7 +169,9 @@ class BookieClient:
             add.resent = True
             try:
                 send = self._add_stream().submit(add.batch, add.callback, add.timeout_s, previous=add)
-            except BookieUnavailableError as exc:
+            except Exception as exc:  # every add not handed to a stream fails here, or it would hang
+                if not isinstance(exc, BookieUnavailableError):
+                    log.exception("resending adds failed bookie=%s", self.bookie_id)
                 for failed in adds[i:]:
                     failed.callback(Status.INTERNAL_ERROR, f"transport: {exc}")
                 return

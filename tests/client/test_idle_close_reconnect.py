@@ -1,7 +1,8 @@
 """Bookies close idle add connections (--idle-connection-timeout-s, issue 31 item 3); a writer
 that adds about once per time-out must keep its ensemble and lose nothing.
 
-Three real bookies with a 1 s idle time-out; one writer (E=W=3, A=3, so a single failed bookie
+Three real bookies with a 1 s idle time-out, plain and with mutual TLS (where the idle bound is
+a socket timeout, not SO_RCVTIMEO); one writer (E=W=3, A=3, so a single failed bookie
 would force an ensemble change) adds with gaps of 0.8-1.6 s, around the time-out, so that some
 adds find their connection already closed and some cross the close on the wire (the client
 resends those once on a new connection). Afterwards: one fragment (no ensemble change), every
@@ -33,18 +34,19 @@ from pyspark_ledger.transport.add_streams import StreamedAdd
 from pyspark_ledger.transport.bookie_client import BookieClient
 
 IDLE_TIMEOUT_S = 1.0
-ADDS = 14
+ADDS = 8
 SEED = 31
 
 
-def test_a_writer_adding_once_per_idle_timeout_keeps_its_ensemble(tmp_path: Path,
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "mutual-tls"])
+def test_a_writer_adding_once_per_idle_timeout_keeps_its_ensemble(tmp_path: Path, tls: bool,
                                                                    caplog: pytest.LogCaptureFixture) -> None:
     rng = random.Random(SEED)
     print(f"seed={SEED}")
     caplog.set_level(logging.INFO, logger="pyspark_ledger.transport.add_streams")
     args = ["--idle-connection-timeout-s", str(IDLE_TIMEOUT_S)]
-    with LocalCluster(3, work_dir=tmp_path / "cluster", bookie_args=args) as cluster:
-        with LedgerClient(cluster.metadata_uri, add_timeout_s=30) as client:
+    with LocalCluster(3, work_dir=tmp_path / "cluster", bookie_args=args, tls=tls, tls_client_auth=tls) as cluster:
+        with LedgerClient(cluster.metadata_uri, add_timeout_s=30, **cluster.client_tls) as client:  # type: ignore[arg-type]  # tls_* paths
             w = client.create_ledger(3, 3, 3)
             before = list(client.ledger_metadata(w.ledger_id).segments[-1].bookies)
             for i in range(ADDS):
