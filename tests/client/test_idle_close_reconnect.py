@@ -34,7 +34,7 @@ from pyspark_ledger.transport.add_streams import StreamedAdd
 from pyspark_ledger.transport.bookie_client import BookieClient
 
 IDLE_TIMEOUT_S = 1.0
-ADDS = 8
+ADDS = 6
 SEED = 31
 
 
