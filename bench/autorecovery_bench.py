@@ -7,16 +7,23 @@ every 40th left OPEN by a dead writer), one `ledger autorecovery` with the defau
 service's own Prometheus counters and the metadata:
 
 - time from the kill to every fragment back to W copies (no ledger names the bookie, no mark);
-- MB/s re-replicated (bytes of entries copied / time from the scan's start to the end);
+- MB/s and copies/s re-replicated (bytes and entries copied / time from the scan's start to the end);
 - metadata requests per second during the audit scan (its CountingStore), and ledgers/s scanned.
 
-    python bench/autorecovery_bench.py [--ledgers 200] [--scan-rate 500] [--rounds 1]
+--gb N (or LEDGER_REREPLICATION_GB) adds the bulk rounds (tests/autorecovery/bulk_shape.py): a
+lost bookie holding N GB of 256 KiB entries, copied at the service's default rate while a writer
+runs on the other bookies; reported beside this disk's write-and-fsync bandwidth measured in the
+same run (machine_speed.write_fsync_mb_s), the acceptance floor min(50, 0.5 x disk / 3) MB/s, the
+writer's adds/s during the copy against without it, and the load average.
+
+    python bench/autorecovery_bench.py [--ledgers 200] [--scan-rate 500] [--rounds 1] [--gb 1]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -27,11 +34,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from machine_speed import machine_speed_line
+from machine_speed import machine_speed_line, write_fsync_mb_s
 
 from metadata.paths import UNDERREPLICATED, audited_bookie_path
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.testing.zookeeper_server import LocalZooKeeper, free_port
+from tests.autorecovery.bulk_shape import BulkResult, bulk_round
 from tests.autorecovery.cluster_shape import (
     Autorecovery,
     check_every_copy,
@@ -44,7 +52,8 @@ from tests.autorecovery.cluster_shape import (
 POLL_S = 0.25
 WAIT_S_MAX = 600.0
 COUNTERS = ("autorecovery_audit_metadata_requests_total", "autorecovery_audit_scanned_ledgers_total",
-            "autorecovery_rereplicated_bytes_total", "autorecovery_rereplicated_ledgers_total")
+            "autorecovery_rereplicated_bytes_total", "autorecovery_rereplicated_entries_total",
+            "autorecovery_rereplicated_ledgers_total")
 
 
 def counters(port: int) -> dict[str, float]:
@@ -104,10 +113,13 @@ def summarise(samples: list[tuple[float, dict[str, float]]], done_s: float, copi
     scan_s = max((moved[-1] - scan_start) if moved else 0.0, POLL_S)
     last = {k: v - base[k] for k, v in samples[-1][1].items()}
     copied = last["autorecovery_rereplicated_bytes_total"]
+    copy_s = max(done_s - scan_start, 0.001)
     return {"kill_to_replicated_s": done_s, "scan_start_s": scan_start, "scan_s": scan_s,
             "scan_requests": last[req], "requests_per_s": last[req] / scan_s,
             "ledgers_per_s": last["autorecovery_audit_scanned_ledgers_total"] / scan_s,
-            "copied_mb": copied / 1e6, "mb_per_s": copied / 1e6 / max(done_s - scan_start, 0.001),
+            "copied_mb": copied / 1e6, "mb_per_s": copied / 1e6 / copy_s,
+            "copies": last["autorecovery_rereplicated_entries_total"],
+            "copies_per_s": last["autorecovery_rereplicated_entries_total"] / copy_s,
             "ledgers_repaired": last["autorecovery_rereplicated_ledgers_total"], "copies_checked": copies,
             "written_mb": written_bytes / 1e6}
 
@@ -117,15 +129,37 @@ def main() -> None:
     ap.add_argument("--ledgers", type=int, default=200)
     ap.add_argument("--scan-rate", type=float, default=500.0, help="the service's --scan-rate (its default: 500)")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--gb", type=float, default=float(os.environ.get("LEDGER_REREPLICATION_GB", "0")),
+                    help="also run bulk rounds: a lost bookie holding this many GB (default LEDGER_REREPLICATION_GB, "
+                         "else none)")
+    ap.add_argument("--skip-small", action="store_true", help="only the bulk rounds")
+    ap.add_argument("--rereplication-rate-mb-s", type=float, default=None,
+                    help="the bulk rounds' service rate (default: the service's default, 50)")
     args = ap.parse_args()
     print(machine_speed_line())
+    bulk: list[tuple[BulkResult, float, tuple[float, ...]]] = []
     with tempfile.TemporaryDirectory(prefix="autorecovery-bench-") as tmp:
         zk = LocalZooKeeper(Path(tmp) / "zk")
         zk.start()
         try:
-            results = [one_round(zk, Path(tmp), n, args.ledgers, args.scan_rate) for n in range(args.rounds)]
+            results = [] if args.skip_small else [one_round(zk, Path(tmp), n, args.ledgers, args.scan_rate)
+                                                  for n in range(args.rounds)]
+            for n in range(args.rounds if args.gb > 0 else 0):
+                disk_mb_s = write_fsync_mb_s(tmp)  # the same disk, the same run, just before the round
+                work = Path(tmp) / f"bulk-{n}"
+                work.mkdir()
+                extra = [] if args.rereplication_rate_mb_s is None else [
+                    "--rereplication-rate-mb-s", str(args.rereplication_rate_mb_s)]
+                bulk.append((bulk_round(zk.uri(f"/bulk-{n}"), work, args.gb, *extra), disk_mb_s, os.getloadavg()))
         finally:
             zk.stop()
+    if results:
+        print_small(args, results)
+    if bulk:
+        print_bulk(args.gb, bulk, args.rereplication_rate_mb_s)
+
+
+def print_small(args: argparse.Namespace, results: list[dict[str, float]]) -> None:
     keys = list(results[0])
     print(f"\n{args.ledgers} ledgers, 5 bookies, E3W2A2, grace 3 s, ZooKeeper session 3 s, scan rate "
           f"{args.scan_rate:g}/s; median of {len(results)} round(s)")
@@ -133,6 +167,29 @@ def main() -> None:
     for k in keys:
         values = [r[k] for r in results]
         print(f"{k:<24} {statistics.median(values):>12.2f}  {' '.join(f'{v:.2f}' for v in values)}")
+
+
+def print_bulk(gb: float, rounds: list[tuple[BulkResult, float, tuple[float, ...]]], rate: float | None) -> None:
+    at = "its default rate (50 MB/s)" if rate is None else f"--rereplication-rate-mb-s {rate:g}"
+    print(f"\nbulk: a lost bookie holding {gb:g} GB (256 KiB entries, E3W3A2), ledger autorecovery at {at}, "
+          f"a writer of 1 KiB adds on the other bookies; median of {len(rounds)} round(s)")
+    rows: dict[str, list[float]] = {}
+    for r, disk_mb_s, load in rounds:
+        floor = min(50.0, 0.5 * disk_mb_s / 3)
+        for k, v in (("copied_mb", r.copied_mb), ("copy_s", r.copy_s), ("mb_per_s", r.mb_per_s),
+                     ("copies_per_s", r.copies_per_s), ("kill_to_replicated_s", r.kill_to_replicated_s),
+                     ("disk_write_fsync_mb_s", disk_mb_s), ("floor_mb_s", floor), ("mb_per_s/floor", r.mb_per_s / floor),
+                     ("writer_adds_s_without", r.writer_adds_per_s_without),
+                     ("writer_adds_s_during", r.writer_adds_per_s_during), ("writer_ratio", r.writer_ratio),
+                     ("copies_checked", r.copies_checked), ("load_average_1m", load[0])):
+            rows.setdefault(k, []).append(v)
+    print(f"{'measure':<24} {'median':>12}  rounds")
+    for k, values in rows.items():
+        print(f"{k:<24} {statistics.median(values):>12.2f}  {' '.join(f'{v:.2f}' for v in values)}")
+    ok_rate = statistics.median(rows["mb_per_s/floor"]) >= 1
+    ok_writer = statistics.median(rows["writer_ratio"]) >= 0.7
+    print(f"acceptance: copy rate >= floor {'yes' if ok_rate else 'NO'}; writer >= 0.7 of its rate "
+          f"{'yes' if ok_writer else 'NO'}")
 
 
 if __name__ == "__main__":

@@ -29,10 +29,11 @@ METADATA_URI_ENV = "LEDGER_METADATA_URI"
 OPERATOR_SECRET_FILE_ENV = "LEDGER_OPERATOR_SECRET_FILE"
 
 
-def autorecovery_command(lost_bookie_grace_s: float) -> list[str]:
+def autorecovery_command(lost_bookie_grace_s: float, rereplication_rate_mb_s: float = 50.0) -> list[str]:
     """The child's command line: no URI and no secret in it."""
     return [sys.executable, "-m", "pyspark_ledger.cli", "autorecovery",
-            "--lost-bookie-grace-s", str(lost_bookie_grace_s), "--exit-with-stdin"]
+            "--lost-bookie-grace-s", str(lost_bookie_grace_s),
+            "--rereplication-rate-mb-s", str(rereplication_rate_mb_s), "--exit-with-stdin"]
 
 
 def autorecovery_environment(metadata_uri: str, operator_secret_file: str | None) -> dict[str, str]:
@@ -40,15 +41,16 @@ def autorecovery_environment(metadata_uri: str, operator_secret_file: str | None
     operator secret file's path. The URI replaces any LEDGER_METADATA_URI the bookie inherited:
     the child works on the bookie's own metadata service."""
     env = dict(os.environ)
-    env[METADATA_URI_ENV] = metadata_uri[:]  # a plain str even from a str subclass that hides zk_auth
+    env[METADATA_URI_ENV] = metadata_uri
     if operator_secret_file:
         env[OPERATOR_SECRET_FILE_ENV] = operator_secret_file
     return env
 
 
 def start_autorecovery_child(metadata_uri: str, lost_bookie_grace_s: float,
-                             operator_secret_file: str | None) -> subprocess.Popen[bytes]:
-    cmd = autorecovery_command(lost_bookie_grace_s)
+                             operator_secret_file: str | None, *,
+                             rereplication_rate_mb_s: float = 50.0) -> subprocess.Popen[bytes]:
+    cmd = autorecovery_command(lost_bookie_grace_s, rereplication_rate_mb_s)
     child = subprocess.Popen(cmd, stdin=subprocess.PIPE, env=autorecovery_environment(metadata_uri, operator_secret_file))
     log.info("autorecovery started next to the bookie pid=%d", child.pid)
     return child

@@ -187,6 +187,58 @@ def test_room_files_stay_small() -> None:
     assert not big, f"files over {ROOM_FILE_LINES_MAX} lines:\n" + "\n".join(big)
 
 
+# The writer's decisions live once, in protocol.writer_machine: the product's write handle and
+# the simulator's writer both drive that machine, so the simulator checks the code that runs,
+# not a copy of its rule. A driver that imports the pieces the machine is built from, or reads
+# an entry's acks itself, carries (part of) a copy of the rule.
+WRITER_DRIVERS = ("pyspark_ledger/ledger/write_handle.py", "pyspark_ledger/testing/sim/writer.py")
+WRITER_RULE_PIECES = {"PendingAdds", "plan_ensemble_change", "writer_close_verdict", "write_sets", "write_set_of"}
+WRITER_RULE_ATTRIBUTES = {"acked", "collect_completed", "on_send_failed", "ack_quorum_reachable"}
+
+
+def writer_rule_copies(source: str) -> list[str]:
+    """What in `source` (a writer driver) re-does the machine's job; empty if it only drives it."""
+    tree = ast.parse(source)
+    found = []
+    machine_imported = False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = {a.name for a in node.names}
+            if node.module == "pyspark_ledger.protocol.writer_machine" and "WriterMachine" in names:
+                machine_imported = True
+            found += [f"imports {node.module}.{n}" for n in sorted(names & WRITER_RULE_PIECES)]
+        elif isinstance(node, ast.Attribute) and node.attr in WRITER_RULE_ATTRIBUTES:
+            found.append(f"reads .{node.attr} (line {node.lineno})")
+    if not machine_imported:
+        found.append("does not import WriterMachine from pyspark_ledger.protocol.writer_machine")
+    return found
+
+
+@pytest.mark.parametrize("driver", WRITER_DRIVERS)
+def test_writers_drive_the_protocol_writer_machine(driver: str) -> None:
+    copies = writer_rule_copies((REPO / driver).read_text())
+    assert not copies, f"{driver} carries its own writer rule: " + "; ".join(copies)
+
+
+def test_a_writer_with_its_own_ack_rule_is_caught() -> None:
+    """The check has teeth: the simulator's old writer (its own PendingAdds, its own plan and
+    close verdict) and a driver that counts acks itself are both refused."""
+    own_copy = (
+        "from pyspark_ledger.protocol.pending_adds import PendingAdd, PendingAdds\n"
+        "from pyspark_ledger.protocol.ensemble_change import plan_ensemble_change\n"
+        "from pyspark_ledger.protocol.close_rules import writer_close_verdict\n"
+    )
+    assert len(writer_rule_copies(own_copy)) == 4  # three pieces, and no machine
+    counting = (
+        "from pyspark_ledger.protocol.writer_machine import WriterMachine\n"
+        "def on_ack(p, bookie, a):\n"
+        "    p.acked.append(bookie)\n"
+        "    return len(p.acked) >= a\n"
+    )
+    assert writer_rule_copies(counting) == ["reads .acked (line 3)", "reads .acked (line 4)"]
+    assert writer_rule_copies("from pyspark_ledger.protocol.writer_machine import WriterMachine\n") == []
+
+
 # The storage engine is made of parts (docs/storage.md): each file one part or one format, under
 # a tighter cap than the other rooms.
 STORAGE_FILE_LINES_MAX = 400

@@ -4,6 +4,15 @@ the position is written to /autorecovery/scan, so an auditor elected after its p
 mid-scan goes on from there instead of from the start (marks are idempotent: a ledger marked
 twice is marked once).
 
+A resumed scan marks the rest sooner, but it never counts as an audit of its bookies (choose_scan,
+audited_by): between the predecessor's last look and the successor's first, a lost bookie may have
+come back, been placed in a ledger the cursor had passed (a writer's ensemble change, a worker's
+replacement), and gone again, with no listing seeing it up; a successor that trusted the cursor
+would never mark that ledger (the cursor's form of simulator seed 6889, see
+bookie_states.forget_audits). So the successor scans those bookies again from the start once the
+resumed scan ends: the cursor orders the work, it never shortens it. The simulator runs the same
+two functions (testing/sim/auditor.py).
+
 Cost per scanned ledger: one get, plus two requests (get, create or compare-and-set) when it is
 marked, plus 2/CURSOR_EVERY_LEDGERS for the cursor, plus one children listing per 65,536
 ledgers. With E=3 of 5 bookies, 60% of the ledgers are on a lost bookie: about 2.2 requests per
@@ -17,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from metadata import CorruptMetadataError, LedgerId, LedgerManager
@@ -25,6 +35,7 @@ from metadata.paths import AUDITOR_SCAN
 from metadata.store import MetadataStore
 from metadata.underreplication import REASON_LOST, UnderReplicationManager
 from pyspark_ledger.autorecovery.auditor import RateLimiter
+from pyspark_ledger.protocol.invariants import ensure
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +59,27 @@ class ScanCursor:
             return cls(tuple(sorted(d["bookies"])), after)
         except (ValueError, KeyError, TypeError):
             return None
+
+
+@dataclass(frozen=True, slots=True)
+class ScanChoice:
+    cursor: ScanCursor
+    resumed: bool  # a predecessor's cursor, resumed: not an audit of its bookies (audited_by)
+
+
+def choose_scan(left_over: ScanCursor | None, lost_now: AbstractSet[str], audited: AbstractSet[str]) -> ScanChoice | None:
+    """The scan to run now: a predecessor's unfinished one for its bookies still lost, else one
+    from the start for the lost bookies no scan of this leader covered; None: nothing to scan."""
+    if left_over is not None and set(left_over.bookies) & lost_now:
+        return ScanChoice(ScanCursor(tuple(sorted(set(left_over.bookies) & lost_now)), left_over.after), True)
+    todo = tuple(sorted(b for b in lost_now if b not in audited))
+    return ScanChoice(ScanCursor(todo, None), False) if todo else None
+
+
+def audited_by(choice: ScanChoice) -> tuple[str, ...]:
+    """The bookies a finished scan counts as audited: those of a scan from the start only."""
+    ensure(choice.resumed or choice.cursor.after is None, "a scan of this leader starts from the first ledger")
+    return () if choice.resumed else choice.cursor.bookies
 
 
 def read_cursor(store: MetadataStore) -> ScanCursor | None:

@@ -28,7 +28,7 @@ from metadata.ephemeral_lock import EphemeralLock, try_lock
 from metadata.errors import BadVersionError, NodeExistsError, NoNodeError
 from metadata.paths import AUDITED_BOOKIES, AUDITOR_ELECTION, BOOKIE_COOKIES, UNDERREPLICATED, audited_bookie_path
 from metadata.store import MetadataStore
-from pyspark_ledger.autorecovery.audit_scan import AuditScan, ScanCursor, read_cursor
+from pyspark_ledger.autorecovery.audit_scan import AuditScan, ScanCursor, audited_by, choose_scan, read_cursor
 from pyspark_ledger.autorecovery.bookie_states import DOWN, BookieState, forget_audits, lost, observe, with_audited
 from pyspark_ledger.autorecovery.counting_store import CountingStore
 from pyspark_ledger.autorecovery.metrics import AutorecoveryMetrics
@@ -173,26 +173,26 @@ class ElectedAuditor:
     def _scan_for_losses(self, states: dict[str, BookieState], lost_now: set[str],
                          still_leader: Callable[[], bool], cursor: ScanCursor | None) -> dict[str, BookieState]:
         """Resume a scan a predecessor left (for the bookies still lost), else scan for the lost
-        bookies no scan has covered yet. Returns the states, with the covered losses noted."""
-        if cursor is not None and set(cursor.bookies) & lost_now:
-            cursor = ScanCursor(tuple(sorted(set(cursor.bookies) & lost_now)), cursor.after)
-            log.info("resuming the audit scan lost=%s after=%s", ",".join(cursor.bookies), cursor.after)
+        bookies no scan has covered yet (audit_scan.choose_scan). Returns the states, with the
+        losses a finished scan from the start covered noted (a resumed one notes none)."""
+        choice = choose_scan(cursor, lost_now, {b for b in lost_now if states[b].audited})
+        if choice is None:
+            return states
+        if choice.resumed:
+            log.info("resuming the audit scan lost=%s after=%s (a scan from the start follows)",
+                     ",".join(choice.cursor.bookies), choice.cursor.after)
         else:
-            todo = sorted(b for b in lost_now if not states[b].audited)
-            if not todo:
-                return states
-            cursor = ScanCursor(tuple(todo), None)
-            log.info("audit scan started lost=%s", ",".join(todo))
+            log.info("audit scan started lost=%s", ",".join(choice.cursor.bookies))
         checks = [0]
 
         def keep_going() -> bool:
             checks[0] += 1
             return not self._stop.is_set() and (checks[0] % 100 != 0 or still_leader())
 
-        if not self.scan.run(cursor, keep_going):
+        if not self.scan.run(choice.cursor, keep_going):
             return states
         out = dict(states)
-        for b in cursor.bookies:
+        for b in audited_by(choice):
             if b in out and b in lost_now:
                 out[b] = with_audited(out[b])
                 save_state(self.store, out[b], b)

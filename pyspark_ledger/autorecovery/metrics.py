@@ -18,6 +18,8 @@ class AutorecoveryMetrics:
         self.rereplicated_bytes = Counter(
             "autorecovery_rereplicated_bytes",
             "bytes of entries copied to replacement bookies (as stored: header, digest, payload)", registry=r)
+        self.rereplicated_entries = Counter(
+            "autorecovery_rereplicated_entries", "entry copies written to replacement bookies", registry=r)
         self.rereplicated_ledgers = Counter(
             "autorecovery_rereplicated_ledgers", "ledgers whose under-replication mark a worker cleared", registry=r)
         self.rereplication_failures = Counter(

@@ -30,6 +30,7 @@ from metadata.context import now_ms
 from metadata.ephemeral_lock import EphemeralLock, try_lock
 from metadata.paths import replication_lock_path
 from metadata.underreplication import REASON_MISPLACED, UnderReplicationManager
+from pyspark_ledger.autorecovery.copy_pace import CopyPace
 from pyspark_ledger.autorecovery.metrics import AutorecoveryMetrics
 from pyspark_ledger.autorecovery.rereplication import rereplicate
 from pyspark_ledger.autorecovery.swap_record import SwapRecords
@@ -48,7 +49,7 @@ PROGRESS_UPDATE_S = 1.0  # the lock's progress fields are written at most this o
 
 class ReplicationWorker:
     def __init__(self, context: LedgerContext, holder: str, *, open_ledger_grace_s: float, poll_interval_s: float,
-                 password: bytes, metrics: AutorecoveryMetrics, stop: threading.Event):
+                 password: bytes, metrics: AutorecoveryMetrics, stop: threading.Event, pace: CopyPace | None = None):
         self.context = context
         self.store = context.ledgers.store
         self.marks = UnderReplicationManager(self.store)
@@ -58,6 +59,7 @@ class ReplicationWorker:
         self.credentials = CredentialSource(context, password)
         self.metrics = metrics
         self._stop = stop
+        self.pace = pace  # shared with the process's other workers (copy_pace)
         self._backoff: dict[LedgerId, tuple[float, float]] = {}  # ledger -> (retry at, delay)
 
     def run(self) -> None:
@@ -130,7 +132,7 @@ class ReplicationWorker:
         for bookie in lost:
             rereplicate(self.context, lid, bookie, self.credentials.for_ledger(meta, avoid=lost),
                         on_copied=progress.copied, holder=self.holder,
-                        resume_swaps=True)
+                        resume_swaps=True, pace=self.pace, on_copies=self.metrics.rereplicated_entries.inc)
             progress.bookie_done()
         # A predecessor that died between its commit and its clean-up left a record (swap_record).
         SwapRecords(self.store).clear_ledger(lid)

@@ -4,8 +4,10 @@ Copy first, then compare-and-set the ensemble: a crash in between leaves only an
 on the new bookie (garbage, never a hole). Only sealed (CLOSED) ledgers are re-replicated; open
 ones must be recovered first, which is what `ledger recover --bookie` does.
 
-Copies go in batches bounded in entries and bytes (a bookie refuses a batch over its pending-add
-limit, 64 MiB by default: MiB-sized Arrow entries made 1,000-entry batches fail). The swap is
+Copies are raw_copy's: the stored bytes of each entry, read from a surviving replica in runs,
+checked once and forwarded in batches bounded in entries and bytes (a bookie refuses a batch over
+its pending-add limit, 64 MiB by default: MiB-sized Arrow entries made 1,000-entry batches fail),
+several batches in flight, paced by a CopyPace the caller shares between its copies. The swap is
 re-applied to the ensemble the metadata holds when the compare-and-set runs (rebase_replacements):
 a concurrent re-replication of the same fragment may have replaced the same bookie (theirs
 stands), or placed our replacement bookie in another slot (then this one picks another and
@@ -22,6 +24,8 @@ from typing import TYPE_CHECKING
 
 from bookie.status import Status
 from metadata import LedgerId, LedgerMetadata, write_set
+from pyspark_ledger.autorecovery.copy_pace import CopyPace
+from pyspark_ledger.autorecovery.raw_copy import FragmentCopy, copy_fragment_raw
 from pyspark_ledger.autorecovery.swap_record import (
     STEP_COMMITTED,
     STEP_COPIED,
@@ -33,12 +37,9 @@ from pyspark_ledger.autorecovery.swap_record import (
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.ledger.context import LedgerContext
 from pyspark_ledger.ledger.keys import Credentials, resolve_keys
-from pyspark_ledger.ledger.read_handle import ReadHandle
-from pyspark_ledger.protocol.distribution import byte_bounded_chunks
 from pyspark_ledger.protocol.ensemble_change import rebase_replacements
-from pyspark_ledger.protocol.entry_format import encode_copy
 from pyspark_ledger.protocol.invariants import InvariantError
-from pyspark_ledger.protocol.recovery_plan import REPLICATE_BATCH_BYTES_MAX, REPLICATE_BATCH_ENTRIES_MAX
+from pyspark_ledger.protocol.recovery_plan import REPLICATE_BATCH_ENTRIES_MAX
 from pyspark_ledger.protocol.replica_swap import COMMITTED, FINISH, ROLL_BACK, decide_swap
 
 if TYPE_CHECKING:
@@ -61,18 +62,22 @@ def fragments_on(meta: LedgerMetadata, bookie_id: str) -> list[int]:
 
 
 CopiedCallback = Callable[[int], None]  # called with the bytes of each batch copied
+CopiesCallback = Callable[[int], None]  # called with the entries of each batch copied
 StepCallback = Callable[[str], None]  # called after each step of a swap (swap_record.SWAP_STEPS)
 
 
 def rereplicate(context: LedgerContext, ledger: LedgerId, lost: str, credentials: Credentials = b"", *,
                 dry_run: bool = False,
                 on_copied: CopiedCallback | None = None, on_step: StepCallback | None = None,
-                holder: str = "", resume_swaps: bool = False) -> list[tuple[int, str]]:
+                holder: str = "", resume_swaps: bool = False, pace: CopyPace | None = None,
+                on_copies: CopiesCallback | None = None) -> list[tuple[int, str]]:
     """Replace `lost` in every fragment of a CLOSED ledger. Returns [(fragment index, the bookie
     that holds the fragment's copy now)]: ours, or a concurrent re-replication's.
     resume_swaps: finish a swap a predecessor prepared (swap_record) instead of choosing anew;
     for callers holding the ledger's replication claim (workers), whose predecessor is dead.
-    credentials: the ledger's password, or an operator's keys (ledger/keys.py operator_keys)."""
+    credentials: the ledger's password, or an operator's keys (ledger/keys.py operator_keys).
+    pace: the bytes-per-second bucket this copy shares (copy_pace); on_copies: called with the
+    entries of each batch copied."""
     meta, _ = context.ledgers.read(ledger)
     if not meta.is_closed:
         raise LedgerError(f"ledger {ledger} is {meta.state.value}: recover it before re-replicating")
@@ -83,7 +88,7 @@ def rereplicate(context: LedgerContext, ledger: LedgerId, lost: str, credentials
             done.append((index, context.placement.replacement(seg.bookies, context.pool.writable(exclude={lost}),
                                                               failed=lost, write_quorum_size=meta.write_quorum_size)))
             continue
-        run = _Run(credentials, on_copied, on_step or (lambda _step: None), holder, resume_swaps)
+        run = _Run(credentials, on_copied, on_step or (lambda _step: None), holder, resume_swaps, pace, on_copies)
         now_holding = _rereplicate_fragment(context, ledger, index, lost, run)
         if now_holding is not None:
             done.append((index, now_holding))
@@ -97,6 +102,8 @@ class _Run:
     on_step: StepCallback
     holder: str
     resume_swaps: bool
+    pace: CopyPace | None
+    on_copies: CopiesCallback | None
 
 
 def _rereplicate_fragment(context: LedgerContext, ledger: LedgerId, index: int, lost: str, run: _Run) -> str | None:
@@ -112,7 +119,7 @@ def _rereplicate_fragment(context: LedgerContext, ledger: LedgerId, index: int, 
             return None  # committed before (perhaps by a worker that died then): the record is gone
         slot = before.index(lost)
         run.on_step(STEP_PREPARED)
-        _copy_fragment(context, meta, version, index, lost, new, run.credentials,
+        _copy_fragment(context, meta, index, lost, new, run.credentials, run,
                        _first_batch_step(run.on_copied, run.on_step))
         run.on_step(STEP_COPIED)
 
@@ -178,8 +185,10 @@ def _first_batch_step(on_copied: CopiedCallback | None, on_step: StepCallback) -
     return copied
 
 
-def _copy_fragment(context: LedgerContext, meta: LedgerMetadata, version: int, index: int, lost: str, new: str,
-                   credentials: Credentials, on_copied: CopiedCallback | None = None) -> None:
+def _copy_fragment(context: LedgerContext, meta: LedgerMetadata, index: int, lost: str, new: str,
+                   credentials: Credentials, run: _Run, on_copied: CopiedCallback) -> None:
+    """Copy the entries of fragment `index` that `lost` held to `new` (raw_copy: stored bytes in
+    batches, several in flight, paced)."""
     seg = meta.segments[index]
     first, last = seg.first_entry_id, meta.segment_last_entry_id(index)
     if last is None or last < first:
@@ -189,27 +198,14 @@ def _copy_fragment(context: LedgerContext, meta: LedgerMetadata, version: int, i
     if not needed:
         return
     keys = resolve_keys(meta, credentials)
-    reader = ReadHandle(context, meta, version, keys)
-    key = (meta.ledger_id.scope_id, meta.ledger_id.id)
-    target = context.pool.get(new)
-    wanted = set(needed)
 
-    def encoded() -> Iterator[tuple[int, int, bytes]]:
-        for window_first, window_last in read_windows(meta, needed[0], needed[-1]):
-            if not any(e in wanted for e in range(window_first, window_last + 1)):
-                continue
-            for entry in reader.read_planned(window_first, window_last):
-                if entry.entry_id in wanted:
-                    yield entry.entry_id, entry.last_add_confirmed, encode_copy(keys.digest, key[0], key[1], entry)
+    def copied(entries: int, n_bytes: int) -> None:
+        on_copied(n_bytes)
+        if run.on_copies is not None:
+            run.on_copies(entries)
 
-    try:
-        for batch in byte_bounded_chunks(encoded(), lambda item: len(item[2]),
-                                         REPLICATE_BATCH_ENTRIES_MAX, REPLICATE_BATCH_BYTES_MAX):
-            write_copies(target, key, keys.master_key, batch)
-            if on_copied is not None:
-                on_copied(sum(len(item[2]) for item in batch))
-    finally:
-        reader.close()
+    copy_fragment_raw(context, FragmentCopy(meta, index, lost, needed), new, keys,
+                      read_windows(meta, needed[0], needed[-1]), run.pace, copied)
 
 
 def read_windows(meta: LedgerMetadata, first: int, last: int) -> Iterator[tuple[int, int]]:

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pyspark_ledger.autorecovery.copy_pace import CopyPace, check_rate_mb_s
 from pyspark_ledger.autorecovery.elected_auditor import ElectedAuditor
 from pyspark_ledger.autorecovery.metrics import AutorecoveryMetrics
 from pyspark_ledger.autorecovery.replication_worker import ReplicationWorker
@@ -34,7 +35,8 @@ WORKERS_MAX = 64
 class AutorecoverySettings:
     lost_bookie_grace_s: float = 30.0  # down this long before a bookie is lost (a restart is not a loss)
     scan_rate_per_s: float = 500.0  # ledgers the audit scan reads per second at most
-    workers: int = 2  # replication workers in this process
+    workers: int = 4  # replication workers in this process: the ledgers copied at once
+    rereplication_rate_mb_s: float = 50.0  # copy bytes per second, all workers together (copy_pace)
     open_ledger_grace_s: float = 30.0  # an OPEN ledger's mark waits this long before it is fenced and closed
     poll_interval_s: float = 1.0  # an idle worker looks for marks this often
     auditor: bool = True  # stand for election as the auditor
@@ -47,6 +49,7 @@ class AutorecoverySettings:
             raise ValueError("--lost-bookie-grace-s and --open-ledger-grace-s must be >= 0")
         if not 0 < self.scan_rate_per_s <= 100_000:
             raise ValueError("--scan-rate must be in (0, 100000] ledgers per second")
+        check_rate_mb_s(self.rereplication_rate_mb_s, "--rereplication-rate-mb-s")
         if not 0 <= self.workers <= WORKERS_MAX:
             raise ValueError(f"--workers must be in 0..{WORKERS_MAX}")
         if not 0.05 <= self.poll_interval_s <= 60:
@@ -74,17 +77,20 @@ class AutorecoveryService:
         self.auditor = ElectedAuditor(context.ledgers.store, self.holder, lost_bookie_grace_s=s.lost_bookie_grace_s,
                                       scan_rate_per_s=s.scan_rate_per_s, metrics=self.metrics, stop=self._stop,
                                       placement_scan_interval_s=s.placement_scan_interval_s)
+        self.pace = CopyPace(s.rereplication_rate_mb_s, stop=self._stop)  # one bucket for every worker
         self.workers = [ReplicationWorker(context, f"{self.holder}/w{i}", open_ledger_grace_s=s.open_ledger_grace_s,
                                           poll_interval_s=s.poll_interval_s, password=s.password,
-                                          metrics=self.metrics, stop=self._stop) for i in range(s.workers)]
+                                          metrics=self.metrics, stop=self._stop, pace=self.pace)
+                        for i in range(s.workers)]
 
     def start(self) -> AutorecoveryService:
         if self.settings.auditor:
             self._spawn("autorecovery-auditor", self.auditor.run)
         for i, w in enumerate(self.workers):
             self._spawn(f"autorecovery-worker-{i}", w.run)
-        log.info("autorecovery started holder=%s workers=%d auditor=%s grace_s=%g", self.holder,
-                    len(self.workers), self.settings.auditor, self.settings.lost_bookie_grace_s)
+        log.info("autorecovery started holder=%s workers=%d auditor=%s grace_s=%g rereplication_rate_mb_s=%g",
+                 self.holder, len(self.workers), self.settings.auditor, self.settings.lost_bookie_grace_s,
+                 self.settings.rereplication_rate_mb_s)
         return self
 
     def _spawn(self, name: str, target: Callable[[], None]) -> None:

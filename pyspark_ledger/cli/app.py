@@ -137,6 +137,9 @@ def _add_ledger_commands(sub: Any) -> None:
     p.add_argument("--dry-run", action="store_true", help="only show what would be done")
     add_password_args(p)
     p.add_argument("--no-rereplicate", action="store_true", help="with --bookie: only close open ledgers")
+    p.add_argument("--rate-mb-s", type=float, default=50.0,
+                   help="MB (10^6 bytes) per second re-replication copies at most, all ledgers together (default 50)")
+    p.add_argument("--parallel", type=int, default=4, help="ledgers recovered at once (default 4)")
 
     p = sub.add_parser("deleteledger", help="delete a ledger")
     _ledger_args(p)

@@ -37,7 +37,10 @@ def add_parsers(sub: Any) -> None:
                    help="a bookie down this long is lost and its fragments re-replicated (default 30)")
     p.add_argument("--scan-rate", type=float, default=500.0,
                    help="ledgers per second the audit scan reads at most (default 500: at most ~1,100 metadata requests/s)")
-    p.add_argument("--workers", type=int, default=2, help="replication workers in this process (default 2)")
+    p.add_argument("--workers", type=int, default=4,
+                   help="replication workers in this process: ledgers copied at once (default 4)")
+    p.add_argument("--rereplication-rate-mb-s", type=float, default=50.0,
+                   help="MB (10^6 bytes) per second re-replication copies at most, all workers together (default 50)")
     p.add_argument("--open-ledger-grace-s", type=float, default=30.0,
                    help="an OPEN ledger is fenced and closed for re-replication after its mark is this old (default 30)")
     p.add_argument("--no-auditor", action="store_true", help="run workers only, never stand for auditor")
@@ -65,6 +68,7 @@ def autorecovery(client: LedgerClient, args: argparse.Namespace) -> int:
     logging.getLogger().setLevel(level)
     settings = AutorecoverySettings(lost_bookie_grace_s=args.lost_bookie_grace_s, scan_rate_per_s=args.scan_rate,
                                     workers=args.workers, open_ledger_grace_s=args.open_ledger_grace_s,
+                                    rereplication_rate_mb_s=args.rereplication_rate_mb_s,
                                     auditor=not args.no_auditor,
                                     placement_scan_interval_s=args.placement_scan_interval_s)
     service = AutorecoveryService(client.context, settings)

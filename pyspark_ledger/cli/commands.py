@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +15,9 @@ from pyspark_ledger.cli.output import Progress, print_json, print_table
 from pyspark_ledger.errors import LedgerError, NotEnoughBookiesError
 
 if TYPE_CHECKING:
+    from pyspark_ledger.autorecovery.copy_pace import CopyPace
     from pyspark_ledger.client import LedgerClient
+    from pyspark_ledger.ledger.keys import CredentialSource
 
 
 def ledger_id(args: argparse.Namespace) -> LedgerId:
@@ -132,15 +135,16 @@ def deleteledger(client: LedgerClient, args: argparse.Namespace) -> int:
 
 
 def recover(client: LedgerClient, args: argparse.Namespace) -> int:
-    from pyspark_ledger.autorecovery.rereplication import fragments_on, rereplicate
+    from pyspark_ledger.autorecovery.copy_pace import CopyPace, check_rate_mb_s
     from pyspark_ledger.ledger.keys import CredentialSource
-    from pyspark_ledger.ledger.recovery import recover_ledger
 
     if bool(args.ledger) == bool(args.bookie):
         raise ValueError("give exactly one of LEDGER or --bookie")
     # bytes (cli/passwords.py); empty: work as the operator when bookies accept this client as one
     credentials = CredentialSource(client.context, args.password)
     lost = {args.bookie} if args.bookie else set()
+    pace = CopyPace(check_rate_mb_s(args.rate_mb_s, "--rate-mb-s"))
+    parallel = check_parallel(args.parallel)
     if args.ledger:
         targets = [ledger_id(args)]
     else:
@@ -152,26 +156,18 @@ def recover(client: LedgerClient, args: argparse.Namespace) -> int:
     progress = Progress("recovering", len(targets), quiet=args.json)
     results: list[dict[str, Any]] = []  # JSON objects: ledger, actions, lastEntryId
     failures: list[dict[str, str]] = []
-    for lid in targets:
-        progress.update()
+
+    def one(lid: LedgerId) -> dict[str, Any]:
         try:
-            meta = client.ledger_metadata(lid)
-            actions = []
-            if not meta.is_closed:
-                actions.append("fence and close")
-                if not args.dry_run:
-                    meta, _ = recover_ledger(client.context, lid, credentials.for_ledger(meta, avoid=lost))
-            if args.bookie and not args.no_rereplicate and fragments_on(meta, args.bookie):
-                if meta.is_closed:
-                    moved = rereplicate(client.context, lid, args.bookie,
-                                        credentials.for_ledger(meta, avoid=lost), dry_run=args.dry_run)
-                    actions += [f"fragment {i}: {args.bookie} -> {new}" for i, new in moved]
-                else:
-                    actions.append(f"re-replicate fragments from {args.bookie}")
-            results.append({"ledger": str(lid), "actions": actions,
-                            "lastEntryId": meta.last_entry_id if meta.is_closed else None})
+            return _recover_one(client, lid, args, credentials, lost, pace)
         except (LedgerError, Exception) as exc:  # noqa: BLE001 - keep going; every failure is reported
-            failures.append({"ledger": str(lid), "error": str(exc)})
+            return {"ledger": str(lid), "error": str(exc)}
+
+    # Several ledgers at once (--parallel), their copies sharing the one pace: map keeps the order.
+    with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="recover") as pool:
+        for outcome in pool.map(one, targets):
+            progress.update()
+            (failures if "error" in outcome else results).append(outcome)
     progress.done()
     if args.json:
         print_json({"dryRun": args.dry_run, "recovered": results, "failed": failures})
@@ -183,6 +179,38 @@ def recover(client: LedgerClient, args: argparse.Namespace) -> int:
             print(f"ledger {f['ledger']}: FAILED: {f['error']}", file=sys.stderr)
         print(f"{len(results)} ledger(s) {'checked' if args.dry_run else 'recovered'}, {len(failures)} failed")
     return 1 if failures else 0
+
+
+RECOVER_PARALLEL_MAX = 64
+
+
+def check_parallel(n: int) -> int:
+    if not 1 <= n <= RECOVER_PARALLEL_MAX:
+        raise ValueError(f"--parallel must be in 1..{RECOVER_PARALLEL_MAX}, got {n}")
+    return n
+
+
+def _recover_one(client: LedgerClient, lid: LedgerId, args: argparse.Namespace, credentials: CredentialSource,
+                 lost: set[str], pace: CopyPace) -> dict[str, Any]:
+    """`ledger recover` for one ledger: fence and close it when open, then re-replicate its
+    fragments off --bookie. Returns its JSON object (ledger, actions, lastEntryId)."""
+    from pyspark_ledger.autorecovery.rereplication import fragments_on, rereplicate
+    from pyspark_ledger.ledger.recovery import recover_ledger
+
+    meta = client.ledger_metadata(lid)
+    actions = []
+    if not meta.is_closed:
+        actions.append("fence and close")
+        if not args.dry_run:
+            meta, _ = recover_ledger(client.context, lid, credentials.for_ledger(meta, avoid=lost))
+    if args.bookie and not args.no_rereplicate and fragments_on(meta, args.bookie):
+        if meta.is_closed:
+            moved = rereplicate(client.context, lid, args.bookie,
+                                credentials.for_ledger(meta, avoid=lost), dry_run=args.dry_run, pace=pace)
+            actions += [f"fragment {i}: {args.bookie} -> {new}" for i, new in moved]
+        else:
+            actions.append(f"re-replicate fragments from {args.bookie}")
+    return {"ledger": str(lid), "actions": actions, "lastEntryId": meta.last_entry_id if meta.is_closed else None}
 
 
 # ---- bookies -----------------------------------------------------------------------------------

@@ -1,20 +1,21 @@
 """WriteHandle: pipelined, quorum-acknowledged adds to one ledger (reference/bookkeeper-protocol.md).
 
-- Entry e goes to the W bookies starting at index e mod E of its fragment's ensemble.
-- An add completes once A bookies of its write set acknowledged it durably AND every lower entry
-  has completed: completions are strictly in entry-id order, and the LAC moves only then.
-- A sender thread drains new entries and sends one batch per bookie per round (greedy batching:
-  under load batches grow, at low load an entry goes out alone at once).
-- A bookie error or timeout triggers an ensemble change (protocol.ensemble_change): a new fragment
-  from the first unacknowledged entry, written by compare-and-set; unacknowledged entries are
-  re-sent to the replacement. From the failure until the new fragment is recorded no add
-  completes (protocol.pending_adds), so no entry is acknowledged on the word of a bookie that
-  the metadata is about to stop naming for it. If no replacement exists but every write set can still reach A acks, the handle
-  carries on without the failed bookie (BookKeeper's delayed ensemble change) and says so.
-- FENCED from a bookie or a non-OPEN ledger on a metadata conflict means another client is
-  recovering the ledger: every outstanding and later add fails with LedgerFencedError.
-- When adds stop, an explicit LAC is sent after `explicit_lac_interval_ms`, so tailing readers see
-  the last entries without waiting for the next write.
+Every protocol decision is the writer machine's (protocol.writer_machine, which the simulator
+drives too): where each entry goes (the W bookies starting at index e mod E of its fragment's
+ensemble), when an add completes (A acks from its write set AND every lower entry completed:
+strictly in entry-id order, the LAC moving only then, none while an ensemble change is under
+way), what a failed send calls for (an ensemble change: plan, compare-and-set, end; or carrying on
+without a bookie that has no replacement while every write set can still reach A acks), FENCED
+(every outstanding and later add fails with LedgerFencedError), when an explicit LAC is due, and
+how the ledger is sealed.
+
+This handle keeps the threads, locks and sockets and feeds the machine (under self._lock):
+- callers encode an entry and hand it over; at low load the caller sends it at once, under load
+  a sender thread drains the outbox and sends one batch per bookie per round (greedy batching);
+- transport threads hand over answers (a timeout is an answer: the transport's add timer);
+- the sender thread runs ensemble changes (writer_metadata does the compare-and-set I/O) and
+  sends an explicit LAC after `explicit_lac_interval_ms` without adds, so tailing readers see the
+  last entries without waiting for the next write.
 """
 
 from __future__ import annotations
@@ -38,12 +39,12 @@ from pyspark_ledger.errors import (
 )
 from pyspark_ledger.ledger.context import LedgerContext
 from pyspark_ledger.ledger.read_handle import ReadHandle
-from pyspark_ledger.ledger.writer_metadata import append_fragment, seal
+from pyspark_ledger.ledger.writer_metadata import record_fragment, write_close
 from pyspark_ledger.protocol.digest import Digest, master_key
-from pyspark_ledger.protocol.distribution import byte_bounded_chunks, write_sets
-from pyspark_ledger.protocol.ensemble_change import plan_ensemble_change
+from pyspark_ledger.protocol.distribution import byte_bounded_chunks
 from pyspark_ledger.protocol.entry_format import entry_encoder
-from pyspark_ledger.protocol.pending_adds import PendingAdd, PendingAdds
+from pyspark_ledger.protocol.pending_adds import PendingAdd
+from pyspark_ledger.protocol.writer_machine import ChangeDone, Phase, Stop, StopKind, WriteFragment, WriterMachine
 from pyspark_ledger.transport.add_future import AddFuture, AddFutureGroup, complete_run
 from pyspark_ledger.transport.add_streams import EncodedAddBatch
 
@@ -56,7 +57,6 @@ ENTRY_BYTES_MAX = 4 * 2**20
 BACKPRESSURE_TIMEOUT_S = 60.0
 BATCH_ENTRIES_MAX = 2_000
 BATCH_BYTES_MAX = 4 * 2**20
-ENSEMBLE_CHANGES_MAX = 32  # consecutive changes without an add completing
 CLOSE_DRAIN_TIMEOUT_S = 60.0
 
 
@@ -93,6 +93,13 @@ def _encoded_size(p: _Pending) -> int:
     return len(p.data)
 
 
+_WRITING = Phase.WRITING  # a module global: cheaper than the enum's attribute on the per-entry path
+_STOP_ERRORS: dict[StopKind, type[LedgerError]] = {
+    StopKind.FENCED: LedgerFencedError,
+    StopKind.NO_QUORUM: NotEnoughBookiesError,
+}
+
+
 def _ours(adds: list[PendingAdd]) -> list[_Pending]:
     """PendingAdds hands back the entries it was given, and a WriteHandle gives it only _Pending."""
     return cast(list[_Pending], adds)
@@ -117,26 +124,21 @@ class WriteHandle(ReadHandle):
         self._sender_idle = False  # the sender waits for work (under the lock): adds must wake it
         self._poller = context.pool.poller
         self._futures = AddFutureGroup(self._poller)  # one condition for all of this handle's adds
-        # The protocol's pending adds: acks in, ordered completions and the LAC out, completions
-        # held while the ensemble changes. Touched only under self._lock.
-        self._adds = PendingAdds(metadata.ack_quorum_size, self._refresh_write_sets())
-        self._next_entry_id = 0
-        self._length_sent = 0
-        self._outbox: list[_Pending] = []  # pending entries with bookies still to send to
-        self._failed_bookies: set[str] = set()  # failures not yet handled by an ensemble change
-        self._dead_bookies: set[str] = set()  # bookies we carry on without (no replacement)
-        self._error: LedgerError | None = None
-        self._closing = False
+        # The protocol's decisions (protocol.writer_machine): where entries go, acks in, ordered
+        # completions and the LAC out, ensemble changes, close. Touched only under self._lock.
+        self._machine = WriterMachine(metadata.segments[-1].bookies, write_quorum_size=metadata.write_quorum_size,
+                                      ack_quorum_size=metadata.ack_quorum_size)
+        self._next_entry_id = 0  # the next id to encode (under _submit_lock)
+        self._length_sent = 0  # the ledger's length through the last entry encoded (under _submit_lock)
+        self._error: LedgerError | None = None  # why the machine stopped, as the exception adds raise
         self._closed = False
         self._close_error: BaseException | None = None  # a failed close stays failed
-        self._changes_without_progress = 0
-        self._last_lac_sent = -1
-        self._last_add_time = time.monotonic()
         lac_ms = context.explicit_lac_interval_ms
         self._explicit_lac_interval_s = lac_ms / 1000 if lac_ms > 0 else None
         self._add_timeout_s = context.add_timeout_s
         self._completing: deque[_Pending] = deque()
         self._completion_lock = threading.Lock()
+        self._close_lock = threading.Lock()
         self._sender = threading.Thread(target=self._run_sender, name=f"ledger-sender {metadata.ledger_id}", daemon=True)
         self._sender.start()
 
@@ -147,11 +149,11 @@ class WriteHandle(ReadHandle):
         return self._metadata.ledger_id
 
     def last_add_confirmed(self) -> int:
-        return self._adds.lac
+        return self._machine.adds.lac
 
     @property
     def length(self) -> int:
-        return self._adds.length
+        return self._machine.adds.length
 
     def add_entry(self, payload: bytes, timeout_s: float | None = None) -> int:
         """Add one entry and wait until it is acknowledged; returns its entry id."""
@@ -167,19 +169,20 @@ class WriteHandle(ReadHandle):
             raise LedgerError(f"entry of {len(payload)} bytes exceeds the maximum {ENTRY_BYTES_MAX}")
         fut = AddFuture(self._futures)
         size = len(payload)
+        machine = self._machine
+        adds = machine.adds
         with self._submit_lock:
             eid = self._next_entry_id
             # The LAC read without the lock is at most stale, never ahead: any value <= the true
             # LAC is valid to piggyback. `length` is the ledger's length through this entry.
-            lac = self._adds.lac
+            lac = adds.lac
             length = self._length_sent + size
             data = self._encode(eid, lac, length, payload)
             now = time.monotonic()
             with self._lock:
                 deadline = now + BACKPRESSURE_TIMEOUT_S
-                adds = self._adds
                 while (len(adds.entries) >= PENDING_ENTRIES_MAX or adds.pending_bytes + size > PENDING_BYTES_MAX) \
-                        and self._error is None and not self._closing:
+                        and machine.stopped is None and machine.phase is Phase.WRITING:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         raise AddTimeoutError(
@@ -188,22 +191,17 @@ class WriteHandle(ReadHandle):
                     now = time.monotonic()
                 if self._error is not None:
                     raise self._error
-                if self._closing or self._closed:
+                if machine.phase is not _WRITING or self._closed:
                     raise LedgerClosedError(f"ledger {self.ledger_id} is closed for adds")
                 self._next_entry_id = eid + 1
                 self._length_sent = length
                 p = _Pending(eid, data, lac, size, fut, adds.write_set_for(eid), now)
-                adds.append(p)
-                # Low load: the sender thread is idle and nothing is queued, so send from this
-                # thread and save a thread hop of latency. Under load, queue for the sender,
-                # which batches whatever accumulated.
-                direct = self._sender_idle and len(adds.entries) == 1 and not self._outbox and not adds.changing
-                if not direct:
-                    self._outbox.append(p)
-                self._last_add_time = now
-                if lac > self._last_lac_sent:
-                    self._last_lac_sent = lac
-                if not direct and self._sender_idle:
+                # Low load: the sender thread is idle and nothing is queued, so the machine lets
+                # this thread send at once and save a thread hop of latency. Under load it queues
+                # the entry for the sender, which batches whatever accumulated.
+                idle = self._sender_idle
+                direct = machine.append(p, lac, now, idle)
+                if not direct and idle:
                     self._sender_wake.notify()  # a busy sender finds the outbox on its next round
             if direct:
                 self._send([p])
@@ -211,25 +209,28 @@ class WriteHandle(ReadHandle):
 
     def close(self, close_context: CloseContext | None = None) -> None:
         """Wait (bounded) for outstanding adds, then seal the ledger at the last acknowledged entry."""
+        with self._close_lock:  # one close at a time: a second caller gets the first one's outcome
+            self._close(close_context)
+
+    def _close(self, close_context: CloseContext | None) -> None:
+        machine = self._machine
         with self._cond:
             if self._closed:
                 if self._close_error is not None:
                     raise self._close_error  # asking again never turns a failed close into a success
                 return
-            self._closing = True
+            if machine.phase is Phase.WRITING:
+                machine.begin_close()
             deadline = time.monotonic() + CLOSE_DRAIN_TIMEOUT_S
-            while self._adds.entries and self._error is None:
+            while machine.adds.entries and self._error is None:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 self._cond.wait(min(left, 0.1))
-            stuck = list(self._adds.entries)
-            error = self._error
+            stuck = _ours(machine.abandon())
         if stuck:
-            self._fail_all(LedgerClosedError(f"ledger {self.ledger_id} closed with adds still outstanding"))
+            self._fail(stuck, LedgerClosedError(f"ledger {self.ledger_id} closed with adds still outstanding"))
         try:
-            if isinstance(error, LedgerFencedError):
-                raise error
             self._seal(close_context)
         except BaseException as exc:
             self._close_error = exc
@@ -253,42 +254,38 @@ class WriteHandle(ReadHandle):
         ReadHandle.close(self)
 
     def _seal(self, close_context: CloseContext | None) -> None:
-        self._metadata, self._version = seal(self._ctx.ledgers, self._metadata, self._version, self._adds.lac,
-                                             self._adds.length, close_context)
+        with self._lock:
+            meta, version = self._metadata, self._version
+        result, meta, version = write_close(self._ctx.ledgers, meta, version, self._machine, self._lock, close_context)
+        if isinstance(result, Stop):
+            raise self._stopped(result)
+        with self._lock:
+            self._metadata, self._version = meta, version
 
-    # ---- write sets and sending ---------------------------------------------------------------
-
-    def _refresh_write_sets(self) -> tuple[tuple[str, ...], ...]:
-        """Under the lock: the E distinct write sets of the current ensemble (entry e uses set
-        e mod E), and their sorted forms, which _send uses to group entries."""
-        meta = self._metadata
-        sets = write_sets(meta.segments[-1].bookies, meta.write_quorum_size)
-        self._sorted_write_sets = {ws: tuple(sorted(ws)) for ws in sets}
-        return sets
+    # ---- sending ------------------------------------------------------------------------------
 
     def _run_sender(self) -> None:
+        machine = self._machine
         while True:
+            outbox: list[PendingAdd] = []
             with self._cond:
                 while True:
-                    if self._closed or (self._error is not None and not self._adds.entries):
+                    if self._closed or (machine.stopped is not None and not machine.adds.entries):
                         return
-                    if self._failed_bookies and self._error is None:
+                    change = bool(machine.failed) and machine.stopped is None
+                    if change:
                         break
-                    if self._outbox:
-                        break
-                    if self._lac_due():
+                    outbox = machine.take_outbox()
+                    if outbox or self._lac_due():
                         break
                     self._sender_idle = True
                     self._sender_wake.wait(self._explicit_lac_interval_s or 0.5)
                     self._sender_idle = False
-                failed = set(self._failed_bookies)
-                outbox, self._outbox = self._outbox, []
             try:
-                if failed:
-                    self._handle_failures(failed)
-                    continue
-                if outbox:
-                    self._send(outbox)
+                if change:
+                    self._change_ensemble()
+                elif outbox:
+                    self._send(_ours(outbox))
                 elif self._lac_due():
                     self._send_explicit_lac()
             except Exception as exc:
@@ -297,27 +294,13 @@ class WriteHandle(ReadHandle):
                 return
 
     def _send(self, outbox: list[_Pending]) -> None:
-        # Entries are grouped by the bookies they still need to go to: with E == W (the common
+        # The machine groups entries by the bookies they still need: with E == W (the common
         # case) every entry needs the same ones, so the whole outbox is one group, encoded once
         # per batch and sent to each of its bookies.
-        groups: dict[tuple[str, ...], list[_Pending]] = {}
-        dead = self._dead_bookies
         with self._lock:
-            whole_sets = self._sorted_write_sets
-            for p in outbox:
-                # The common case, the whole write set, from the cache; anything else computed.
-                targets = whole_sets.get(p.bookies) if not p.sent and not p.acked and not dead else None
-                if targets is None:
-                    targets = tuple(sorted(b for b in p.bookies if b not in p.sent and b not in p.acked and b not in dead))
-                if targets:
-                    p.sent.extend(targets)
-                    group = groups.get(targets)
-                    if group is None:
-                        groups[targets] = [p]
-                    else:
-                        group.append(p)
+            groups = self._machine.sends(outbox)
         for targets, entries in groups.items():
-            for chunk in _batches(entries):
+            for chunk in _batches(_ours(entries)):
                 ids = tuple(p.entry_id for p in chunk)
                 batch = EncodedAddBatch(self._key, self._master_key, [(p.entry_id, p.lac, p.data) for p in chunk])
                 # Claim every bookie's stream first, then send to all of them back to back: the
@@ -339,37 +322,30 @@ class WriteHandle(ReadHandle):
             return None
 
     def _on_batch(self, bookie_id: str, entry_ids: Sequence[int], status: Status, message: str) -> None:
-        """Runs on a transport thread: record acks, complete what became complete, flag failures.
-        Lock order: never take _completion_lock while holding _cond (so errors are raised after
-        the lock is released)."""
-        fenced: LedgerError | None = None
+        """Runs on a transport thread: hand the answer to the machine, queue what completed, wake
+        the sender for a failure. Lock order: never take _completion_lock while holding _cond."""
+        stop: Stop | None = None
         with self._lock:
             if self._closed:
                 return  # shutting down: late answers no longer matter
+            machine = self._machine
             if status == Status.OK:
-                done = self._adds.on_acks(bookie_id, entry_ids)
+                done = machine.on_acks(bookie_id, entry_ids)
                 if not done:
                     return  # no entry completed: nobody to wake, nothing to resolve
                 self._completing.extend(_ours(done))
-                self._changes_without_progress = 0
                 if self._cond._waiters:  # type: ignore[attr-defined] # notify_all is Python code: skip it when nobody waits
                     self._cond.notify_all()  # room freed: wake add callers and close, not the sender
             elif status in (Status.FENCED, Status.UNAUTHORIZED):
-                fenced = LedgerFencedError(
-                    f"ledger {self.ledger_id} was fenced (bookie {bookie_id} answered {status.name}): "
-                    "another client is recovering it"
-                )
-            elif bookie_id not in self._dead_bookies and bookie_id in self._metadata.segments[-1].bookies:
-                # Even if these entries already reached A acks elsewhere, a failed ensemble member
-                # means later entries would be under-replicated: replace it (ensemble change).
+                stop = machine.on_fenced(bookie_id, status.name)
+            elif machine.on_add_failed(bookie_id, entry_ids) or bookie_id in machine.failed:
+                # The sender replaces it (ensemble change); completions are held until then.
                 log.warning("bookie failed an add ledger=%s bookie=%s status=%s %s",
                             self.ledger_id, bookie_id, status.name, message)
-                self._adds.on_send_failed(bookie_id, entry_ids)  # and hold completions until the change
-                self._failed_bookies.add(bookie_id)
             if status != Status.OK:
                 self._notify_all()
-        if fenced is not None:
-            self._set_error(fenced)
+        if stop is not None:
+            self._stopped(stop)
         self._drain_completions()
 
     def _drain_completions(self) -> None:
@@ -387,60 +363,38 @@ class WriteHandle(ReadHandle):
 
     # ---- failures and ensemble changes --------------------------------------------------------
 
-    def _handle_failures(self, failed: set[str]) -> None:
-        """Sender thread: replace failed bookies of the current fragment (protocol.ensemble_change).
-        Completions stay held (PendingAdds) from the failure until the new write sets are known."""
-        meta = self._metadata
-        current = meta.segments[-1].bookies
+    def _change_ensemble(self) -> None:
+        """Sender thread: the machine plans the change for the failures reported so far; this
+        records it (writer_metadata) and sends what the new write sets still need. Completions
+        stay held (PendingAdds) from the failure until the new write sets are known."""
+        machine = self._machine
+        with self._lock:
+            failed = set(machine.failed)
         for b in failed:
             self._ctx.pool.quarantine(b)
+        candidates = self._ctx.pool.writable()  # the machine leaves out the ensemble, failed and dead bookies
         with self._cond:
-            first_unacked = self._adds.begin_change()
-            if not any(b in current for b in failed) or (self._closing and not self._adds.entries):
-                # Not our ensemble, or nothing left to write: no ensemble change needed.
-                self._failed_bookies -= failed
-                self._end_change(None)
-                return
-            self._changes_without_progress += 1
-            stuck = self._changes_without_progress > ENSEMBLE_CHANGES_MAX
-            dead = frozenset(self._dead_bookies)
-        if stuck:
-            self._set_error(LedgerError(f"ledger {self.ledger_id}: {ENSEMBLE_CHANGES_MAX} ensemble changes without progress"))
+            cmd = machine.begin_change(candidates, self._pick_replacement)
+            meta, version = self._metadata, self._version
+        if isinstance(cmd, WriteFragment):
+            cmd, meta, version = record_fragment(self._ctx.ledgers, meta, version, cmd, machine, self._lock)
+            if isinstance(cmd, ChangeDone):
+                with self._lock:
+                    self._metadata, self._version = meta, version
+                # Normal work after a bookie failed (the failure itself was logged where it was seen).
+                log.info("ensemble changed ledger=%s from_entry=%d ensemble=%s", self.ledger_id,
+                         meta.segments[-1].first_entry_id, list(meta.segments[-1].bookies))
+                self._ctx.metrics.ensemble_changes.inc()
+        if isinstance(cmd, Stop):
+            self._stopped(cmd)
             return
-        plan = plan_ensemble_change(
-            current, failed, dead, self._ctx.pool.writable(exclude=set(current) | failed | dead), self._pick_replacement,
-            write_quorum_size=meta.write_quorum_size, ack_quorum_size=meta.ack_quorum_size, first_entry_id=first_unacked,
-        )
-        if plan.error is not None:
-            self._set_error(NotEnoughBookiesError(f"ledger {self.ledger_id}: {plan.error}"))
-            return
-        if plan.needs_metadata_change:
-            try:
-                self._metadata, self._version = append_fragment(self._ctx.ledgers, self._metadata, self._version,
-                                                                plan.first_entry_id, plan.ensemble)
-            except LedgerError as exc:
-                self._set_error(exc)
-                return
-            # Normal work after a bookie failed (the failure itself was logged where it was seen).
-            log.info("ensemble changed ledger=%s from_entry=%d replaced=%s", self.ledger_id, first_unacked,
-                     dict(plan.replaced))
-            self._ctx.metrics.ensemble_changes.inc()
+        if cmd.unreplaced:
+            log.warning("carrying on without failed bookies (no replacement available) ledger=%s bookies=%s",
+                        self.ledger_id, list(cmd.unreplaced))
         with self._cond:
-            self._failed_bookies -= failed
-            if plan.unreplaced:
-                self._dead_bookies |= set(plan.unreplaced)
-                log.warning("carrying on without failed bookies (no replacement available) ledger=%s bookies=%s",
-                            self.ledger_id, list(plan.unreplaced))
-            self._end_change(self._refresh_write_sets() if plan.needs_metadata_change else None)
+            self._completing.extend(_ours(cmd.completed))
+            self._notify_all()  # the sender sends the re-queued entries on its next round
         self._drain_completions()
-
-    def _end_change(self, sets: tuple[tuple[str, ...], ...] | None) -> None:
-        """Under the lock: the change is recorded (or not needed): every unacknowledged entry
-        takes its new write set and is re-sent where needed; held completions are released."""
-        completed, resend = self._adds.end_change(sets)
-        self._completing.extend(_ours(completed))
-        self._outbox = _ours(resend)
-        self._notify_all()
 
     def _pick_replacement(self, ensemble: Sequence[str], candidates: Sequence[str], failed: str) -> str | None:
         try:
@@ -455,44 +409,46 @@ class WriteHandle(ReadHandle):
         self._sender_wake.notify_all()
 
     def _set_error(self, err: LedgerError) -> None:
+        """The driver failed (sender thread): the machine stops with `err` as the reason."""
+        kind = StopKind.FENCED if isinstance(err, LedgerFencedError) else StopKind.FAILED
+        with self._cond:
+            stop = self._machine.stop(kind, str(err))
+        self._stopped(stop, err)
+
+    def _stopped(self, stop: Stop, err: LedgerError | None = None) -> LedgerError:
+        """The machine stopped: adds raise the matching error from now on (the first one
+        stands), the victims fail."""
         with self._cond:
             if self._error is None:
-                self._error = err
-                log.warning("ledger writer stopped ledger=%s error=%s", self.ledger_id, err)
+                cls = _STOP_ERRORS.get(stop.kind, LedgerError)
+                self._error = err or cls(f"ledger {self.ledger_id}: {stop.message}")
+                log.warning("ledger writer stopped ledger=%s error=%s", self.ledger_id, self._error)
+            err = self._error
             self._notify_all()
-        self._fail_all(err)
+        self._fail(_ours(stop.victims), err)
+        return err
 
-    def _fail_all(self, err: BaseException) -> None:
-        with self._cond:
-            victims = _ours(self._adds.fail_all())
-            self._outbox = []
-            self._notify_all()
+    def _fail(self, victims: list[_Pending], err: BaseException) -> None:
         self._drain_completions()  # whatever completed before the failure keeps its order
-        for p in victims:
-            if not p.future.done():
-                p.future.set_exception(err)
-        self._ctx.metrics.adds_failed(len(victims))
+        failed = [p for p in victims if not p.future.done()]
+        for p in failed:
+            p.future.set_exception(err)
+        self._ctx.metrics.adds_failed(len(failed))
         self._poller.wake()
 
     # ---- explicit LAC -------------------------------------------------------------------------
 
     def _lac_due(self) -> bool:
-        return (
-            self._explicit_lac_interval_s is not None
-            and self._adds.lac > self._last_lac_sent
-            and not self._outbox
-            and time.monotonic() - self._last_add_time >= self._explicit_lac_interval_s
-        )
+        interval_s = self._explicit_lac_interval_s
+        return interval_s is not None and self._machine.lac_due(time.monotonic(), interval_s)
 
     def _send_explicit_lac(self) -> None:
-        lac = self._adds.lac
-        self._last_lac_sent = lac
-        for b in self._metadata.segments[-1].bookies:
-            if b in self._dead_bookies or b in self._failed_bookies or self._ctx.pool.is_quarantined(b) \
-                    or self._ctx.pool.faults.drop("write_lac", b):
+        with self._lock:
+            lac, bookies = self._machine.explicit_lac()
+        for b in bookies:
+            if self._ctx.pool.is_quarantined(b) or self._ctx.pool.faults.drop("write_lac", b):
                 continue  # a failed bookie gets no explicit LAC (it would only stall this thread)
             try:
                 self._ctx.pool.get(b).write_lac(self._key, self._master_key, lac, timeout_s=2.0)
             except LedgerError as exc:
                 log.debug("explicit LAC not delivered bookie=%s error=%s", b, exc)
-

@@ -1,62 +1,84 @@
-"""A writer's compare-and-set loops on its own ledger's metadata: append a fragment, seal.
+"""A writer's compare-and-set loops on its own ledger's metadata: record a fragment, seal.
 
-Both re-read on a version conflict and decide again from what the metadata holds now (the
-rules are protocol.close_rules'), so the writer's view never drifts from the metadata: it only
-ever adopts a value it read or wrote.
+The decisions are the writer machine's (protocol.writer_machine): what to write, whether a
+conflict is retried (the ledger still OPEN) or ends the writer (fenced), when attempts run out,
+whether a ledger closed by somebody else is closed where this writer would have closed it. These
+loops only do the I/O: each machine call runs under the handle's lock, no call to the metadata
+store does, so answers from bookies keep flowing during a compare-and-set.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from contextlib import AbstractContextManager
 
-from metadata import BadVersionError, CloseContext, LedgerManager, LedgerMetadata, LedgerState, MetadataError
-from pyspark_ledger.errors import LedgerError, LedgerFencedError
-from pyspark_ledger.protocol.close_rules import CloseVerdict, writer_close_verdict
+from metadata import BadVersionError, CloseContext, LedgerManager, LedgerMetadata, MetadataError
+from pyspark_ledger.protocol.invariants import InvariantError
+from pyspark_ledger.protocol.writer_machine import (
+    ChangeDone,
+    Seal,
+    Sealed,
+    Stop,
+    WriteFragment,
+    WriterCommand,
+    WriterMachine,
+)
 
 log = logging.getLogger(__name__)
 
-METADATA_CAS_ATTEMPTS_MAX = 50
 
-
-def append_fragment(ledgers: LedgerManager, meta: LedgerMetadata, version: int, first_entry_id: int,
-                    ensemble: Sequence[str]) -> tuple[LedgerMetadata, int]:
-    """Record a new fragment from `first_entry_id` on `ensemble`; retried on conflict while the
-    ledger is OPEN. Returns the metadata as written and its version."""
-    for _ in range(METADATA_CAS_ATTEMPTS_MAX):
-        if meta.state is not LedgerState.OPEN:
-            raise LedgerFencedError(f"ledger {meta.ledger_id} is {meta.state.value}: another client is recovering it")
-        new = meta.with_ensemble_change(first_entry_id, tuple(ensemble))
+def record_fragment(ledgers: LedgerManager, meta: LedgerMetadata, version: int, cmd: WriteFragment,
+                    machine: WriterMachine, lock: AbstractContextManager[object]
+                    ) -> tuple[ChangeDone | Stop, LedgerMetadata, int]:
+    """Write the fragment the machine asked for, on the newest version while it says retry.
+    Returns the machine's last command and the metadata as last written or read."""
+    c: WriterCommand = cmd
+    while isinstance(c, WriteFragment):
+        new = meta.with_ensemble_change(c.first_entry_id, c.ensemble)
         try:
-            return new, ledgers.compare_and_set(new, version)
+            version = ledgers.compare_and_set(new, version)
         except BadVersionError:
-            meta, version = ledgers.read(meta.ledger_id)
+            try:
+                meta, version = ledgers.read(meta.ledger_id)
+            except MetadataError as exc:
+                with lock:
+                    c = machine.on_fragment_failed(f"ensemble change failed: {exc}")
+                continue
+            with lock:
+                c = machine.on_fragment_conflict(meta.state.value)
+            continue
         except MetadataError as exc:
-            raise LedgerError(f"ledger {meta.ledger_id}: ensemble change failed: {exc}") from exc
-    raise LedgerError(f"ledger {meta.ledger_id}: ensemble change kept conflicting")
+            with lock:
+                c = machine.on_fragment_failed(f"ensemble change failed: {exc}")
+            continue
+        meta = new
+        with lock:
+            c = machine.on_fragment_written()
+    if not isinstance(c, (ChangeDone, Stop)):
+        raise InvariantError(f"a fragment write ended with {c!r}")
+    return c, meta, version
 
 
-def seal(ledgers: LedgerManager, meta: LedgerMetadata, version: int, last: int, length: int,
-         close_context: CloseContext | None) -> tuple[LedgerMetadata, int]:
-    """Close as the writer at its LAC ("Closing a ledger as a writer"). Returns the closed
-    metadata; raises LedgerFencedError if another client recovered (or is recovering) it."""
-    for _ in range(METADATA_CAS_ATTEMPTS_MAX):
-        verdict = writer_close_verdict(meta.state.value, meta.last_entry_id, last)
-        if verdict is CloseVerdict.DONE:
-            return meta, version  # somebody closed it exactly where this writer would have
-        if verdict is CloseVerdict.FENCED:
-            if meta.state is LedgerState.IN_RECOVERY:
-                raise LedgerFencedError(f"ledger {meta.ledger_id} is being recovered by another client; close refused")
-            raise LedgerFencedError(
-                f"ledger {meta.ledger_id} was closed by another client at entry {meta.last_entry_id}, "
-                f"but this writer had acknowledged up to {last}"
-            )
-        new = meta.close(last, length, close_context=close_context)
+def write_close(ledgers: LedgerManager, meta: LedgerMetadata, version: int, machine: WriterMachine,
+                lock: AbstractContextManager[object], close_context: CloseContext | None
+                ) -> tuple[Sealed | Stop, LedgerMetadata, int]:
+    """Close as the writer at its LAC ("Closing a ledger as a writer"), re-reading on conflict.
+    Metadata store errors other than a conflict propagate (the close fails, and stays failed)."""
+    with lock:
+        c: WriterCommand = machine.close_command(meta.state.value, meta.last_entry_id)
+    while isinstance(c, Seal):
+        new = meta.close(c.last_entry_id, c.length, close_context=close_context)
         try:
             version = ledgers.compare_and_set(new, version)
         except BadVersionError:
             meta, version = ledgers.read(meta.ledger_id)
+            with lock:
+                c = machine.on_seal_conflict(meta.state.value, meta.last_entry_id)
             continue
-        log.info("ledger closed ledger=%s last_entry=%d length=%d", meta.ledger_id, last, length)
-        return new, version
-    raise LedgerError(f"ledger {meta.ledger_id}: close kept conflicting")
+        meta = new
+        with lock:
+            c = machine.on_sealed()
+        log.info("ledger closed ledger=%s last_entry=%d length=%d", meta.ledger_id, c.last_entry_id, c.length)
+    if not isinstance(c, (Sealed, Stop)):
+        raise InvariantError(f"a close ended with {c!r}")
+    return c, meta, version

@@ -13,6 +13,7 @@ import pytest
 from pyspark_ledger.protocol import pending_adds, recovery_reader, replica_swap
 from pyspark_ledger.protocol.pending_adds import PendingAdd, PendingAdds
 from pyspark_ledger.protocol.recovery_plan import WindowDecision
+from pyspark_ledger.protocol.writer_machine import Stop, WriteFragment, WriterMachine
 from pyspark_ledger.testing.sim import repl_worker, swap, tailer
 from pyspark_ledger.testing.sim.metastore import LedgerMeta
 from pyspark_ledger.testing.sim.runner import SeedResult, run_seed
@@ -66,6 +67,22 @@ def test_completions_not_held_during_an_ensemble_change_are_caught(monkeypatch: 
     needed, r = first_violation(lambda v: "write set" in v and "at the writer's fragment CAS" in v,
                                 also_allowed=lambda v: "write set" in v and "close CAS" in v)
     print(f"\nno completion hold: caught after {needed} seeds (seed {r.seed}): {r.violation}")
+    assert needed <= SEEDS_MAX
+
+
+def test_a_writer_retrying_its_fragment_on_a_ledger_no_longer_open_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Defect (a2), in the writer machine itself (the code WriteHandle runs): a fragment CAS that
+    conflicted is retried without looking at the state re-read, so a writer that was fenced by a
+    recovery rewrites the ledger's fragments after the recovery (or its close)."""
+    real = WriterMachine.on_fragment_conflict
+
+    def on_fragment_conflict(self: WriterMachine, state: str) -> WriteFragment | Stop:
+        return real(self, "OPEN")  # the re-read state is ignored
+
+    monkeypatch.setattr(WriterMachine, "on_fragment_conflict", on_fragment_conflict)
+    needed, r = first_violation(lambda v: "CLOSED ledger's metadata never changes" in v or "write set" in v
+                                or "is lost" in v)
+    print(f"\nfragment retried on a fenced ledger: caught after {needed} seeds (seed {r.seed}): {r.violation}")
     assert needed <= SEEDS_MAX
 
 

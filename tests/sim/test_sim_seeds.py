@@ -19,9 +19,12 @@ FAULTS_EXPECTED = ("crash", "partition", "read_only", "fsync_failure", "corrupt"
                    # autorecovery: lost bookies, crashed auditors and workers (after every swap step)
                    "bookie_lost_for_good", "bookie_lost_then_back", "auditor_crash", "auditor_crash_mid_scan",
                    "worker_crash_after_prepared", "worker_crash_after_copying", "worker_crash_after_copied",
-                   "worker_crash_after_committed", "worker_crash_anytime", "worker_pause", "replacement_read_only")
+                   "worker_crash_after_committed", "worker_crash_anytime", "worker_pause", "replacement_read_only",
+                   # the leader-change family: the lost bookie back and gone again while no auditor leads
+                   "leader_change_bounce")
 ACTIVITY_EXPECTED = ("autorecovery_histories", "marks_written", "marks_cleared", "swaps_committed",
-                     "swaps_resumed_from_record", "swap_records_of_dead_workers_cleared", "swaps_rolled_back")
+                     "swaps_resumed_from_record", "swap_records_of_dead_workers_cleared", "swaps_rolled_back",
+                     "audit_scans_resumed")
 
 
 def test_thousands_of_seeds_keep_every_invariant() -> None:

@@ -10,6 +10,13 @@ to finish, which is no bug): a bookie lost (down past the grace period), for goo
 while its fragments are being copied; the leading auditor crashing (and mid-scan); workers
 crashing after any step of a swap or at any time; a worker paused past its session (a zombie
 that goes on with its swap while another worker took its claim).
+
+The leader-change family (LEADER_CHANGE_SHARE of the autorecovery seeds, drawn from a Random of
+its own): a bookie lost for good, the leading auditor crashing mid-scan often until
+`faults_until_s` (so its successor resumes the scan's cursor), and at the first such crash, while
+no auditor leads, the lost bookie back for a moment (writers may place it meanwhile) and lost
+again: a loss during the leader change that the successor must not miss
+(audit_scan.choose_scan, audited_by).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from dataclasses import dataclass, field
 
 from pyspark_ledger.testing.sim.actor import Cluster
 from pyspark_ledger.testing.sim.auditor import LOST_GRACE_S, SimAuditor
+from pyspark_ledger.testing.sim.bookie import SimBookie
 from pyspark_ledger.testing.sim.process import SESSION_TIMEOUT_S, Process
 from pyspark_ledger.testing.sim.recovery_checker import RecoveryChecker
 from pyspark_ledger.testing.sim.recovery_store import RecoveryStore
@@ -28,6 +36,9 @@ AUTORECOVERY_SHARE = 0.5
 AUDITOR_CANDIDATES = 2
 AUDITOR_CRASHES_MAX = 2
 WORKER_CRASHES_MAX = 2
+LEADER_CHANGE_SHARE = 0.3
+LEADER_CHANGE_CRASH_MID_SCAN = 0.35  # chance per ledger scanned, in the family
+BOUNCE_S = (0.2, 0.8)  # how long the first lost bookie is back during the leader change
 
 
 # What autorecovery counts (faults and activity) starts with one of these (the CLI groups them).
@@ -59,6 +70,7 @@ class AutorecoveryPlan:
     auditor_crash_at_s: list[float] = field(default_factory=list)
     worker_crash_at_s: list[float] = field(default_factory=list)
     worker_pause_at_s: float | None = None
+    leader_change_mid_scan: bool = False  # the leader-change family (module docstring)
 
 
 def draw_plan(seed: int, heal_s: float, faults_until_s: float) -> AutorecoveryPlan:
@@ -73,6 +85,8 @@ def draw_plan(seed: int, heal_s: float, faults_until_s: float) -> AutorecoveryPl
     plan.worker_crash_at_s = [rng.uniform(0.5, faults_until_s) for _ in range(rng.randint(0, WORKER_CRASHES_MAX))]
     if rng.random() < 0.5:
         plan.worker_pause_at_s = rng.uniform(1.0, faults_until_s)
+    if random.Random(f"leader change mid-scan {seed}").random() < LEADER_CHANGE_SHARE:
+        plan.leader_change_mid_scan, plan.lose_bookie, plan.lost_returns_after_s = True, True, None
     return plan
 
 
@@ -85,9 +99,13 @@ class Autorecovery:
         cluster.checker_recovery = self.checker
         self.faults_until_s = faults_until_s
         self.lost_for_good = cluster.held_down  # lost and not back (yet): the heal leaves them down
+        mid_scan = LEADER_CHANGE_CRASH_MID_SCAN if plan.leader_change_mid_scan else (
+            0.1 if plan.auditor_crash_at_s else 0.0)
         self.auditors = [SimAuditor(cluster, self.rstore, f"auditor{i}", stop_s, faults_until_s,
-                                    crash_mid_scan=0.1 if plan.auditor_crash_at_s else 0.0)
+                                    crash_mid_scan=mid_scan, on_crash_mid_scan=self._during_the_leader_change,
+                                    crash_mid_scan_until_s=faults_until_s if plan.leader_change_mid_scan else stop_s)
                          for i in range(AUDITOR_CANDIDATES)]
+        self._leader_changed = False
         self.workers = [SimReplicationWorker(cluster, self.rstore, f"worker{i}", stop_s, step_crash=plan.step_crash,
                                              crashes_until_s=faults_until_s) for i in range(plan.workers)]
 
@@ -121,6 +139,21 @@ class Autorecovery:
                 self.lost_for_good.discard(b)
                 bookie.restart()
             self.world.at(returns, back, f"lost bookie {b} comes back")
+
+    def _during_the_leader_change(self) -> None:
+        """The family's faults, at its first mid-scan crash (module docstring)."""
+        if not self.plan.leader_change_mid_scan or self._leader_changed or self.world.now_s >= self.faults_until_s:
+            return
+        self._leader_changed = True
+        for b in sorted(b for b in self.lost_for_good if not self.cluster.bookies[b].up)[:1]:
+            self.world.fault("leader_change_bounce", b)
+            bookie = self.cluster.bookies[b]
+            bookie.restart()
+
+            def again(bookie: SimBookie = bookie) -> None:
+                if bookie.up:
+                    bookie.crash()
+            self.world.at(self.world.rng.uniform(*BOUNCE_S), again, f"lost bookie {b} goes again")
 
     def _crash_the_leader(self) -> None:
         leaders = [a for a in self.auditors if a.leading and a.running]

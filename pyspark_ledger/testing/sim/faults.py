@@ -40,7 +40,9 @@ def _inject(cluster: Cluster, kind: str, b: str, client: str, duration_s: float,
         if bookie.up:
             world.fault(kind, b)
             bookie.crash()
-            world.at(duration_s, bookie.restart, f"{b} restarts")
+            # A bookie lost for good meanwhile stays down (autorecovery.py's leader-change family
+            # brings a lost bookie back for a moment, and a crash then must not revive it for good).
+            world.at(duration_s, lambda: None if b in cluster.held_down else bookie.restart(), f"{b} restarts")
     elif kind == "partition":
         world.fault(kind, f"{client} | {b}")
         cluster.net.partition(client, b)

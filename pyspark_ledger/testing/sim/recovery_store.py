@@ -8,6 +8,7 @@ Mirrors metadata.ephemeral_lock, metadata.underreplication and autorecovery.swap
 - a swap record (ledger, fragment index, lost bookie) -> (new bookie, holder, version): created or
   replaced at the version read; a conflicting writer loses, as in SwapRecords.prepare;
 - the bookies' audited states (bookie_states.BookieState), kept for the next auditor.
+- the audit scan's cursor (audit_scan.ScanCursor, ledger ids in scope 0), resumed by the next auditor.
 Every call runs as one metadata operation (Actor.meta_call gives it its latency).
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pyspark_ledger.autorecovery.audit_scan import ScanCursor
 from pyspark_ledger.autorecovery.bookie_states import BookieState
 from pyspark_ledger.testing.sim.metastore import MetaStore
 
@@ -35,6 +37,7 @@ class RecoveryStore:
         self.marks: dict[int, tuple[frozenset[str], int]] = {}  # ledger -> (lost bookies, version)
         self.swaps: dict[SwapKey, SwapEntry] = {}
         self.bookie_states: dict[str, BookieState] = {}
+        self.scan_cursor: ScanCursor | None = None  # /autorecovery/scan: the audit scan's position
         self.marked_ever: dict[int, set[str]] = {}  # for the checker: every bookie a ledger was marked for
 
     # ---- locks ----------------------------------------------------------------------------------

@@ -1,9 +1,12 @@
-"""A ledger writer driving the real PendingAdds, plan_ensemble_change and writer_close_verdict.
+"""A ledger writer driving the product's writer machine (protocol.writer_machine) with simulated
+bookie RPCs and metadata calls: every decision (where each entry goes, when it is acknowledged,
+the ensemble change, the compare-and-set outcomes, the close) is the machine's, as in
+ledger/write_handle.py; this actor only paces adds, sends, times out and calls the store.
 
-It adds `entries_total` entries at a steady pace with a bounded number in flight, replaces a
-bookie that fails an add (timeout, fsync error, read-only) by recording a new fragment with a
-metadata CAS, and closes at its LAC. A FENCED answer, a ledger that left OPEN under its CAS, or
-an ensemble change with no way to reach the ack quorum stops it with a clear error.
+It adds `entries_total` entries at a steady pace with a bounded number in flight; a failed add
+(error answer, or no answer within ADD_TIMEOUT_S) goes to the machine, which calls for an
+ensemble change; a FENCED answer, a ledger that left OPEN under its CAS, or a change with no way
+to reach the ack quorum stops it with a clear error. It closes at its LAC.
 """
 
 from __future__ import annotations
@@ -11,19 +14,36 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import cast
 
-from pyspark_ledger.protocol.close_rules import CloseVerdict, writer_close_verdict
-from pyspark_ledger.protocol.distribution import write_sets
-from pyspark_ledger.protocol.ensemble_change import EnsembleChangePlan, plan_ensemble_change
-from pyspark_ledger.protocol.pending_adds import PendingAdd, PendingAdds
+from pyspark_ledger.protocol.pending_adds import PendingAdd
+from pyspark_ledger.protocol.writer_machine import (
+    ChangeDone,
+    Phase,
+    Seal,
+    Sealed,
+    Stop,
+    StopKind,
+    WriteFragment,
+    WriterCommand,
+    WriterMachine,
+)
 from pyspark_ledger.testing.sim.actor import Actor, Cluster
 from pyspark_ledger.testing.sim.bookie import FENCED, OK, SimBookie, SimEntry
-from pyspark_ledger.testing.sim.metastore import OPEN, BadVersion, LedgerMeta
+from pyspark_ledger.testing.sim.metastore import CLOSED, BadVersion, LedgerMeta
 from pyspark_ledger.testing.sim.payload import size_of, token_of
 
 ADD_TIMEOUT_S = 0.25
 ADD_GAP_S = 0.1  # pace of new entries (a ledger spans the fault window)
 IN_FLIGHT_MAX = 4
-CAS_ATTEMPTS_MAX = 20
+
+
+class SimPending(PendingAdd):
+    """One entry in flight: the machine's record plus the ledger's length through it."""
+
+    __slots__ = ("length",)
+
+    def __init__(self, entry_id: int, size: int, bookies: tuple[str, ...], length: int):
+        PendingAdd.__init__(self, entry_id, size, bookies)
+        self.length = length
 
 
 class SimWriter(Actor):
@@ -32,16 +52,12 @@ class SimWriter(Actor):
         super().__init__(cluster, name)
         self.ledger = meta.ledger
         self.meta, self.version = meta, version
-        self.w, self.a = meta.write_quorum_size, meta.ack_quorum_size
-        self.ensemble = meta.fragments[-1].ensemble
         self.fragments = meta.fragments
-        self.pending = PendingAdds(self.a, write_sets(self.ensemble, self.w))
+        self.machine = WriterMachine(meta.fragments[-1].ensemble, write_quorum_size=meta.write_quorum_size,
+                                     ack_quorum_size=meta.ack_quorum_size)
         self.entries_total = entries_total
         self.issued = 0
-        self.dead: set[str] = set()
-        self.failed: set[str] = set()  # bookies that failed an add since the last change began
-        self.changing = False
-        self.state = "writing"  # writing -> closing -> closed | failed
+        self.length_issued = 0
         self.error: str | None = None
         self.on_end = on_end
 
@@ -51,7 +67,7 @@ class SimWriter(Actor):
 
     @property
     def live(self) -> bool:
-        return self.state in ("writing", "closing")
+        return self.machine.live
 
     def start(self) -> None:
         self.later(0.0, self._issue, "issue")
@@ -59,27 +75,31 @@ class SimWriter(Actor):
     # ---- adds ----------------------------------------------------------------------------------
 
     def _issue(self) -> None:
-        if self.state != "writing":
+        m = self.machine
+        if not m.live or m.phase is not Phase.WRITING:
             return
         if self.issued >= self.entries_total:
             self._maybe_close()
             return
-        if len(self.pending) < IN_FLIGHT_MAX:
-            eid = self.pending.next_entry_id
-            p = PendingAdd(eid, size_of(self.ledger, eid), self.pending.write_set_for(eid))
-            self.pending.append(p)
+        if len(m.adds) < IN_FLIGHT_MAX:
+            eid = m.adds.next_entry_id
+            size = size_of(self.ledger, eid)
+            self.length_issued += size
+            m.append(SimPending(eid, size, m.write_set_for(eid), self.length_issued), m.lac, self.world.now_s)
             self.issued += 1
-            for b in p.bookies:
-                if b not in self.dead:
-                    self._send(p, b)
+            self._flush()
         self.later(ADD_GAP_S, self._issue, "issue")
 
-    def _send(self, p: PendingAdd, b: str) -> None:
-        if b not in p.sent:
-            p.sent.append(b)
-        entry = SimEntry(self.ledger, p.entry_id, token_of(self.ledger, p.entry_id), p.size,
-                         self.pending.length + sum(q.size for q in self.pending.entries if q.entry_id <= p.entry_id),
-                         self.pending.lac)
+    def _flush(self) -> None:
+        """Send what the machine's outbox holds, to the bookies it says each entry needs."""
+        m = self.machine
+        for targets, entries in m.sends(m.take_outbox()).items():
+            for p in entries:
+                for b in targets:
+                    self._send(cast(SimPending, p), b)
+
+    def _send(self, p: SimPending, b: str) -> None:
+        entry = SimEntry(self.ledger, p.entry_id, token_of(self.ledger, p.entry_id), p.size, p.length, self.machine.lac)
         eid = p.entry_id
 
         def request(bookie: SimBookie, respond: Callable[[str], None]) -> None:
@@ -92,19 +112,17 @@ class SimWriter(Actor):
         if not self.live:
             return  # a stopped writer counts nothing
         if status == OK:
-            self._completed(self.pending.on_acks(b, [eid]))
+            self._completed(self.machine.on_acks(b, [eid]))
         elif status == FENCED:
-            self._stop(f"ledger {self.ledger} is fenced (bookie {b} refused entry {eid})")
+            self._apply(self.machine.on_fenced(b, status))
         else:
             self._on_add_failed(b, eid, status)
 
     def _on_add_failed(self, b: str, eid: int, why: str) -> None:
-        if not self.live or eid not in self.pending.by_id or b not in self.pending.by_id[eid].bookies:
-            return  # done already, or the bookie left the entry's write set: nothing to replace
+        if not self.live:
+            return
         self.world.note(f"{self.name} add {self.ledger}/{eid} failed on {b}: {why}")
-        self.pending.on_send_failed(b, [eid])
-        self.failed.add(b)
-        if not self.changing:
+        if self.machine.on_add_failed(b, [eid]):
             self._begin_change()
 
     def _completed(self, done: Sequence[PendingAdd]) -> None:
@@ -112,131 +130,104 @@ class SimWriter(Actor):
             self.world.stats["entries_acked"] += len(done)
             if self.was_paused:
                 self.world.stats["zombie_late_acks"] += len(done)
-            self.cluster.checker.on_completed(self.name, self.ledger, self.pending.lac, [p.entry_id for p in done])
-        if self.state == "writing" and self.issued >= self.entries_total:
+            self.cluster.checker.on_completed(self.name, self.ledger, self.machine.lac, [p.entry_id for p in done])
+        if self.issued >= self.entries_total:
             self._maybe_close()
 
-    # ---- ensemble changes ----------------------------------------------------------------------
+    # ---- the machine's commands ----------------------------------------------------------------
+
+    def _apply(self, cmd: WriterCommand) -> None:
+        if isinstance(cmd, Stop):
+            self._stopped(cmd)
+        elif isinstance(cmd, ChangeDone):
+            self._completed(cmd.completed)
+            if not self.live:
+                return
+            self._flush()
+            if self.machine.failed:
+                self._begin_change()  # failures reported during the change
+        elif isinstance(cmd, WriteFragment):
+            self._record_fragment(cmd)
+        elif isinstance(cmd, Seal):
+            self._write_close(cmd)
+        else:
+            self._sealed(cmd)
 
     def _begin_change(self) -> None:
-        self.changing = True
-        first = self.pending.begin_change()
-        failed, self.failed = self.failed, set()
         rng = self.world.rng
 
         def pick(ensemble: Sequence[str], candidates: Sequence[str], failed: str) -> str | None:
             if self.cluster.placement is not None:
-                return self.cluster.placement.replacement(ensemble, candidates, failed, self.w)
+                return self.cluster.placement.replacement(ensemble, candidates, failed, self.machine.write_quorum_size)
             return rng.choice(list(candidates)) if candidates else None
 
-        plan = plan_ensemble_change(self.ensemble, failed, self.dead, self.cluster.writable_bookies(), pick,
-                                    write_quorum_size=self.w, ack_quorum_size=self.a, first_entry_id=first)
-        if plan.error is not None:
-            self._stop(plan.error)
-            return
-        if not plan.needs_metadata_change:
-            self.dead |= set(plan.unreplaced)
-            self._end_change(None)
-            return
-        self.world.note(f"{self.name} ensemble change from {first}: {dict(plan.replaced)}")
-        self.world.stats["ensemble_changes"] += 1
-        self._record_fragment(plan, CAS_ATTEMPTS_MAX)
+        cmd = self.machine.begin_change(self.cluster.writable_bookies(), pick)
+        if isinstance(cmd, WriteFragment):
+            self.world.note(f"{self.name} ensemble change from {cmd.first_entry_id}: {dict(cmd.replaced)}")
+            self.world.stats["ensemble_changes"] += 1
+        self._apply(cmd)
 
-    def _record_fragment(self, plan: EnsembleChangePlan, attempts: int) -> None:
+    def _record_fragment(self, cmd: WriteFragment) -> None:
         def op() -> tuple[LedgerMeta, int]:
-            meta, version = self.cluster.store.read(self.ledger)
-            if meta.state != OPEN:
-                return meta, -1
-            new = meta.with_fragment(plan.first_entry_id, plan.ensemble)
+            new = self.meta.with_fragment(cmd.first_entry_id, cmd.ensemble)
             version = self.cluster.store.cas(new, self.version)
             self.cluster.checker.on_fragment_cas(self.ledger)
             return new, version
 
         def then(result: object) -> None:
-            if not self.live:
-                return
             if isinstance(result, BadVersion):
-                self.meta, self.version = self.cluster.store.read(self.ledger)  # re-read, decide again
-                if attempts <= 1:
-                    self._stop(f"ledger {self.ledger}: ensemble change kept conflicting")
-                else:
-                    self._record_fragment(plan, attempts - 1)
+                self.meta, self.version = self.cluster.store.read(self.ledger)  # re-read, let the machine decide
+                self._apply(self.machine.on_fragment_conflict(self.meta.state))
                 return
-            meta, version = cast("tuple[LedgerMeta, int]", result)  # the store's (meta, version)
-            if version < 0:
-                self._stop(f"ledger {self.ledger} is {meta.state}: another client is recovering it")
-                return
-            self.meta, self.version = meta, version
-            self.ensemble, self.fragments = plan.ensemble, meta.fragments
-            self.dead |= set(plan.unreplaced)
-            self.cluster.checker.on_writer_view(self.name, self.ledger, self.fragments, version)
-            self._end_change(write_sets(self.ensemble, self.w))
+            self.meta, self.version = cast("tuple[LedgerMeta, int]", result)  # the store's (meta, version)
+            done = self.machine.on_fragment_written()
+            if isinstance(done, ChangeDone):
+                self.fragments = self.meta.fragments
+                self.cluster.checker.on_writer_view(self.name, self.ledger, self.fragments, self.version)
+            self._apply(done)
 
-        self.meta_call(op, then, f"fragment {self.ledger}@{plan.first_entry_id}")
-
-    def _end_change(self, new_write_sets: Sequence[tuple[str, ...]] | None) -> None:
-        completed, resend = self.pending.end_change(new_write_sets)
-        self.changing = False
-        self._completed(completed)
-        if not self.live:
-            return
-        for p in resend:
-            for b in p.bookies:
-                if b not in p.sent and b not in self.dead and b not in p.acked:
-                    self._send(p, b)
-        if self.failed:
-            self._begin_change()  # failures reported during the change
+        self.meta_call(op, then, f"fragment {self.ledger}@{cmd.first_entry_id}")
 
     # ---- closing -------------------------------------------------------------------------------
 
     def _maybe_close(self) -> None:
-        if self.state != "writing" or len(self.pending) or self.changing:
+        m = self.machine
+        if m.phase is not Phase.WRITING or not m.live or len(m.adds) or m.change is not None or m.failed:
             return
-        self.state = "closing"
-        self._close(CAS_ATTEMPTS_MAX)
+        m.begin_close()
+        self._apply(m.close_command(self.meta.state, self.meta.last_entry if self.meta.state == CLOSED else None))
 
-    def _close(self, attempts: int) -> None:
-        lac, length = self.pending.lac, self.pending.length
-
-        def op() -> tuple[CloseVerdict, LedgerMeta, int]:
-            meta, version = self.cluster.store.read(self.ledger)
-            verdict = writer_close_verdict(meta.state, meta.last_entry if meta.state == "CLOSED" else None, lac)
-            if verdict is not CloseVerdict.WRITE:
-                return verdict, meta, version
-            new = meta.close(lac, length)
-            return verdict, new, self.cluster.store.cas(new, self.version)
+    def _write_close(self, cmd: Seal) -> None:
+        def op() -> tuple[LedgerMeta, int]:
+            new = self.meta.close(cmd.last_entry_id, cmd.length)
+            return new, self.cluster.store.cas(new, self.version)
 
         def then(result: object) -> None:
-            if self.state != "closing":
+            if not self.live:
                 return
             if isinstance(result, BadVersion):
                 self.meta, self.version = self.cluster.store.read(self.ledger)
-                if attempts <= 1:
-                    self._stop(f"ledger {self.ledger}: close kept conflicting")
-                else:
-                    self._close(attempts - 1)
+                closed_at = self.meta.last_entry if self.meta.state == CLOSED else None
+                self._apply(self.machine.on_seal_conflict(self.meta.state, closed_at))
                 return
-            verdict, meta, version = cast("tuple[CloseVerdict, LedgerMeta, int]", result)  # the close's answer
-            if verdict is CloseVerdict.FENCED:
-                self._stop(f"ledger {self.ledger} is {meta.state} (closed at {meta.last_entry}) by another "
-                           f"client; this writer acknowledged up to {lac}")
-                return
-            self.meta, self.version = meta, version
-            self.cluster.checker.on_writer_closed(self.name, self.ledger, lac, length)
-            self.state = "closed"
-            self.on_end(self, None)
+            self.meta, self.version = cast("tuple[LedgerMeta, int]", result)  # the close's answer
+            self._apply(self.machine.on_sealed())
 
-        self.meta_call(op, then, f"close {self.ledger}@{lac}")
+        self.meta_call(op, then, f"close {self.ledger}@{cmd.last_entry_id}")
+
+    def _sealed(self, cmd: Sealed) -> None:
+        self.cluster.checker.on_writer_closed(self.name, self.ledger, cmd.last_entry_id, cmd.length)
+        self.on_end(self, None)
 
     def stop_for(self, error: str) -> None:
-        self._stop(error)
+        if self.live:
+            self._apply(self.machine.stop(StopKind.FAILED, error))
 
-    def _stop(self, error: str) -> None:
-        """Stop for good: every entry in flight fails, none will ever be counted."""
-        if not self.live:
-            return
-        self.world.note(f"{self.name} stops: {error}")
-        self.world.stats["writers_fenced" if "fenced" in error or "recover" in error else "writers_stopped"] += 1
-        self.state, self.error = "failed", error
-        self.pending.fail_all()
-        self.on_end(self, error)
+    def _stopped(self, stop: Stop) -> None:
+        """Stopped for good: every entry in flight failed, none will ever be counted."""
+        if self.error is not None:
+            return  # told once
+        self.error = f"ledger {self.ledger}: {stop.message}"
+        self.world.note(f"{self.name} stops: {self.error}")
+        self.world.stats["writers_fenced" if stop.kind is StopKind.FENCED else "writers_stopped"] += 1
+        self.on_end(self, self.error)
