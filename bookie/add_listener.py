@@ -8,9 +8,14 @@ writes the AddResponse back: one wake-up per request. Clients find the listener 
 bookie's registration (BookieInfo.add_address); bookies started with --add-port -1 have none,
 and clients then add over gRPC.
 
-Bounds: at most `connections_max` connections (more are refused at accept), a hello within
-HELLO_TIMEOUT_S, frames of at most FRAME_BYTES_MAX, and a response send that stalls for
-add_framing.SEND_TIMEOUT_S (a client that stopped reading) closes the connection.
+Bounds: at most `connections_max` connections, and `per_peer_max` from one client address (more
+are refused at accept: one host cannot take every connection), a hello within HELLO_TIMEOUT_S,
+frames of at most FRAME_BYTES_MAX, a response send that stalls for add_framing.SEND_TIMEOUT_S (a
+client that stopped reading) closes the connection, and so does `idle_timeout_s` without a byte
+from the client (an idle connection, or a half-open one whose client vanished, issue 31 item 3).
+The idle bound is the socket's SO_RCVTIMEO, so the per-request path makes no extra call for it;
+clients reconnect on their next add and resend what the close caught in flight
+(pyspark_ledger/transport/add_streams.py).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import logging
 import socket
 import ssl
+import struct
 import threading
 import time
 
@@ -37,12 +43,16 @@ from bookie.proto.add_framing import (
     start_frames,
 )
 from bookie.proto.versions import OUR_RANGE
+from bookie.slots import KeyedSlots
+from bookie.storage.errors import ensure
 from bookie.tls import cert_identity
 
 log = logging.getLogger(__name__)
 
 HELLO_TIMEOUT_S = 5.0
 CONNECTIONS_MAX_DEFAULT = 256
+PER_PEER_MAX_DEFAULT = 64
+IDLE_TIMEOUT_S_DEFAULT = 300.0
 _ACCEPT_ERROR_PAUSE_S = 0.1  # e.g. out of file descriptors: do not spin
 _TLS_HANDSHAKE_BYTE = 0x16  # a TLS record of type handshake: how a ClientHello begins
 
@@ -65,13 +75,28 @@ def _linger_close(conn: socket.socket) -> None:
         conn.close()
 
 
+def _set_recv_timeout(sock: socket.socket, seconds: float) -> None:
+    """Bound blocking receives at the OS level (SO_RCVTIMEO): a receive that waits longer fails
+    with EAGAIN (BlockingIOError, or ssl.SSLWantReadError under TLS), at no cost per receive."""
+    whole = int(seconds)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", whole, int((seconds - whole) * 1e6)))
+
+
+def _peer_host(peer: object) -> str:
+    return str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
+
+
 class AddListener:
     def __init__(self, handler: AddHandler, host: str, port: int, *, connections_max: int = CONNECTIONS_MAX_DEFAULT,
-                 ssl_context: ssl.SSLContext | None = None, allow_plaintext: bool = False):
+                 ssl_context: ssl.SSLContext | None = None, allow_plaintext: bool = False,
+                 per_peer_max: int = PER_PEER_MAX_DEFAULT, idle_timeout_s: float = IDLE_TIMEOUT_S_DEFAULT):
         """ssl_context: TLS on every connection (bookie/tls.py), plaintext ones refused unless
         allow_plaintext (told apart by their first byte)."""
+        ensure(idle_timeout_s > 0 and per_peer_max >= 1 and connections_max >= 1, "add listener bounds out of range")
         self.handler = handler
         self.connections_max = connections_max
+        self.idle_timeout_s = idle_timeout_s
+        self._slots = KeyedSlots(connections_max, min(per_peer_max, connections_max), "connections")
         self._ssl_context = ssl_context
         self._allow_plaintext = allow_plaintext
         # The verified client identity of each mutual-TLS connection, for authorization.
@@ -142,9 +167,9 @@ class AddListener:
                 if self._closed:
                     conn.close()
                     return
-                if len(self._conns) >= self.connections_max:
-                    log.warning("add connection refused peer=%s reason=at the limit of %d connections",
-                                peer, self.connections_max)
+                refusal = self._slots.try_take(_peer_host(peer))
+                if refusal is not None:
+                    log.warning("add connection refused peer=%s reason=%s", peer, refusal)
                     conn.close()
                     continue
                 t = threading.Thread(target=self._serve, args=(conn, peer), name=f"add-conn {peer}", daemon=True)
@@ -153,9 +178,10 @@ class AddListener:
 
     def _serve(self, conn: socket.socket, peer: object) -> None:
         raw = conn
+        framing = False
         try:
             prepare_socket(conn)
-            conn.settimeout(HELLO_TIMEOUT_S)
+            conn.settimeout(min(HELLO_TIMEOUT_S, self.idle_timeout_s))
             conn = self._secure(conn, peer)
             asked = parse_hello(recv_exactly(conn, HELLO_BYTES))
             if asked not in OUR_RANGE:
@@ -166,7 +192,15 @@ class AddListener:
                             peer, asked, OUR_RANGE)
                 return
             conn.sendall(hello(asked))  # accepted: every frame of this connection is of that version
-            start_frames(conn)  # an idle client may stay connected (keepalive notices a dead one)
+            start_frames(conn)
+            framing = True
+            # Idle or half-open: closed (clients reconnect). CPython's ssl retries a read that
+            # SO_RCVTIMEO interrupted, so a TLS connection takes a socket timeout instead (it polls
+            # only when no record is waiting, and bounds a stalled send the same way).
+            if isinstance(conn, ssl.SSLSocket):
+                conn.settimeout(self.idle_timeout_s)
+            else:
+                _set_recv_timeout(conn, self.idle_timeout_s)
             frames = FrameReader(conn)
             while (body := frames.read()) is not None:
                 try:
@@ -176,8 +210,12 @@ class AddListener:
                 conn.sendall(frame([encode_add_response(self.handler.handle(request))]))
         except FramingError as exc:
             log.warning("add connection closed peer=%s reason=%s", peer, exc)
-        except TimeoutError:
-            log.warning("add connection closed peer=%s reason=no hello within %g s", peer, HELLO_TIMEOUT_S)
+        except (TimeoutError, BlockingIOError, ssl.SSLWantReadError):
+            if framing:
+                log.info("add connection closed peer=%s reason=idle for %g s", peer, self.idle_timeout_s)
+            else:
+                log.warning("add connection closed peer=%s reason=no hello within %g s", peer,
+                            min(HELLO_TIMEOUT_S, self.idle_timeout_s))
         except OSError as exc:
             # The client went away (what it sent still completes durably), or we are stopping.
             log.debug("add connection ended peer=%s error=%s", peer, exc)
@@ -187,6 +225,7 @@ class AddListener:
                 self._conns.pop(raw, None)
                 self._conns.pop(conn, None)
                 self._identities.pop(conn, None)
+            self._slots.release(_peer_host(peer))
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop accepting, end every connection (a request being journaled finishes first), and

@@ -55,6 +55,13 @@ class BookieConfig:
     metrics_port: int | None = None
     grpc_workers: int = 32
     grpc_max_concurrent_rpcs: int = 256
+    # LAC long polls holding a gRPC worker at once, on this bookie and per client (bookie/long_polls.py).
+    max_long_polls: int = 16
+    max_long_polls_per_client: int = 4
+    # Add-listener connections of one client (certificate identity, else address), and how long
+    # one may stay idle (or half-open) before the bookie closes it (bookie/add_listener.py).
+    max_connections_per_peer: int = 64
+    idle_connection_timeout_s: float = 300.0
     disk_usage_threshold: float = 0.95  # at or above: read-only
     disk_usage_lwm_threshold: float = 0.90  # at or below (after read-only): writable again
     disk_check_interval_s: float = 1.0
@@ -159,6 +166,7 @@ class BookieConfig:
                               "client certificates")
         if self.grpc_workers < 4:
             raise ConfigError("--grpc-workers must be at least 4")
+        self._validate_connection_bounds()
         if self.rack is not None:
             try:
                 check_rack(self.rack)
@@ -167,11 +175,32 @@ class BookieConfig:
         if self.max_entry_size_bytes <= 0 or self.max_entry_size_bytes > GRPC_MESSAGE_BYTES_MAX // 2:
             raise ConfigError(f"--max-entry-size-bytes must be in 1..{GRPC_MESSAGE_BYTES_MAX // 2}")
 
+    def _validate_connection_bounds(self) -> None:
+        if not 0 <= self.max_long_polls <= self.grpc_workers // 2:
+            raise ConfigError(f"--max-long-polls must be in 0..{self.grpc_workers // 2} (half of --grpc-workers: "
+                              f"the other half serves Info, fences, reads and adds), got {self.max_long_polls}")
+        if not 0 <= self.max_long_polls_per_client <= self.max_long_polls:
+            raise ConfigError(f"--max-long-polls-per-client must be in 0..--max-long-polls ({self.max_long_polls}), "
+                              f"got {self.max_long_polls_per_client}")
+        if not 1 <= self.max_connections_per_peer <= self.grpc_max_concurrent_rpcs:
+            raise ConfigError(f"--max-connections-per-peer must be in 1..--grpc-max-concurrent-rpcs "
+                              f"({self.grpc_max_concurrent_rpcs}), got {self.max_connections_per_peer}")
+        if not self.idle_connection_timeout_s > 0:
+            raise ConfigError(f"--idle-connection-timeout-s must be > 0, got {self.idle_connection_timeout_s}")
+
 
 _FLAG_HELP = {
     "grpc_workers": "threads serving gRPC calls (default 32, at least 4)",
     "grpc_max_concurrent_rpcs": "gRPC calls in progress at once, beyond which new ones are refused (default 256); "
                                 "also the add listener's connection limit",
+    "max_long_polls": "LAC long polls waiting at once on this bookie, at most half of --grpc-workers (default 16); "
+                      "more are refused RESOURCE_EXHAUSTED",
+    "max_long_polls_per_client": "LAC long polls waiting at once per client certificate identity, else per client "
+                                 "address (default 4)",
+    "max_connections_per_peer": "add-listener connections per client certificate identity, else per client "
+                                "address (default 64); more are refused at once",
+    "idle_connection_timeout_s": "seconds an add-listener connection may stay idle, or half-open, before the "
+                                 "bookie closes it (default 300); clients reconnect on their next add",
     "disk_check_interval_s": "seconds between disk usage checks (default 1)",
     "max_entry_size_bytes": "largest entry accepted, in bytes (default 5 MiB)",
     "max_pending_add_bytes": "bytes of adds queued for the journal before new adds are refused BUSY (default 64 MiB)",

@@ -4,8 +4,9 @@ from its peers the same way).
 
 For each damaged entry: the ledger's metadata names the fragment and its write set; if this
 bookie is not in it (a leftover copy after a re-replication), nothing is done. Otherwise the
-entry is read from each peer of the write set in turn (a peer verifies its own copy's crc32c
-before it answers OK) and written back here as a recovery add with the key this bookie already
+entry is read from each peer of the write set in turn, with the ledger's master key (so peers
+that run with --require-read-auth answer; a peer verifies its own copy's crc32c before it
+answers OK) and written back here as a recovery add with the key this bookie already
 holds for the ledger: the same bytes the writer sent, journaled and indexed like any add (the
 index then points at the new copy; the damaged one becomes dead bytes for compaction).
 Unknown stays unknown: a ledger metadata cannot say anything about is left alone.
@@ -83,13 +84,16 @@ class PeerRepair:
             holders = [ensemble[i] for i in write_set(entry_id, meta.ensemble_size, meta.write_quorum_size)]
             if self._self_id not in holders:
                 continue  # not ours any more (re-replicated elsewhere): nothing to repair here
-            data = self._read_from_peers(ledger, entry_id, [b for b in holders if b != self._self_id])
+            data = self._read_from_peers(ledger, key, entry_id, [b for b in holders if b != self._self_id])
             if data is not None and self._write_back(ledger, key, entry_id, data):
                 repaired += 1
         log.info("peer repair ledger=%s damaged=%d repaired=%d", ledger, len(entry_ids), repaired)
         return repaired
 
-    def _read_from_peers(self, ledger: LedgerKey, entry_id: int, peers: list[str]) -> bytes | None:
+    def _read_from_peers(self, ledger: LedgerKey, key: bytes, entry_id: int, peers: list[str]) -> bytes | None:
+        """The first good copy a peer serves. The read carries the ledger's master key (the one this
+        bookie keeps, the one the peers keep too), so a peer with --require-read-auth serves it; over
+        mutual TLS this bookie's certificate also goes along, an operator identity if listed."""
         for peer in peers:
             info = self._registry.get(peer)
             if info is None:
@@ -98,7 +102,7 @@ class PeerRepair:
                 with self._channels(info.address) as channel:
                     resp = pb_grpc.BookieStub(channel).Read(pb.ReadRequest(
                         ledger=pb.LedgerRef(scope_id=ledger[0], ledger_id=ledger[1]),
-                        first_entry_id=entry_id, last_entry_id=entry_id, max_entries=1),
+                        first_entry_id=entry_id, last_entry_id=entry_id, max_entries=1, master_key=key),
                         timeout=PEER_READ_TIMEOUT_S)
             except grpc.RpcError as exc:
                 log.info("peer repair: %s did not answer for %s entry %d: %s", peer, ledger, entry_id, exc.code())

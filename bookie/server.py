@@ -34,6 +34,7 @@ from bookie.cookie import CookieMismatchError, delete_cookie, verify_or_create_c
 from bookie.disk_monitor import DiskMonitor
 from bookie.format_follower import FormatFollower
 from bookie.gc_service import start_gc
+from bookie.long_polls import LongPolls
 from bookie.malloc_tuning import tune_malloc
 from bookie.metrics import Metrics, serve_metrics
 from bookie.proto import bookie_pb2_grpc as pb_grpc
@@ -119,13 +120,16 @@ class BookieServer:
             # Before any add: the cluster setting says which on-disk format to write.
             self.format_follower = FormatFollower(self.store, self.storage.set_write_format)
             service = BookieService(self.storage, self.bookie_id, installed_version(), cookie.instance_id, self.metrics,
-                                    data_dir=cfg.journal_directory, auth=auth)
+                                    data_dir=cfg.journal_directory, auth=auth,
+                                    long_polls=LongPolls(cfg.max_long_polls, cfg.max_long_polls_per_client, self.metrics))
             pb_grpc.add_BookieServicer_to_server(service, server)
             server.start()
             self.grpc_server = server
             if cfg.add_port >= 0:
                 self.add_listener = AddListener(service.adds, cfg.host, cfg.add_port,
                                                 connections_max=cfg.grpc_max_concurrent_rpcs,
+                                                per_peer_max=cfg.max_connections_per_peer,
+                                                idle_timeout_s=cfg.idle_connection_timeout_s,
                                                 ssl_context=add_tls_context,
                                                 allow_plaintext=cfg.allow_plaintext).start()
             self._install_gauges()

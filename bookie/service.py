@@ -25,6 +25,7 @@ from bookie import config as limits
 from bookie.add_handler import MASTER_KEY_BYTES_MAX, AddHandler
 from bookie.add_handler import ledger_key as _ledger_key
 from bookie.auth import Authorizer, AuthPolicy, AuthRefusals
+from bookie.long_polls import LongPolls
 from bookie.metrics import Metrics
 from bookie.proto import bookie_pb2 as pb
 from bookie.proto import bookie_pb2_grpc as pb_grpc
@@ -37,7 +38,7 @@ log = logging.getLogger(__name__)
 
 class BookieService(pb_grpc.BookieServicer):
     def __init__(self, storage: BookieStorage, bookie_id: str, version: str, instance_id: str, metrics: Metrics,
-                 data_dir: Path | None = None, auth: AuthPolicy | None = None):
+                 data_dir: Path | None = None, auth: AuthPolicy | None = None, long_polls: LongPolls | None = None):
         self.storage = storage
         self.data_dir = data_dir  # for the admin RPCs; None: they report no directories
         self.journal_reopens: Callable[[], int] = lambda: 0  # set by the server (bookie/writable_again.py)
@@ -48,6 +49,7 @@ class BookieService(pb_grpc.BookieServicer):
         refusals = AuthRefusals(metrics)
         self.auth = Authorizer(auth or AuthPolicy(), refusals)
         self.adds = AddHandler(storage, metrics, refusals)
+        self.long_polls = long_polls or LongPolls()  # bookie/long_polls.py: bounded, so Info never starves
 
     # ---- add ----------------------------------------------------------------------------------
 
@@ -78,7 +80,8 @@ class BookieService(pb_grpc.BookieServicer):
                 return pb.ReadResponse(status=int(status), message=f"fence failed: {status.name}")
         if request.HasField("long_poll_min_lac"):
             timeout_s = min(request.long_poll_timeout_ms, limits.LONG_POLL_TIMEOUT_MS_MAX) / 1000
-            status, _lac = self.storage.wait_lac(key, request.long_poll_min_lac, timeout_s)
+            with self.long_polls.slot(context, "Read"):
+                status, _lac = self.storage.wait_lac(key, request.long_poll_min_lac, timeout_s)
             if status not in (Status.OK,):
                 return pb.ReadResponse(status=int(status), lac=-1)
         max_entries = min(request.max_entries or limits.READ_RESPONSE_ENTRIES_DEFAULT, limits.READ_RESPONSE_ENTRIES_MAX)
@@ -122,7 +125,8 @@ class BookieService(pb_grpc.BookieServicer):
         self._check_read(context, "ReadLac", key, request.master_key)
         if request.HasField("long_poll_min_lac"):
             timeout_s = min(request.long_poll_timeout_ms, limits.LONG_POLL_TIMEOUT_MS_MAX) / 1000
-            status, lac = self.storage.wait_lac(key, request.long_poll_min_lac, timeout_s)
+            with self.long_polls.slot(context, "ReadLac"):
+                status, lac = self.storage.wait_lac(key, request.long_poll_min_lac, timeout_s)
         else:
             status, lac = self.storage.read_lac(key)
         return pb.ReadLacResponse(status=int(status), lac=lac)

@@ -39,6 +39,11 @@ class BookieRefusedError(BookieUnavailableError):
         LedgerError.__init__(self, f"bookie {bookie} refused: {detail}")
 
 
+class BookieBusyError(BookieUnavailableError):
+    """The bookie refused the call for now, at a bound of its own (gRPC RESOURCE_EXHAUSTED: e.g. its
+    LAC long polls are all taken, bookie/long_polls.py). Retry later, or without the wait."""
+
+
 class BookieStatusError(LedgerError):
     """A bookie answered with a protocol status other than OK."""
 

@@ -17,6 +17,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from bookie.status import Status
 from metadata import LedgerId, LedgerMetadata, write_set
 from pyspark_ledger.errors import (
+    BookieBusyError,
     DigestMismatchError,
     EntryFormatError,
     LedgerError,
@@ -36,6 +37,9 @@ READ_CHUNK_BYTES_MAX = 8 * 2**20
 SPECULATIVE_READ_DELAY_S = 0.5
 READ_RPC_TIMEOUT_S_MAX = 10.0  # a read RPC never waits longer; the client's rpc_timeout_s may be lower
 TAIL_LONG_POLL_MS = 1_000
+# A bookie whose long polls are all taken (RESOURCE_EXHAUSTED, bookie/long_polls.py): wait at most
+# this long (never longer than the long poll asked for) and read its LAC without waiting.
+LONG_POLL_BUSY_WAIT_S = 1.0
 LAC_READ_TIMEOUT_S = 5.0
 READ_ROUND_RETRY_DELAY_S = 0.4
 
@@ -139,11 +143,20 @@ class ReadHandle:
 
     def _lac_from(self, bookie_id: str, long_poll_min_lac: int | None, long_poll_ms: int) -> int | None:
         try:
-            resp = self._ctx.pool.get(bookie_id).read_lac(
-                self._read_key, long_poll_min_lac=long_poll_min_lac, long_poll_timeout_ms=long_poll_ms,
-                master_key=self._master_key,
-                timeout_s=min(LAC_READ_TIMEOUT_S, self._rpc_timeout_s()),
-            )
+            try:
+                resp = self._ctx.pool.get(bookie_id).read_lac(
+                    self._read_key, long_poll_min_lac=long_poll_min_lac, long_poll_timeout_ms=long_poll_ms,
+                    master_key=self._master_key,
+                    timeout_s=min(LAC_READ_TIMEOUT_S, self._rpc_timeout_s()),
+                )
+            except BookieBusyError:
+                if long_poll_min_lac is None:
+                    return None
+                # Its long polls are taken: a short bounded wait stands in for the long poll (a
+                # tailing reader must not spin), then a plain read of the LAC.
+                time.sleep(min(long_poll_ms / 1000, LONG_POLL_BUSY_WAIT_S))
+                resp = self._ctx.pool.get(bookie_id).read_lac(
+                    self._read_key, master_key=self._master_key, timeout_s=min(LAC_READ_TIMEOUT_S, self._rpc_timeout_s()))
         except LedgerError:
             return None
         if resp.status == Status.OK:

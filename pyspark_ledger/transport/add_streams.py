@@ -16,8 +16,12 @@ Both bound the requests in flight (two over TCP, see SocketAddStream; one over g
 whatever queues meanwhile into the next, so batches (and the bookies' group commits) grow with
 load while a lone add goes out at once. A stream dies
 as a whole: when it breaks, every pending add fails (INTERNAL_ERROR, 'transport: ...') and the
-next add opens a new stream. An add unanswered past its timeout fails with TIMEOUT and resets
-the stream (the bookie answers in order: nothing behind that request would move).
+next add opens a new stream. One exception: a plain-TCP connection the bookie closed or reset
+(it closes idle ones, --idle-connection-timeout-s, and a close can cross an add just sent) hands
+its pending adds to its owner, which sends each once more on a new connection (an add is
+idempotent on a bookie) before anything fails: no ensemble change for an idle close. An add
+unanswered past its timeout fails with TIMEOUT and resets the stream (the bookie answers in
+order: nothing behind that request would move).
 """
 from __future__ import annotations
 
@@ -109,11 +113,17 @@ def ledger_ref(ledger: LedgerKey) -> pb.LedgerRef:
     return pb.LedgerRef(scope_id=ledger[0], ledger_id=ledger[1])
 
 
-@dataclass
-class _PendingAdd:
+@dataclass(slots=True)
+class StreamedAdd:
     callback: AddCallback
     deadline: float
     timeout_s: float
+    batch: EncodedAddBatch
+    resent: bool = False  # sent once more after the bookie closed its connection (never twice)
+
+
+# A SocketAddStream's owner, given the adds a connection the bookie closed still owed answers for.
+Resend = Callable[[list[StreamedAdd]], None]
 
 
 class AddStream:
@@ -122,14 +132,16 @@ class AddStream:
 
     def __init__(self, bookie_id: str):
         self.bookie_id = bookie_id  # all a stream knows of the client that owns it: for errors and logs
-        self.pending: dict[int, _PendingAdd] = {}  # every queued and in-flight batch
+        self.pending: dict[int, StreamedAdd] = {}  # every queued and in-flight batch
         self.lock = threading.Lock()
         self.room = threading.Condition(self.lock)
         self.room_waiters = 0
         self.dead = False
 
-    def _admit(self, batch: EncodedAddBatch, callback: AddCallback, timeout_s: float) -> None:
-        """Under the lock: record the batch as pending, waiting (bounded) for room."""
+    def _admit(self, batch: EncodedAddBatch, callback: AddCallback, timeout_s: float,
+               previous: StreamedAdd | None = None) -> None:
+        """Under the lock: record the batch as pending (`previous`: a resent one, its deadline
+        kept), waiting (bounded) for room."""
         if len(self.pending) >= OUTBOUND_BATCHES_MAX:
             self.room_waiters += 1
             try:
@@ -141,7 +153,7 @@ class AddStream:
                 raise BookieUnavailableError(self.bookie_id, "outbound add queue stayed full")
         if self.dead:
             raise BookieUnavailableError(self.bookie_id, "add stream is closed")
-        self.pending[batch.request_id] = _PendingAdd(callback, time.monotonic() + timeout_s, timeout_s)
+        self.pending[batch.request_id] = previous or StreamedAdd(callback, time.monotonic() + timeout_s, timeout_s, batch)
 
     def _complete(self, results: Sequence[pb.AddResult]) -> None:
         with self.lock:  # one acquisition for a whole response
@@ -156,10 +168,11 @@ class AddStream:
                 else:
                     p.callback(status, r.message)
 
-    def submit(self, batch: EncodedAddBatch, callback: AddCallback, timeout_s: float) -> Callable[[], None] | None:
+    def submit(self, batch: EncodedAddBatch, callback: AddCallback, timeout_s: float,
+               previous: StreamedAdd | None = None) -> Callable[[], None] | None:
         """Queue `batch`; if the caller must send it itself, the send is returned to be run as soon
         as possible (a writer claims every bookie of a write set first, then sends to all of them
-        back to back), otherwise None."""
+        back to back), otherwise None. `previous`: the batch is resent (Resend), its record kept."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -260,9 +273,10 @@ class GrpcAddStream(AddStream):
             log.exception("add stream receiver crashed bookie=%s", self.bookie_id)
             self.fail(f"add stream receiver crashed: {exc!r}")
 
-    def submit(self, batch: EncodedAddBatch, callback: AddCallback, timeout_s: float) -> Callable[[], None] | None:
+    def submit(self, batch: EncodedAddBatch, callback: AddCallback, timeout_s: float,
+               previous: StreamedAdd | None = None) -> Callable[[], None] | None:
         with self.lock:
-            self._admit(batch, callback, timeout_s)
+            self._admit(batch, callback, timeout_s, previous)
         self.outbound.put(batch)  # gRPC's own thread sends it
         return None
 
@@ -290,11 +304,13 @@ class SocketAddStream(AddStream):
     it and no sender can still be using it."""
 
     def __init__(self, bookie_id: str, address: str, poller: StreamPoller, ssl_context: ssl.SSLContext | None = None,
-                 bookie_range: WireRange | None = None):
+                 bookie_range: WireRange | None = None, resend: Resend | None = None):
         """bookie_range: the wire versions the bookie advertises (its registration; None: assume
         this client's); the stream speaks the highest version both support (`wire_version`,
-        transport.add_hello)."""
+        transport.add_hello). resend: given the adds not yet resent when the bookie closes or
+        resets the connection (None: they fail)."""
         super().__init__(bookie_id)
+        self._resend = resend
         self.address = address
         self.poller = poller
         self._ssl_context = ssl_context
@@ -309,6 +325,7 @@ class SocketAddStream(AddStream):
         self._reader_done = False
         self._closed = False
         self._broken_reason: str | None = None
+        self._broken_by_peer = False  # the break was the bookie's close or reset (a failed send)
         try:
             poller.register(self)
         except OSError as exc:
@@ -326,9 +343,10 @@ class SocketAddStream(AddStream):
             return False  # closed under us: the reader fails what is pending
         return bool(readable)
 
-    def submit(self, batch: EncodedAddBatch, callback: AddCallback, timeout_s: float) -> Callable[[], None] | None:
+    def submit(self, batch: EncodedAddBatch, callback: AddCallback, timeout_s: float,
+               previous: StreamedAdd | None = None) -> Callable[[], None] | None:
         with self.lock:
-            self._admit(batch, callback, timeout_s)
+            self._admit(batch, callback, timeout_s, previous)
             if self.requests_in_flight >= REQUESTS_IN_FLIGHT_MAX or self.queued:
                 self.queued.append(batch)  # the reader sends it, in order, as answers arrive
                 return None
@@ -361,7 +379,9 @@ class SocketAddStream(AddStream):
                     self._tls.sendall(data)
                 else:
                     self.sock.sendall(data)
-        except (OSError, FramingError) as exc:
+        except OSError as exc:
+            self._break(f"add connection to {self.address} failed: {exc}", by_peer=True)
+        except FramingError as exc:
             self._break(f"add connection to {self.address} failed: {exc}")
         finally:
             with self.lock:
@@ -384,10 +404,10 @@ class SocketAddStream(AddStream):
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
-            self.finish(f"add connection to {self.address} failed: {exc}")
+            self.finish(f"add connection to {self.address} failed: {exc}", by_peer=True)
             return
         if not data:
-            self.finish("add connection closed by the bookie")
+            self.finish("add connection closed by the bookie", by_peer=True)
             return
         try:
             if self._unread:
@@ -407,26 +427,44 @@ class SocketAddStream(AddStream):
             log.exception("add answer handling crashed bookie=%s", self.bookie_id)
             self.finish(f"add answer handling crashed: {exc!r}")
 
-    def finish(self, reason: str) -> None:
-        """The reader is done with this connection: fail what is pending, leave the poller, and
-        close the socket unless a sender still uses it (then the sender closes it)."""
+    def finish(self, reason: str, by_peer: bool = False) -> None:
+        """The reader is done with this connection: fail what is pending (or hand it to `resend`
+        when the bookie closed it), leave the poller, and close the socket unless a sender still
+        uses it (then the sender closes it)."""
         with self.lock:
             if self._reader_done:
                 return
             self._reader_done = True
+            by_peer = self._broken_by_peer if self._broken_reason is not None else by_peer
+            again = self._take_resendable() if by_peer and self._resend is not None else []
         self.fail(self._broken_reason or reason)
+        if again and self._resend is not None:
+            log.info("resending adds on a new connection bookie=%s count=%d reason=%s", self.bookie_id, len(again),
+                     self._broken_reason or reason)
+            self._resend(again)
         self.poller.unregister(self)
         with self.lock:
             close_now = not self._senders
         if close_now:
             self._close_socket()
 
-    def _break(self, reason: str) -> None:
+    def _take_resendable(self) -> list[StreamedAdd]:
+        """Under the lock: the stream is dead, and its pending adds not resent before leave it."""
+        self.dead = True
+        again = [p for p in self.pending.values() if not p.resent]
+        for p in again:
+            del self.pending[p.batch.request_id]
+        self.queued.clear()  # those queued are among them, or failed right after
+        self.room.notify_all()
+        return again
+
+    def _break(self, reason: str, by_peer: bool = False) -> None:
         """Shut the connection down (safe from any thread: the fd stays open); the reader then
         fails whatever is pending with `reason`."""
         with self.lock:
             if self._broken_reason is None:
                 self._broken_reason = reason
+                self._broken_by_peer = by_peer
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:

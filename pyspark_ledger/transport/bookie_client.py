@@ -20,7 +20,8 @@ import grpc
 from bookie.proto import bookie_pb2 as pb
 from bookie.proto import bookie_pb2_grpc as pb_grpc
 from bookie.proto.versions import OUR_RANGE, WireRange, negotiate
-from pyspark_ledger.errors import BookieRefusedError, BookieUnavailableError
+from bookie.status import Status
+from pyspark_ledger.errors import BookieBusyError, BookieRefusedError, BookieUnavailableError
 from pyspark_ledger.transport.add_poller import AddPoller
 from pyspark_ledger.transport.add_streams import (
     AddCallback,
@@ -29,6 +30,7 @@ from pyspark_ledger.transport.add_streams import (
     GrpcAddStream,
     LedgerKey,
     SocketAddStream,
+    StreamedAdd,
     ledger_ref,
 )
 from pyspark_ledger.transport.credentials import with_operator_secret
@@ -148,10 +150,33 @@ class BookieClient:
                     if self.poller is None:
                         self.poller = AddPoller(f"add-poller {self.bookie_id}")
                     self._stream = SocketAddStream(self.bookie_id, add_address, self.poller, self._ssl_context,
-                                                   self._wire_range() if self._wire_range else None)
+                                                   self._wire_range() if self._wire_range else None,
+                                                   resend=self._resend)
                 else:
                     self._stream = GrpcAddStream(self.bookie_id, self._add_method)
             return self._stream
+
+    def _resend(self, adds: list[StreamedAdd]) -> None:
+        """The bookie closed (or reset) an add connection that still owed these answers: an idle
+        close crossing an add, usually (--idle-connection-timeout-s). Each goes once more, on a new
+        connection, from a thread of its own (opening one must not hold up the poller that read the
+        close); a bookie that is really gone fails them at the connect, as before."""
+        threading.Thread(target=self._resend_now, args=(adds,), name=f"add-resend {self.bookie_id}",
+                         daemon=True).start()
+
+    def _resend_now(self, adds: list[StreamedAdd]) -> None:
+        for i, add in enumerate(adds):
+            add.resent = True
+            try:
+                send = self._add_stream().submit(add.batch, add.callback, add.timeout_s, previous=add)
+            except Exception as exc:  # every add not handed to a stream fails here, or it would hang
+                if not isinstance(exc, BookieUnavailableError):
+                    log.exception("resending adds failed bookie=%s", self.bookie_id)
+                for failed in adds[i:]:
+                    failed.callback(Status.INTERNAL_ERROR, f"transport: {exc}")
+                return
+            if send is not None:
+                send()
 
     def _expire_loop(self) -> None:
         last = time.monotonic()
@@ -193,6 +218,8 @@ class BookieClient:
         if exc.code() in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
             return BookieRefusedError(self.bookie_id, f"{exc.code().name} {details}")
         message = f"{exc.code().name} {details}".strip() + grpc_failure_hint(details, self._tls)
+        if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            return BookieBusyError(self.bookie_id, message)
         return BookieUnavailableError(self.bookie_id, message)
 
     def read(

@@ -15,6 +15,13 @@ import pytest
     (["--compaction-rate-mb-s", "0"], "--compaction-rate-mb-s"),
     (["--rack", "eu/r1/extra"], "--rack: bad rack 'eu/r1/extra': use 'zone/rack' or 'rack'"),
     (["--rack", "rack 7"], "--rack: bad rack"),
+    (["--max-long-polls", "17"], r"--max-long-polls must be in 0\.\.16 \(half of --grpc-workers"),
+    (["--grpc-workers", "8", "--max-long-polls", "5"], r"--max-long-polls must be in 0\.\.4"),
+    (["--max-long-polls-per-client", "17"], r"--max-long-polls-per-client must be in 0\.\.--max-long-polls \(16\)"),
+    (["--max-long-polls-per-client", "-1"], "--max-long-polls-per-client must be in"),
+    (["--max-connections-per-peer", "0"], "--max-connections-per-peer must be in 1.."),
+    (["--max-connections-per-peer", "300"], r"--max-connections-per-peer must be in 1\.\.--grpc-max-concurrent-rpcs \(256\)"),
+    (["--idle-connection-timeout-s", "0"], "--idle-connection-timeout-s must be > 0"),
 ])
 def test_bad_storage_flags_are_refused_with_their_names(tmp_path: Path, flags: list[str], message: str) -> None:
     from bookie.config import ConfigError, build_parser, config_from_args
