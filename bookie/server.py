@@ -128,7 +128,7 @@ class BookieServer:
             # monitor finds room again and the journal is reopened (bookie/writable_again.py).
             self.storage.on_journal_failure(self._on_journal_failure)
             self.disk_monitor.start()
-            self.gc = start_gc(self.storage, self.store, cfg)
+            self.gc = start_gc(self.storage, self.store, cfg, self.bookie_id)
             if cfg.autorecovery:
                 self.autorecovery = start_autorecovery_child(cfg.metadata_uri, cfg.lost_bookie_grace_s,
                                                              cfg.operator_secret_file)
