@@ -90,6 +90,9 @@ class BookieConfig:
     operator_secret_file: str | None = None
     operator_identities: str | None = None  # comma-separated client certificate identities
     require_read_auth: bool = False
+    # The first key of a ledger this bookie has not seen must match the verifier in the ledger's
+    # metadata, and the ledger must exist there (bookie/ledger_owner.py, docs/security.md).
+    verify_ledger_keys: bool = True
     # Run the autorecovery service next to this bookie (bookie/autorecovery_child.py).
     autorecovery: bool = False
     lost_bookie_grace_s: float = 30.0
@@ -201,6 +204,9 @@ _FLAG_HELP = {
     "rack": "failure domain of this bookie, 'zone/rack' or 'rack' (default none); placement spreads each "
             "entry's copies over racks (docs/deployment.md#racks)",
     "require_read_auth": "reads (Read, ReadLac) need the ledger's master key or an operator identity",
+    "verify_ledger_keys": "take the first key of a ledger this bookie has not seen only if the ledger exists in "
+                          "metadata and the key matches its verifier there (default on; off: trust on first write, "
+                          "for raw-protocol tests that write ledgers without metadata)",
 }
 
 

@@ -31,6 +31,7 @@ from bookie.cookie import CookieMismatchError, delete_cookie, verify_or_create_c
 from bookie.disk_monitor import DiskMonitor
 from bookie.format_follower import FormatFollower
 from bookie.gc_service import start_gc
+from bookie.ledger_owner import LedgerOwners
 from bookie.malloc_tuning import tune_malloc
 from bookie.metrics import Metrics, serve_metrics
 from bookie.proto import bookie_pb2_grpc as pb_grpc
@@ -104,7 +105,8 @@ class BookieServer:
             # Before any add: the cluster setting says which on-disk format to write.
             self.format_follower = FormatFollower(self.store, self.storage.set_write_format)
             service = BookieService(self.storage, self.bookie_id, installed_version(), cookie.instance_id, self.metrics,
-                                    data_dir=cfg.data_dir, auth=auth)
+                                    data_dir=cfg.data_dir, auth=auth,
+                                    owners=LedgerOwners(self.store) if cfg.verify_ledger_keys else None)
             pb_grpc.add_BookieServicer_to_server(service, server)
             server.start()
             self.grpc_server = server

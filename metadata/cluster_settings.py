@@ -82,6 +82,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "downgraded (docs/upgrading.md)", minimum=1),
     Setting("salted_password_digests", bool, False, "new ledgers keep a per-ledger salted password digest; turn on "
             "once no client of release 0.1.0 will open ledgers (docs/security.md, docs/upgrading.md)"),
+    Setting("ledger_key_verifiers", bool, True, "new ledgers keep a verifier of their master key in their custom "
+            "metadata, and bookies take no other key for them (docs/security.md; older releases ignore it)"),
 )}
 
 
@@ -163,6 +165,10 @@ class ClusterSettings:
     @property
     def salted_password_digests(self) -> bool:
         return bool(self.values["salted_password_digests"])
+
+    @property
+    def ledger_key_verifiers(self) -> bool:
+        return bool(self.values["ledger_key_verifiers"])
 
 
 def _parse(got: Versioned | None) -> ClusterSettings:
