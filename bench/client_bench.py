@@ -8,6 +8,12 @@ measured with the same payloads (bench/nats_baseline.py; needs Debian's nats-ser
 and is skipped with a note if they are missing).
 
     python bench/client_bench.py [--entries 100000] [--latency-adds 2000] [--no-nats]
+    python bench/client_bench.py --journal-dir-layouts [--rounds 3] --no-nats
+
+--journal-dir-layouts measures, in the same run, bookies with today's single --data-dir against
+bookies with a --journal-dir of their own and two --ledger-dirs (all on this machine's one disk),
+alternating the two layouts --rounds times (each round in the other order); figures are medians
+over the rounds.
 """
 
 from __future__ import annotations
@@ -66,25 +72,54 @@ def latency(client: LedgerClient, size: int, n: int) -> tuple[float, float]:
     return statistics.median(samples) * 1000, samples[int(len(samples) * 0.99) - 1] * 1000
 
 
+def bookie_dirs(layout: str, root: Path, i: int) -> list[str]:
+    """Extra bookie flags of a layout: "data-dir" is LocalCluster's own --data-dir alone."""
+    if layout == "data-dir":
+        return []
+    base = root / f"bookie-{i}-dirs"
+    return ["--journal-dir", str(base / "journal"), "--ledger-dirs", f"{base / 'ledgers-1'},{base / 'ledgers-2'}"]
+
+
+def measure_layout(zk: LocalZooKeeper, root: Path, layout: str,
+                   args: argparse.Namespace) -> dict[int, tuple[float, float, float]]:
+    """size -> (acked/s, p50 ms, p99 ms) on three fresh bookies of one directory layout."""
+    with LocalCluster(0, metadata_uri=zk.uri(f"/bench-{root.name}"), work_dir=root) as cluster:
+        for i in range(3):
+            cluster.add_bookie(extra_args=bookie_dirs(layout, root, i))
+        with LedgerClient(cluster.metadata_uri) as client:
+            # Latency first: after a throughput run the kernel is still writing back
+            # hundreds of MB of entry logs, and "low load" latency would measure that.
+            latencies = {size: latency(client, size, args.latency_adds) for size in (1024, 100)}
+            return {size: (throughput(client, size, args.entries), *latencies[size]) for size in (1024, 100)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--entries", type=int, default=100_000)
     ap.add_argument("--latency-adds", type=int, default=2_000)
     ap.add_argument("--no-nats", action="store_true")
+    ap.add_argument("--journal-dir-layouts", action="store_true",
+                    help="compare a single --data-dir with --journal-dir + two --ledger-dirs, same run")
+    ap.add_argument("--rounds", type=int, default=1, help="with --journal-dir-layouts: alternations of the two")
     args = ap.parse_args()
+    layouts = ["data-dir", "journal-dir"] if args.journal_dir_layouts else ["data-dir"]
     rows = []
     with tempfile.TemporaryDirectory(prefix="client-bench-") as tmp:
         with LocalZooKeeper(Path(tmp) / "zk") as zk:
-            with LocalCluster(3, metadata_uri=zk.uri("/bench"), work_dir=Path(tmp) / "cluster") as cluster:
-                with LedgerClient(cluster.metadata_uri) as client:
-                    # Latency first: after a throughput run the kernel is still writing back
-                    # hundreds of MB of entry logs, and "low load" latency would measure that.
-                    latencies = {size: latency(client, size, args.latency_adds) for size in (1024, 100)}
-                    for size in (1024, 100):
-                        rate = throughput(client, size, args.entries)
-                        p50, p99 = latencies[size]
-                        rows.append(("pyspark-ledger E3/W3/A2", size, rate, p50, p99,
-                                     "acked after fdatasync (group commit) on 2 of 3 bookies"))
+            runs: dict[str, list[dict[int, tuple[float, float, float]]]] = {layout: [] for layout in layouts}
+            for r in range(max(args.rounds, 1)):
+                # Each round reverses the order: the second cluster of a round starts while the
+                # kernel still writes back the first one's entry logs.
+                for layout in layouts if r % 2 == 0 else layouts[::-1]:
+                    runs[layout].append(measure_layout(zk, Path(tmp) / f"{layout}-{r}", layout, args))
+                    if len(layouts) > 1:
+                        print(f"round {r} {layout:<12} " + "  ".join(
+                            f"{size}B {runs[layout][-1][size][0]:>9,.0f}/s" for size in (1024, 100)), flush=True)
+            for layout in layouts:
+                name = "pyspark-ledger E3/W3/A2" if len(layouts) == 1 else f"E3/W3/A2 {layout}"
+                for size in (1024, 100):
+                    rate, p50, p99 = (statistics.median(run[size][k] for run in runs[layout]) for k in range(3))
+                    rows.append((name, size, rate, p50, p99, "acked after fdatasync (group commit) on 2 of 3 bookies"))
     if not args.no_nats:
         try:
             from nats_baseline import NatsCluster, measure

@@ -16,7 +16,7 @@ import os
 import queue
 import shutil
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,15 +71,21 @@ def stored_bytes(directory: Path, files_max: int = STORED_FILES_MAX) -> int:
     return total
 
 
-def directory_reports(data_dir: Path) -> list[DirectoryReport]:
-    """The ledger directory (entry logs, index) and the journal directory of a bookie."""
+def directory_roles(data_dir: Path, ledger_dirs: Sequence[Path] = ()) -> list[tuple[str, Path]]:
+    """(role, path) of each ledger directory (entry logs; the index too when it is the journal's
+    directory) and of the journal; `data_dir` is the journal directory."""
+    return [*(("ledgers", d) for d in (ledger_dirs or (data_dir,))), ("journal", data_dir / "journal")]
+
+
+def directory_reports(data_dir: Path, ledger_dirs: Sequence[Path] = ()) -> list[DirectoryReport]:
+    """The ledger directories and the journal directory of a bookie."""
     out = []
-    for role, path in (("ledgers", data_dir), ("journal", data_dir / "journal")):
+    for role, path in directory_roles(data_dir, ledger_dirs):
         if not path.exists():
             continue
         usage = shutil.disk_usage(path)
         stored = stored_bytes(path)
-        if role == "ledgers":  # the journal is reported on its own line
+        if role == "ledgers" and path == data_dir:  # the journal is reported on its own line
             stored -= stored_bytes(data_dir / "journal")
         out.append(DirectoryReport(str(path), role, usage.used, usage.total, max(stored, 0)))
     return out
@@ -144,14 +150,15 @@ def run_gc(storage: Any, timeout_s: float = GC_RUN_TIMEOUT_S) -> Iterator[Progre
     yield ProgressEvent("", 0, 0, True, Status.TIMEOUT, f"still running after {timeout_s:.0f} s")
 
 
-def install_storage_metrics(metrics: Any, storage: Any, data_dir: Path, journal_reopens: Callable[[], int]) -> None:
+def install_storage_metrics(metrics: Any, storage: Any, data_dir: Path, journal_reopens: Callable[[], int],
+                            ledger_dirs: Sequence[Path] = ()) -> None:
     """Usage and capacity per directory, journal state, and the GC figures once the storage has
     them (until then those metrics are left out of the page, not shown as 0)."""
 
     def per_directory(field: str) -> Callable[[], list[tuple[dict[str, str], float]]]:
         def samples() -> list[tuple[dict[str, str], float]]:
             out = []
-            for role, path in (("ledgers", data_dir), ("journal", data_dir / "journal")):
+            for role, path in directory_roles(data_dir, ledger_dirs):
                 usage = shutil.disk_usage(path)
                 out.append(({"dir": str(path), "role": role}, float(getattr(usage, field))))
             return out

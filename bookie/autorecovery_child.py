@@ -40,7 +40,7 @@ def autorecovery_environment(metadata_uri: str, operator_secret_file: str | None
     operator secret file's path. The URI replaces any LEDGER_METADATA_URI the bookie inherited:
     the child works on the bookie's own metadata service."""
     env = dict(os.environ)
-    env[METADATA_URI_ENV] = metadata_uri[:]  # a plain str even from a str subclass that hides zk_auth
+    env[METADATA_URI_ENV] = metadata_uri
     if operator_secret_file:
         env[OPERATOR_SECRET_FILE_ENV] = operator_secret_file
     return env

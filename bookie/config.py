@@ -3,7 +3,8 @@
 The config file uses the flags' long names with underscores, e.g.
 
     metadata_uri = "zk://127.0.0.1:2181/ledgers"
-    data_dir = "/var/lib/bookie"
+    data_dir = "/var/lib/bookie"             # or: journal_dir and ledger_dirs
+    ledger_dirs = ["/disk1/bookie", "/disk2/bookie"]
     port = 3181
     disk_usage_threshold = 0.95
 """
@@ -40,7 +41,10 @@ class ConfigError(BookieError, ValueError):
 @dataclass(frozen=True)
 class BookieConfig:
     metadata_uri: str
-    data_dir: Path
+    # One directory for everything, or the default of whichever of the two below is not given.
+    data_dir: Path | None = None
+    journal_dir: Path | None = None  # journal, index and checkpoint (a fast device)
+    ledger_dirs: tuple[Path, ...] = ()  # entry logs, spread over these (one per disk)
     host: str = "127.0.0.1"
     port: int = 3181
     add_port: int = 0  # the plain-TCP add listener: 0 = a free port (advertised), -1 = none
@@ -99,7 +103,29 @@ class BookieConfig:
     # Failure domain, `zone/rack` or `rack`, registered for rack-aware placement (docs/deployment.md#racks).
     rack: str | None = None
 
+    @property
+    def journal_directory(self) -> Path:
+        """Where the journal, the index and the checkpoint go."""
+        directory = self.journal_dir or self.data_dir
+        if directory is None:
+            raise ConfigError("--journal-dir or --data-dir is required")
+        return directory
+
+    @property
+    def ledger_directories(self) -> tuple[Path, ...]:
+        """Where entry logs go."""
+        if self.ledger_dirs:
+            return self.ledger_dirs
+        if self.data_dir is None:
+            raise ConfigError("--ledger-dirs or --data-dir is required")
+        return (self.data_dir,)
+
     def validate(self) -> None:
+        if self.data_dir is None and (self.journal_dir is None or not self.ledger_dirs):
+            raise ConfigError("--data-dir is required unless both --journal-dir and --ledger-dirs are given")
+        resolved = [d.resolve() for d in self.ledger_directories]
+        if len(set(resolved)) != len(resolved):
+            raise ConfigError(f"--ledger-dirs names a directory twice: {','.join(map(str, self.ledger_dirs))}")
         if not 0 <= self.port < 65536:
             raise ConfigError(f"--port must be in 0..65535, got {self.port}")
         if not -1 <= self.add_port < 65536:
@@ -164,7 +190,12 @@ _FLAG_HELP = {
                                   "0 = no major)",
     "compaction_rate_mb_s": "copy rate limit of a compaction in MB/s (default 50)",
     "metadata_uri": "metadata service, zk://host:port/root or sqlite:///abs/path.db",
-    "data_dir": "directory for the journal, entry logs, index and cookie",
+    "data_dir": "directory for the journal, entry logs, index and cookie (the default of --journal-dir and "
+                "--ledger-dirs; not needed when both are given)",
+    "journal_dir": "directory for the journal, the index and the checkpoint, ideally on its own fast device "
+                   "(default: --data-dir)",
+    "ledger_dirs": "comma-separated directories for entry logs, e.g. one per disk; a full one takes no new "
+                   "entry log while another has room (default: --data-dir)",
     "host": "address to listen on (default 127.0.0.1)",
     "port": "gRPC port (default 3181; 0 picks a free one)",
     "add_port": "port of the plain-TCP add listener, the fast path for adds (default 0: a free port, advertised "
@@ -226,10 +257,19 @@ def build_parser() -> argparse.ArgumentParser:
         if f.type in ("bool", bool):
             p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=_FLAG_HELP.get(f.name))
             continue
-        conv: Any = {"int": int, "float": float, "Path": Path, "int | None": int, "str | None": str}.get(str(f.type), str)
+        conv: Any = {"int": int, "float": float, "Path": Path, "Path | None": Path, "int | None": int,
+                     "str | None": str, "tuple[Path, ...]": _path_list}.get(str(f.type), str)
         p.add_argument(flag, type=conv, default=None, help=_FLAG_HELP.get(f.name))
     p.add_argument("--delete-cookie", action="store_true", help="remove this bookie id's cookie from metadata and exit")
     return p
+
+
+def _path_list(text: str) -> tuple[Path, ...]:
+    """--ledger-dirs: comma-separated paths, none empty."""
+    parts = [p.strip() for p in text.split(",")]
+    if not all(parts):
+        raise argparse.ArgumentTypeError(f"an empty path in {text!r} (comma-separated directories)")
+    return tuple(Path(p) for p in parts)
 
 
 # What a config file's value must be, by the field's annotation: (accepted types, how to say it).
@@ -242,6 +282,8 @@ _FILE_VALUE_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "str": ((str,), "a string"),
     "str | None": ((str,), "a string"),
     "Path": ((str,), "a string (a path)"),
+    "Path | None": ((str,), "a string (a path)"),
+    "tuple[Path, ...]": ((list,), "an array of strings (paths)"),
 }
 _TOML_TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "an array",
                     dict: "a table"}
@@ -261,6 +303,11 @@ def checked_file_values(raw: dict[str, Any], path: Path) -> dict[str, Any]:
         if not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted):
             got = next((name for t, name in _TOML_TYPE_NAMES.items() if isinstance(value, t)), type(value).__name__)
             raise ConfigError(f"{path}: {key} must be {expected}, got {got} ({value!r:.60})")
+        if field_types[key] == "tuple[Path, ...]":
+            items = cast(list[Any], value)  # [] = the default: data_dir
+            if not all(isinstance(v, str) and v for v in items):
+                raise ConfigError(f"{path}: {key} must be an array of non-empty strings (paths), got {items!r:.60}")
+            value = tuple(Path(v) for v in items)
         values[key] = float(cast(float, value)) if field_types[key] == "float" else value  # int or float here
     return values
 
@@ -282,10 +329,14 @@ def config_from_args(args: argparse.Namespace) -> BookieConfig:
         logging.getLogger(__name__).warning(
             "--metadata-uri carries zk_auth: the ZooKeeper secret is visible in ps; set LEDGER_ZK_AUTH or put "
             "metadata_uri in the --config file instead")
-    for required in ("metadata_uri", "data_dir"):
-        if required not in values:
-            raise ConfigError(f"--{required.replace('_', '-')} is required (or set {required} in --config)")
-    values["data_dir"] = Path(values["data_dir"])
+    if "metadata_uri" not in values:
+        raise ConfigError("--metadata-uri is required (or set metadata_uri in --config)")
+    if "data_dir" not in values and ("journal_dir" not in values or not values.get("ledger_dirs")):
+        raise ConfigError("--data-dir is required (or set data_dir in --config), unless both --journal-dir and "
+                          "--ledger-dirs are given")
+    for key in ("data_dir", "journal_dir"):
+        if key in values:
+            values[key] = Path(values[key])
     try:
         cfg = BookieConfig(**values)
     except TypeError as exc:

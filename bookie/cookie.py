@@ -2,9 +2,16 @@
 
 A bookie's entries are only trustworthy if the bookie that serves them is the same one that
 acknowledged them. On first start the bookie writes its identity (bookie id, a fresh instance
-id, data dirs) to every data dir (fsynced) and to metadata; on every later start the copies
-must agree. A wiped or swapped data dir, or a data dir started against a different metadata
-service, refuses to start with a message saying what happened and what to do.
+id, directories) to its journal directory and every ledger directory (fsynced) and to metadata;
+on every later start the copies must agree. A wiped or swapped journal directory, a directory of
+another bookie or incarnation, or directories started against a different metadata service refuse
+to start with a message saying what happened and what to do.
+
+The one mismatch that does not refuse: a ledger directory (not the journal directory) that is
+empty and has no cookie, on a bookie metadata knows. It is a wiped or replaced disk, or a new one:
+the bookie adopts it (writes the cookie) and starts. The index lives in the journal directory, so
+the storage engine still knows which entries were in that directory's entry logs: it answers
+UNKNOWN_ENTRY_STATE for them and the bookie marks their ledgers under-replicated (server.py).
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -73,15 +81,33 @@ def _data_dir_has_data(d: Path) -> bool:
     return any(p.name != COOKIE_FILE and not p.name.startswith(".") for p in d.iterdir())
 
 
-def verify_or_create_cookie(store: MetadataStore, bookie_id: str, data_dirs: list[Path]) -> Cookie:
-    """Check the cookie in every data dir against the one in metadata; create both on first start."""
+def _holds_files(d: Path) -> bool:
+    """A ledger directory holds data: any file but the cookie (an empty entries/ or a fresh file
+    system's lost+found hold none)."""
+    return any(f.is_file() for f in d.rglob("*") if f.name != COOKIE_FILE and not f.name.startswith("."))
+
+
+def verify_or_create_cookie(store: MetadataStore, bookie_id: str, journal_dir: Path,
+                            ledger_dirs: Sequence[Path] = ()) -> Cookie:
+    """Check the cookie in the journal directory and every ledger directory against the one in
+    metadata; create them all on first start; adopt an empty ledger directory without one."""
+    data_dirs = [journal_dir] + [d for d in ledger_dirs if d.resolve() != journal_dir.resolve()]
     path_in_meta = cookie_path(bookie_id)
     stored = store.get(path_in_meta)
     meta_cookie = Cookie.from_bytes(stored.value, f"metadata {path_in_meta}") if stored else None
     locals_: dict[Path, Cookie | None] = {}
     for d in data_dirs:
         f = d / COOKIE_FILE
-        locals_[d] = Cookie.from_bytes(f.read_bytes(), str(f)) if f.exists() else None
+        try:
+            if d != journal_dir and not d.is_dir():
+                raise NotADirectoryError(f"{d} is not a directory")
+            locals_[d] = Cookie.from_bytes(f.read_bytes(), str(f)) if f.exists() else None
+        except OSError as exc:
+            if d == journal_dir:
+                raise
+            # A failed ledger disk: the storage leaves it out and reports what it held as lost.
+            log.error("ledger directory unreadable, left out: its entries count as lost dir=%s error=%r", d, exc)
+            data_dirs = [x for x in data_dirs if x != d]
 
     present = {d: c for d, c in locals_.items() if c is not None}
     missing = [d for d, c in locals_.items() if c is None]
@@ -104,6 +130,8 @@ def verify_or_create_cookie(store: MetadataStore, bookie_id: str, data_dirs: lis
                 f"{meta_cookie.instance_id}: this data dir comes from a different incarnation of the bookie"
             )
 
+    adopted = [d for d in missing if d != journal_dir and not _holds_files(d)]
+    missing = [d for d in missing if d not in adopted]
     if meta_cookie is not None and missing:
         raise CookieMismatchError(
             f"bookie {bookie_id} is registered in metadata (instance {meta_cookie.instance_id}, created "
@@ -116,6 +144,10 @@ def verify_or_create_cookie(store: MetadataStore, bookie_id: str, data_dirs: lis
         )
 
     if meta_cookie is not None:
+        for d in adopted:
+            log.warning("ledger directory has no cookie and is empty (a wiped, replaced or new disk): adopting it; "
+                        "entries this bookie held there are lost and get re-replicated dir=%s bookie=%s", d, bookie_id)
+            _write_local(d / COOKIE_FILE, meta_cookie)
         return meta_cookie
 
     # First start: the data dirs must not hold data from some other, cookie-less past.

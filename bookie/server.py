@@ -9,10 +9,13 @@ grace period, close storage (checkpoint).
 from __future__ import annotations
 
 import logging
+import shutil
 import signal
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 from bookie.grpc_runtime import apply_grpc_tuning
@@ -43,8 +46,10 @@ from bookie.storage import BookieStorage, StorageConfig
 from bookie.storage.gc import GarbageCollector
 from bookie.tls import TlsSetupError, grpc_server_credentials, server_ssl_context
 from bookie.writable_again import WritableAgain
-from metadata import BookieInfo, BookieRegistry, MetadataError, open_store
+from metadata import BookieInfo, BookieRegistry, LedgerId, MetadataError, MetadataStore, open_store
 from metadata.registry import BookieRegistration
+from metadata.underreplication import REASON_LOST_DIRECTORY, UnderReplicationManager
+from metadata.uri import parse_metadata_uri
 
 log = logging.getLogger("bookie")
 
@@ -59,7 +64,9 @@ class BookieServer:
 
     def __init__(self, cfg: BookieConfig):
         self.cfg = cfg
-        self.store = open_store(cfg.metadata_uri)
+        # Parsed once: the store, the autorecovery child and every message take these settings.
+        self.metadata = parse_metadata_uri(cfg.metadata_uri)
+        self.store = open_store(self.metadata)
         self.metrics = Metrics()
         self.storage: BookieStorage | None = None
         self.grpc_server: grpc.Server | None = None
@@ -76,12 +83,19 @@ class BookieServer:
         self.bookie_id = cfg.bookie_id or f"{cfg.host}:{cfg.port}"
         self._stopped = threading.Event()
         self._publish_lock = threading.Lock()  # the disk monitor and the journal both publish
+        self.ledger_dir_monitors: dict[Path, DiskMonitor] = {}
+        self._journal_dir_full = False
 
     def start(self) -> BookieServer:
         cfg = self.cfg
         try:
             auth = auth_policy(cfg)  # first: a bad secret file refuses the start before anything is made
-            cfg.data_dir.mkdir(parents=True, exist_ok=True)
+            cfg.journal_directory.mkdir(parents=True, exist_ok=True)
+            for d in cfg.ledger_directories:
+                try:
+                    d.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:  # a failed disk: left out, its entries reported lost
+                    log.error("ledger directory unusable dir=%s error=%r", d, exc)
             server = grpc.server(
                 ThreadPoolExecutor(max_workers=cfg.grpc_workers, thread_name_prefix="grpc"),
                 options=[
@@ -100,12 +114,13 @@ class BookieServer:
             if self.port == 0:
                 raise OSError(f"cannot listen on {cfg.host}:{cfg.port}")
             self.bookie_id = cfg.bookie_id or f"{cfg.host}:{self.port}"
-            cookie = verify_or_create_cookie(self.store, self.bookie_id, [cfg.data_dir])
+            cookie = verify_or_create_cookie(self.store, self.bookie_id, cfg.journal_directory, cfg.ledger_directories)
             self.storage = BookieStorage.open(_storage_config(cfg))
+            mark_lost_ledgers(self.store, self.bookie_id, self.storage.lost_ledgers())
             # Before any add: the cluster setting says which on-disk format to write.
             self.format_follower = FormatFollower(self.store, self.storage.set_write_format)
             service = BookieService(self.storage, self.bookie_id, installed_version(), cookie.instance_id, self.metrics,
-                                    data_dir=cfg.data_dir, auth=auth,
+                                    data_dir=cfg.journal_directory, auth=auth,
                                     owners=LedgerOwners(self.store) if cfg.verify_ledger_keys else None)
             pb_grpc.add_BookieServicer_to_server(service, server)
             server.start()
@@ -119,12 +134,13 @@ class BookieServer:
             if cfg.metrics_port is not None:
                 self.metrics_server = serve_metrics(self.metrics, cfg.metrics_host, cfg.metrics_port)
             self.registration = BookieRegistry(self.store).register(self._registration_info(cookie.instance_id))
-            self.writable_again = WritableAgain(self.storage, cfg.data_dir / "journal")
+            self.writable_again = WritableAgain(self.storage, cfg.journal_directory / "journal")
             service.journal_reopens = lambda: self.writable_again.reopened if self.writable_again else 0
             self.disk_monitor = DiskMonitor(
                 self.storage.disk_usage, self._set_read_only,
                 cfg.disk_usage_threshold, cfg.disk_usage_lwm_threshold, cfg.disk_check_interval_s,
             )
+            self._start_ledger_dir_monitors()
             # A failed journal takes no more adds: stop advertising this bookie as writable at
             # once, so that no new ensemble picks it (it keeps serving reads), until the disk
             # monitor finds room again and the journal is reopened (bookie/writable_again.py).
@@ -138,8 +154,9 @@ class BookieServer:
         except BaseException:
             self.stop()
             raise
-        log.info("bookie serving bookie=%s address=%s:%d add_port=%s data_dir=%s tls=%s", self.bookie_id, cfg.host,
-                 self.port, self.add_listener.port if self.add_listener else "none", cfg.data_dir,
+        log.info("bookie serving bookie=%s address=%s:%d add_port=%s journal_dir=%s ledger_dirs=%s tls=%s",
+                 self.bookie_id, cfg.host, self.port, self.add_listener.port if self.add_listener else "none",
+                 cfg.journal_directory, ",".join(map(str, cfg.ledger_directories)),
                  ("mutual" if cfg.tls_client_auth else "on") if cfg.tls_cert else "off")
         return self
 
@@ -176,8 +193,9 @@ class BookieServer:
                                        lambda: storage.stats().get("fsync_latency"))
         self.metrics.storage_histogram("bookie_checkpoint_latency_seconds", "one checkpoint (index snapshots, manifest)",
                                        lambda: storage.stats().get("checkpoint_latency"))
-        install_storage_metrics(self.metrics, storage, self.cfg.data_dir,
-                                lambda: self.writable_again.reopened if self.writable_again else 0)
+        install_storage_metrics(self.metrics, storage, self.cfg.journal_directory,
+                                lambda: self.writable_again.reopened if self.writable_again else 0,
+                                storage.ledger_dirs)
 
     @staticmethod
     def _deregister(registration: BookieRegistration) -> None:
@@ -197,16 +215,54 @@ class BookieServer:
             log.warning("deregistration still waiting for the metadata store after %.1f s: stopping anyway "
                         "(the registration ends with the session)", DEREGISTER_WAIT_S)
 
+    def _start_ledger_dir_monitors(self) -> None:
+        """One disk monitor per ledger directory of its own (one on the journal's directory is
+        the journal's monitor): a full one takes no new entry log (the storage moves to another),
+        and the bookie turns read-only only when all are full, or the journal's is."""
+        storage, cfg = self.storage, self.cfg
+        assert storage is not None and self.disk_monitor is not None
+        journal = cfg.journal_directory.resolve()
+        self.ledger_dir_monitors = {
+            d: DiskMonitor(partial(_disk_usage, d), partial(self._set_ledger_dir_full, d), cfg.disk_usage_threshold,
+                           cfg.disk_usage_lwm_threshold, cfg.disk_check_interval_s)
+            for d in storage.ledger_dirs if d.resolve() != journal
+        }
+        monitors = self.ledger_dir_monitors
+        journal_monitor = self.disk_monitor
+        # ENOSPC in an entry log: full until its monitor sees the low-water mark (mark_full never blocks).
+        storage.on_ledger_dir_full(lambda d: monitors.get(d, journal_monitor).mark_full())
+        for monitor in monitors.values():
+            monitor.start()
+
+    def _set_ledger_dir_full(self, ledger_dir: Path, full: bool) -> bool:
+        """A ledger directory's monitor verdict."""
+        if self.storage is not None:
+            self.storage.set_ledger_dir_full(ledger_dir, full)
+            self._apply_read_only()
+        return full
+
     def _set_read_only(self, disk_full: bool) -> bool:
-        """The disk monitor's verdict; returns the read-only state it led to. Writable again
-        only once a failed journal is reopened (bookie/writable_again.py)."""
+        """The journal directory's monitor verdict; returns whether that directory counts as full.
+        It takes adds again only once a failed journal is reopened (bookie/writable_again.py)."""
         if self.storage is None:
             return disk_full
         if not disk_full and self.writable_again is not None and not self.writable_again.attempt():
             disk_full = True
-        self.storage.set_read_only(disk_full)
+        self._journal_dir_full = disk_full
+        journal = self.cfg.journal_directory.resolve()
+        for d in self.storage.ledger_dirs:
+            if d.resolve() == journal:  # one directory for both: its monitor is the journal's
+                self.storage.set_ledger_dir_full(d, disk_full)
+        self._apply_read_only()
+        return disk_full
+
+    def _apply_read_only(self) -> None:
+        """Read-only while the journal's directory is full (or the journal failed), or every
+        ledger directory is."""
+        if self.storage is None:
+            return
+        self.storage.set_read_only(self._journal_dir_full or self.storage.ledger_dirs_all_full())
         self._publish_read_only()
-        return self.storage.read_only
 
     def _on_journal_failure(self, error: BaseException) -> None:
         """On the journal thread: read-only now, and for the disk monitor a full disk (writable
@@ -241,6 +297,8 @@ class BookieServer:
             stop_autorecovery_child(self.autorecovery)
         if self.disk_monitor is not None:
             self.disk_monitor.stop()
+        for monitor in self.ledger_dir_monitors.values():
+            monitor.stop()
         if self.gc is not None:
             self.gc.stop()
         if self.scrubber is not None:
@@ -262,9 +320,32 @@ class BookieServer:
 
 
 
+def _disk_usage(directory: Path) -> tuple[int, int]:
+    usage = shutil.disk_usage(directory)
+    return usage.used, usage.total
+
+
+def mark_lost_ledgers(store: MetadataStore, bookie_id: str, lost: dict[tuple[int, int], int]) -> None:
+    """Ledgers with entries in a lost ledger directory: marked under-replicated for this bookie
+    (metadata/underreplication.py), so that autorecovery moves their copies to another bookie, as
+    for a decommissioned one. At every start while the index still points into the lost entry
+    logs (a mark that no longer applies is cleared by the worker); a metadata error fails the
+    start, and the next start marks them again."""
+    if not lost:
+        return
+    marks = UnderReplicationManager(store)
+    for (scope, ledger_id), entries in sorted(lost.items()):
+        lid = LedgerId(scope, ledger_id)
+        if marks.mark(lid, {bookie_id}, REASON_LOST_DIRECTORY, bookie_id):
+            log.warning("ledger marked under-replicated: entries lost with a ledger directory ledger=%s entries=%d",
+                        lid, entries)
+    log.warning("lost ledger directory: %d ledgers marked under-replicated bookie=%s", len(lost), bookie_id)
+
+
 def _storage_config(cfg: BookieConfig) -> StorageConfig:
     return StorageConfig(
-        data_dir=cfg.data_dir,
+        data_dir=cfg.journal_directory,
+        ledger_dirs=cfg.ledger_directories,
         fsync=cfg.fsync,
         journal_max_group_bytes=cfg.journal_max_group_bytes,
         journal_max_group_wait_ms=cfg.journal_max_group_wait_ms,

@@ -236,10 +236,11 @@ class BookieService(pb_grpc.BookieServicer):
             journal_reopens=self.journal_reopens(), gc_available=admin.gc_available(self.storage),
             entry_log_count=int(gc.get("entry_log_count", admin.entry_log_count(self.data_dir) if self.data_dir else 0)),
         )
-        for d in admin.directory_reports(self.data_dir) if self.data_dir else []:
+        reports = admin.directory_reports(self.data_dir, self.storage.ledger_dirs) if self.data_dir else []
+        for i, d in enumerate(reports):
             entry = resp.directories.add(path=d.path, role=d.role, used_bytes=d.used_bytes,
                                          capacity_bytes=d.capacity_bytes, stored_bytes=d.stored_bytes)
-            if d.role == "ledgers" and "live_bytes" in gc:
+            if i == 0 and d.role == "ledgers" and "live_bytes" in gc:  # the bookie's figures, on its first ledger dir
                 entry.live_bytes, entry.dead_bytes = int(gc["live_bytes"]), int(gc.get("dead_bytes", 0))
         for field, key, kind in (("last_gc_unix_s", "last_gc_unix_s", float),
                                  ("last_compaction_unix_s", "last_compaction_unix_s", float),

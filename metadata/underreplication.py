@@ -4,7 +4,9 @@
 
 The auditor (pyspark_ledger.autorecovery) writes a mark for every ledger with a fragment on a
 lost bookie, and for every closed ledger whose write sets span too few racks (the bookies to
-move off); `ledger decommissionbookie` writes marks for a bookie that is to leave. Replication
+move off); `ledger decommissionbookie` writes marks for a bookie that is to leave; a bookie that
+starts without one of its ledger directories (a wiped or failed disk) marks the ledgers that had
+entries there, naming itself. Replication
 workers clear a mark once every named bookie is gone from the ledger's ensembles. Every change is
 a compare-and-set, so a worker never clears a mark the auditor extended meanwhile (a second lost
 bookie): the delete names the version the worker read.
@@ -25,6 +27,7 @@ from metadata.store import MetadataStore, RetryPolicy
 
 REASON_LOST = "lost"  # the bookie's registration has been gone longer than the grace period
 REASON_DECOMMISSION = "decommission"  # an operator asked for the bookie's fragments to move
+REASON_LOST_DIRECTORY = "lost-directory"  # the bookie lost a ledger directory (wiped or failed disk)
 # The ledger's write sets span too few racks: move these bookies' copies to other racks
 # (pyspark_ledger/autorecovery/placement_scan.py). Only CLOSED ledgers are marked so.
 REASON_MISPLACED = "misplaced"

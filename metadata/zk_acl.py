@@ -62,7 +62,7 @@ def kazoo_auth_options(auth: tuple[str, str] | None) -> dict[str, Any]:
 
 
 def not_authorized(uri: str, what: str) -> MetadataAuthError:
-    """`uri` must already be redacted (metadata.uri.redact_uri)."""
+    """`uri` must already be redacted (str() of metadata.uri_settings.MetadataSettings)."""
     return MetadataAuthError(f"metadata store {uri}: {what.removesuffix('_async')} not authorized by ZooKeeper "
                              f"(NoAuth): give the cluster's credentials as {_HOW_TO_AUTH}")
 

@@ -33,7 +33,7 @@ from metadata.key_verifier import KEY as KEY_VERIFIER
 from metadata.key_verifier import make_verifier
 from metadata.log_record import LogRecord
 from metadata.logs import LogManager
-from metadata.uri import printable, tls_params, with_zk_auth
+from metadata.uri import MetadataSettings, TlsFiles, metadata_settings, parse_zk_auth
 from pyspark_ledger.client_metrics import ClientMetrics
 from pyspark_ledger.errors import BadPasswordError, BookieRefusedError, LedgerError
 from pyspark_ledger.ledger.context import LedgerContext
@@ -56,6 +56,17 @@ log = logging.getLogger(__name__)
 CREATE_ID_COLLISIONS_MAX = 10
 
 
+def _client_settings(uri: str | MetadataSettings, zk_auth: str | None, tls_ca: str | Path | None,
+                     tls_cert: str | Path | None, tls_key: str | Path | None) -> MetadataSettings:
+    """The URI's settings with the keyword arguments in place of its own values."""
+    settings = metadata_settings(uri)
+    if zk_auth:
+        settings = settings.with_zk_auth(parse_zk_auth(zk_auth, "zk_auth"))
+    files = settings.tls
+    given = [None if v is None else str(v) for v in (tls_ca, tls_cert, tls_key)]
+    return settings.with_tls(TlsFiles(given[0] or files.ca, given[1] or files.cert, given[2] or files.key))
+
+
 def _password(password: bytes | str) -> bytes:
     return password.encode() if isinstance(password, str) else bytes(password)
 
@@ -63,7 +74,7 @@ def _password(password: bytes | str) -> bytes:
 class LedgerClient:
     def __init__(
         self,
-        metadata_uri: str,
+        metadata_uri: str | MetadataSettings,
         *,
         placement: PlacementPolicy | None = None,
         add_timeout_s: float = 10.0,
@@ -77,19 +88,20 @@ class LedgerClient:
         zk_auth: str | None = None,
         metrics_registry: CollectorRegistry | None = None,
     ):
-        """tls_ca / tls_cert / tls_key: TLS to the bookies (docs/security.md); each defaults to
+        """metadata_uri: the metadata service URI, or its MetadataSettings (metadata/uri_settings.py).
+        tls_ca / tls_cert / tls_key: TLS to the bookies (docs/security.md); each defaults to
         the metadata URI's query parameter of the same name. operator_secret: the cluster's
         operator identity (deletes without the ledger password, admin calls), default
         LEDGER_OPERATOR_SECRET / LEDGER_OPERATOR_SECRET_FILE. zk_auth: ZooKeeper credentials
         ("digest:user:secret" or "sasl:user:secret"), default the URI's zk_auth or LEDGER_ZK_AUTH. metrics_registry: a
         prometheus_client registry to expose this client's metrics in (`self.metrics`, see
         pyspark_ledger/client_metrics.py); default none: registered nowhere."""
-        self.metadata_uri = printable(metadata_uri)  # shown with zk_auth=*** (metadata.uri.RedactedUri)
-        uri_tls = tls_params(metadata_uri)
-        tls = TlsSettings.from_values(tls_ca or uri_tls.get("tls_ca"), tls_cert or uri_tls.get("tls_cert"),
-                                      tls_key or uri_tls.get("tls_key"))
+        self.metadata = _client_settings(metadata_uri, zk_auth, tls_ca, tls_cert, tls_key)
+        self.metadata_uri = str(self.metadata)  # for messages: zk_auth's secret shows as ***
+        files = self.metadata.tls
+        tls = TlsSettings.from_values(files.ca, files.cert, files.key)
         # The deadline of every metadata call (None: the URI's op_timeout_ms, else its session timeout).
-        self.store = open_store(with_zk_auth(metadata_uri, zk_auth), timeout_s=metadata_timeout_s)
+        self.store = open_store(self.metadata, timeout_s=metadata_timeout_s)
         self.ledgers = LedgerManager(self.store)
         self.logs = LogManager(self.store)
         self.registry = BookieRegistry(self.store)

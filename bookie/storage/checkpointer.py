@@ -88,10 +88,11 @@ class Checkpointer:
                 self._table.restore_dirty(dirty)
                 raise
             self._done = position
-            deleted = self._journal.trim_before(position.seq)
             elapsed = time.perf_counter() - started
+            # Counted before the trim: whoever sees the journal trimmed sees the checkpoint counted.
             self._stats.checkpoints += 1
             self._stats.checkpoint_ledgers_written += len(snapshots)
             self._stats.checkpoint_latency.record(elapsed)
+            deleted = self._journal.trim_before(position.seq)
             log.debug("checkpoint done position=%s ledgers_written=%d journal_files_deleted=%d "
                       "seconds=%.3f", tuple(position), len(snapshots), deleted, elapsed)

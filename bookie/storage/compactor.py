@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from bookie.storage import records
 from bookie.storage.engine_types import LedgerKey
@@ -44,13 +42,12 @@ Usage = Callable[[], dict[int, tuple[int, int]]]  # (file bytes, live bytes) per
 
 class Compactor:
     def __init__(self, table: LedgerTable, logs: EntryLogs, usage: Usage, entry_log_max_bytes: int,
-                 fsync: bool, data_dir: Path) -> None:
+                 fsync: bool) -> None:
         self._table = table
         self._logs = logs
         self._usage = usage
         self._entry_log_max_bytes = entry_log_max_bytes
         self._fsync = fsync
-        self._data_dir = data_dir
 
     def candidates(self, threshold: float) -> dict[int, tuple[int, int]]:
         """Entry logs (never the current one) whose live fraction is under threshold."""
@@ -78,7 +75,7 @@ class Compactor:
         if not candidates:
             return 0, 0
         to_copy = sum(live for _, live in candidates.values())
-        free = shutil.disk_usage(self._data_dir).free
+        free = self._logs.side_log_free_bytes()
         if to_copy + COMPACTION_FREE_MARGIN_BYTES > free:
             log.warning("compaction skipped: the disk is too full to copy live_bytes=%d free=%d "
                         "margin=%d logs=%d", to_copy, free, COMPACTION_FREE_MARGIN_BYTES,

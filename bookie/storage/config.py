@@ -40,7 +40,10 @@ INDEX_PAGE_BITS = 14
 
 @dataclass(frozen=True)
 class StorageConfig:
+    # The journal directory: journal files, the index store, the checkpoint manifest, the lock.
     data_dir: Path
+    # Where entry logs go (each gets an entries/ subdirectory); empty: data_dir alone.
+    ledger_dirs: tuple[Path, ...] = ()
     fsync: bool = True
     journal_file_max_bytes: int = 256 * 2**20
     journal_max_group_bytes: int = 8 * 2**20
@@ -52,8 +55,15 @@ class StorageConfig:
     add_enqueue_timeout_ms: int = 1000
     repair_journal: bool = False
 
+    @property
+    def entry_log_parents(self) -> tuple[Path, ...]:
+        """The ledger directories entry logs live under."""
+        return self.ledger_dirs or (self.data_dir,)
+
     def validate(self) -> None:
         """Reject configurations the on-disk formats cannot represent."""
+        resolved = [Path(d).resolve() for d in self.entry_log_parents]
+        ensure(len(set(resolved)) == len(resolved), f"ledger directories given twice: {list(self.ledger_dirs)}")
         ensure(self.journal_file_max_bytes > 0, "journal_file_max_bytes must be > 0")
         ensure(self.journal_max_group_bytes > 0, "journal_max_group_bytes must be > 0")
         ensure(self.journal_max_group_wait_ms >= 0, "journal_max_group_wait_ms must be >= 0")

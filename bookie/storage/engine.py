@@ -1,26 +1,23 @@
 """BookieStorage: the durable storage engine of a bookie, as a small facade over its parts.
 
-Data directory layout:
+Directory layout (the journal directory is StorageConfig.data_dir; with no ledger directories
+given, entries/ is under it too, as in a single --data-dir):
     LOCK                      flock'ed while an engine has the directory open
-    FORMAT_VERSION            on-disk format marker, once a format above 1 is written (format_version.py)
+    FORMAT_VERSION            on-disk format marker, once a format above 1 is written (format_version.py;
+                              in each ledger directory too)
     CHECKPOINT                manifest: the journal position the checkpoint covers
     UNCERTAIN                 present while in uncertain mode (after a repaired journal)
     journal/<seq>.log         group-committed journal (the only thing an ack waits for)
-    entries/<id>.log          entry logs (entries appended after the journal made them durable)
     ledgers/index.sqlite      index store: per-ledger master key, fence bit, LAC, index
+    <ledger dir>/entries/<id>.log   entry logs (appended after the journal made them durable)
 
-The parts, each owning its state (docs/storage.md draws them):
-    JournalPipeline  journal_pipeline.py  queue -> journal file -> group committer; replay, trim
-    EntryLogs        entry_log.py         entry-log files: appends, preads, rolls, removal
-    LedgerTable      ledger_table.py      the index: ledger states, entry locations, snapshots
-    Applier          applier.py           durable groups (and replayed records) -> logs + index
-    WritePath        write_path.py        add / fence / LAC / delete -> journal items
-    ReadPath         read_path.py         LAC reads, long polls, entry and range reads
-    EngineModes      modes.py             read-only, failed journal, uncertain
-    Checkpointer     checkpointer.py      snapshots + manifest, then journal trim
-    EntryLogGc       entry_log_gc.py      live bytes per log, dirty-tail caps, log removal
-    Compactor        compactor.py         copies live entries out of mostly-dead logs
-    EntryScrubber    engine_scrub.py      verifies stored entries window by window
+The index lives with the journal, not with the entry logs: when a ledger directory is lost, the
+index still says which entries were there (their locations name entry logs that are gone), so
+the bookie answers UNKNOWN_ENTRY_STATE for them and reports the ledgers (lost_ledgers()).
+
+The parts (docs/storage.md lists them): JournalPipeline, EntryLogs, LedgerTable (the index),
+Applier, WritePath, ReadPath, EngineModes, Checkpointer, EntryLogGc, Compactor, EntryScrubber;
+each owns its state, this facade wires them and hands each public call to its part.
 
 Write path: an add is journaled (one write + one fdatasync per group), then applied (entry log
 pwrite, index) and only then acknowledged: an acknowledged entry is always readable.
@@ -93,8 +90,9 @@ class BookieStorage:
                                           self._stats, config.fsync)
         self._gc = EntryLogGc(table, logs, self._reads, self._checkpointer.checkpoint)
         self._compactor = Compactor(table, logs, self._gc.entry_log_usage, config.entry_log_max_bytes,
-                                    config.fsync, self._data_dir)
+                                    config.fsync)
         self._scrubber = EntryScrubber(table, self._reads)
+        self._lost: dict[LedgerKey, int] = {}  # ledger -> entries lost with a ledger directory
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -103,7 +101,7 @@ class BookieStorage:
         """Recover the data directory (checkpoint + journal replay) and start the threads."""
         config.validate()
         data_dir = Path(config.data_dir)
-        for d in (data_dir, data_dir / JOURNAL_DIR, data_dir / ENTRIES_DIR, data_dir / LEDGERS_DIR):
+        for d in (data_dir, data_dir / JOURNAL_DIR, data_dir / LEDGERS_DIR):
             d.mkdir(parents=True, exist_ok=True)
         lock_fd = os.open(data_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -113,26 +111,38 @@ class BookieStorage:
             raise StorageLockedError(f"data directory {data_dir} is in use by another engine") from exc
         with ExitStack() as undo:  # on any failure: close what was opened, newest first
             undo.callback(os.close, lock_fd)  # also drops the flock
-            fmt = FormatState([data_dir], config.fsync)  # refuses a newer format before reading anything
+            # Refuses a newer format before reading anything; markers in the journal directory and
+            # in every ledger directory usable now (a missing one is recreated empty, unmarked).
+            fmt = FormatState([data_dir, *(d for d in config.entry_log_parents if d != data_dir and d.is_dir())],
+                              config.fsync)
             table = LedgerTable.load(data_dir / LEDGERS_DIR, config.fsync)
             undo.callback(table.close)
-            logs = EntryLogs(data_dir / ENTRIES_DIR, config.entry_log_max_bytes, config.fsync)
+            referenced = table.referenced_log_ids()
+            logs = EntryLogs([d / ENTRIES_DIR for d in config.entry_log_parents], config.entry_log_max_bytes,
+                             config.fsync, id_floor=max(referenced, default=0))
             undo.callback(logs.close)
             engine = cls(config, lock_fd, table, logs, fmt)
             undo.callback(engine._journal.close)
-            engine._recover()
+            engine._recover(referenced - logs.existing_ids())
             engine._journal.start(engine._applier.apply_group, engine._modes.journal_failed)
             engine._checkpointer.start(config.checkpoint_interval_s)
             undo.pop_all()
         return engine
 
-    def _recover(self) -> None:
+    def _recover(self, missing_logs: set[int]) -> None:
         started = time.perf_counter()
         start = manifest_position(self._data_dir)
         outcome = self._journal.replay(start, self._applier.replay_record)
         if outcome.skipped:
             self._modes.enter_uncertain(f"journal repaired, skipped records: {', '.join(outcome.skipped)}")
         self._applier.reset_position(self._journal.position)
+        if missing_logs:
+            # After replay: entries the journal still held were re-appended, so they are not lost.
+            self._lost = self._table.entries_in_logs(missing_logs)
+            self._reads.lost_log_ids = frozenset(missing_logs)
+            log.warning("entry logs missing (a wiped or failed ledger directory): their entries answer UNKNOWN_ENTRY_"
+                        "STATE until re-replicated logs=%d ledgers=%d entries=%d", len(missing_logs), len(self._lost),
+                        sum(self._lost.values()))
         # Persist what replay rebuilt (and fsync the entries it re-appended) so the replayed
         # journal files, including any torn or repaired spots, can be deleted now.
         # Entry logs nothing points into (a crash during GC) are removed with it.
@@ -170,17 +180,14 @@ class BookieStorage:
         log.info("storage closed data_dir=%s", self._data_dir)
 
     def on_journal_failure(self, callback: Callable[[BaseException], None]) -> None:
-        """Call `callback(error)` when the journal fails (at once if it has already failed), so
-        the bookie can stop advertising itself writable."""
+        """Call `callback(error)` when the journal fails (at once if it already has)."""
         self._modes.on_journal_failure(callback)
 
     def reopen_journal(self) -> bool:
-        """Hook for bookie.writable_again, once the disk has room again: replace a failed journal
-        with a new file and take adds again, without a restart. Every acknowledged record was
-        applied before its ack, so a checkpoint at the new file's start covers them all; the
-        failed file (its tail unknown after the error, maybe holding records nobody was told
-        are durable) is then never replayed and is deleted. False (still failed) if any step
-        fails; it may be called again."""
+        """bookie.writable_again's hook: replace a failed journal by a new file, without a
+        restart (docs/operations.md). Acknowledged records were applied before their acks, so a
+        checkpoint at the new file's start covers them; the failed file is never replayed.
+        False (still failed) if a step fails; it may be called again."""
         if not self._modes.failed or self._table.closed:
             return not self._modes.failed
         if not self._journal.committer_stopped():
@@ -204,13 +211,8 @@ class BookieStorage:
 
     def add_batch(self, ledger: LedgerKey, master_key: bytes, entries: Sequence[tuple[int, int, bytes]],
                   recovery: bool, on_done: Callable[[Status], None], allow_inline: bool = True) -> None:
-        """Validate synchronously (on_done called at once with the refusal), otherwise queue;
-        on_done(OK) comes from the journal thread once the batch is durable and readable. With
-        `allow_inline`, an add that finds the journal idle is written, synced and applied in the
-        calling thread instead (on_done runs before this returns); callers submitting several
-        batches at once pass False so they share one group commit.
-        Recovery adds are accepted on fenced ledgers and, like BookKeeper's high-priority
-        writes, on a read-only bookie."""
+        """Refusals call on_done at once; else on_done(OK) once the batch is durable and
+        readable (WritePath.add_batch says on which thread)."""
         self._writes.add_batch(ledger, master_key, entries, recovery, on_done, allow_inline)
 
     def fence(self, ledger: LedgerKey, master_key: bytes, timeout_s: float = 10.0) -> tuple[Status, int]:
@@ -254,19 +256,12 @@ class BookieStorage:
         return [key for key, _ in self._table.live()]
 
     def ledger_state(self, ledger: LedgerKey) -> LedgerState | None:
-        with self._table.lock:
-            meta = self._table.live_locked(ledger)
-            if meta is None:
-                return None
-            return LedgerState(meta.fenced, meta.lac, meta.index.count, meta.index.size_bytes,
-                               meta.key is not None)
+        return self._table.state(ledger)
 
     def stored_master_key(self, ledger: LedgerKey) -> bytes | None:
         """The master key the ledger was created with, for authorizing requests that carry no
         write (bookie/auth.py); None: unknown, deleted, or known only from a keyless record."""
-        with self._table.lock:
-            meta = self._table.live_locked(ledger)
-            return None if meta is None else meta.key
+        return self._table.master_key(ledger)
 
     def stats(self) -> dict[str, Any]:
         position = self._applier.applied_position()
@@ -287,13 +282,35 @@ class BookieStorage:
         return out
 
     def disk_usage(self) -> tuple[int, int]:
-        usage = shutil.disk_usage(self._data_dir)
+        usage = shutil.disk_usage(self._data_dir)  # the journal directory's file system
         return usage.used, usage.total
 
     def set_write_format(self, setting: int) -> int:
         """Follow the cluster setting storage_format_version; the format written from now on
         (docs/upgrading.md, format_version.py)."""
         return self._format.follow(setting)
+
+    # ---- ledger directories (entry_log.py) ----------------------------------------------
+
+    @property
+    def ledger_dirs(self) -> tuple[Path, ...]:
+        """The directories entry logs live under (the journal directory when none was given)."""
+        return self._config.entry_log_parents
+
+    def lost_ledgers(self) -> dict[LedgerKey, int]:
+        """Ledgers with entries in entry logs missing at open (a lost ledger directory), and how many."""
+        return dict(self._lost)
+
+    def set_ledger_dir_full(self, ledger_dir: Path, full: bool) -> None:
+        """The disk monitor's verdict on one ledger directory: a full one takes no new entry log."""
+        self._logs.set_full(ledger_dir / ENTRIES_DIR, full)
+
+    def ledger_dirs_all_full(self) -> bool:
+        return self._logs.all_full()
+
+    def on_ledger_dir_full(self, callback: Callable[[Path], None]) -> None:
+        """Call `callback(ledger_dir)` (apply thread: must not block) when ENOSPC fills a ledger dir."""
+        self._logs.on_full = lambda entries_dir: callback(entries_dir.parent)
 
     # ---- modes (modes.py) ---------------------------------------------------------------
 
@@ -337,8 +354,7 @@ class BookieStorage:
         return self._gc.run_now(progress)
 
     def set_closed_last(self, ledger: LedgerKey, last_entry: int) -> None:
-        """Metadata says the ledger is CLOSED at last_entry: entries past it (a fenced writer's
-        dirty tail) are never served again, across restarts too."""
+        """Metadata says CLOSED at last_entry: the dirty tail past it is never served again."""
         self._gc.set_closed_last(ledger, last_entry)
 
     def entry_log_usage(self) -> dict[int, tuple[int, int]]:

@@ -18,8 +18,9 @@ from pathlib import Path
 from bookie.status import Status
 from bookie.storage import records
 from bookie.storage.checkpoint import encode_ledger, load_ledger_snapshots, write_ledger_snapshots
+from bookie.storage.config import LOCATION_OFFSET_BITS
 from bookie.storage.durable_files import remove_tmp_files
-from bookie.storage.engine_types import LedgerKey, _LacWaiters
+from bookie.storage.engine_types import LedgerKey, LedgerState, _LacWaiters
 from bookie.storage.errors import InvariantError, ensure
 from bookie.storage.index_store import IndexStore
 from bookie.storage.ledger_index import LedgerMeta
@@ -84,6 +85,18 @@ class LedgerTable:
         meta = self._metas.get(ledger)
         return None if meta is None or meta.deleted else meta
 
+    def state(self, ledger: LedgerKey) -> LedgerState | None:
+        with self.lock:
+            meta = self.live_locked(ledger)
+            if meta is None:
+                return None
+            return LedgerState(meta.fenced, meta.lac, meta.index.count, meta.index.size_bytes, meta.key is not None)
+
+    def master_key(self, ledger: LedgerKey) -> bytes | None:
+        with self.lock:
+            meta = self.live_locked(ledger)
+            return None if meta is None else meta.key
+
     @property
     def metas(self) -> dict[LedgerKey, LedgerMeta]:
         """The map itself, for tests that look at an entry's stored location."""
@@ -102,6 +115,25 @@ class LedgerTable:
 
     def dirty_count_locked(self) -> int:
         return len(self._dirty)
+
+    def referenced_log_ids(self) -> set[int]:
+        """Every entry log id the index points into (dirty tails included)."""
+        out: set[int] = set()
+        for _, meta in self.live():
+            out.update(loc >> LOCATION_OFFSET_BITS for _, loc, _ in meta.index.items())
+        return out
+
+    def entries_in_logs(self, log_ids: set[int]) -> dict[LedgerKey, int]:
+        """Per ledger, how many of its served entries (up to a CLOSED ledger's last) are stored
+        in `log_ids`: at open, what a lost ledger directory held."""
+        out: dict[LedgerKey, int] = {}
+        for key, meta in self.live():
+            cap = meta.closed_last
+            n = sum(1 for entry_id, loc, _ in meta.index.items()
+                    if loc >> LOCATION_OFFSET_BITS in log_ids and (cap is None or entry_id <= cap))
+            if n:
+                out[key] = n
+        return out
 
     # ---- changes (caller holds the lock) ------------------------------------------------
 

@@ -50,6 +50,9 @@ class ReadPath:
         self._drained = threading.Condition(table.lock)
         self._corrupt_log_next = 0.0
         self._corrupt_log_suppressed = 0
+        # Entry logs lost with their directory (reported once at open): their reads answer
+        # UNKNOWN_ENTRY_STATE without an error line each.
+        self.lost_log_ids: frozenset[int] = frozenset()
 
     # ---- quiescing ----------------------------------------------------------------------
 
@@ -159,6 +162,8 @@ class ReadPath:
         finally:
             self._count_read(answer)
         for log_id, offset, error in answer.failed_preads:
+            if log_id in self.lost_log_ids:
+                continue
             log.error("entry log read failed ledger=%s log_id=%d offset=%d error=%s",
                       ledger, log_id, offset, error)
         for c in answer.corrupt:

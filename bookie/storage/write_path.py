@@ -58,7 +58,13 @@ class WritePath:
 
     def add_batch(self, ledger: LedgerKey, master_key: bytes, entries: Sequence[tuple[int, int, bytes]],
                   recovery: bool, on_done: Callable[[Status], None], allow_inline: bool = True) -> None:
-        """See BookieStorage.add_batch."""
+        """Validate synchronously (on_done called at once with the refusal), otherwise queue;
+        on_done(OK) comes from the journal thread once the batch is durable and readable. With
+        `allow_inline`, an add that finds the journal idle is written, synced and applied in the
+        calling thread instead (on_done runs before this returns); callers submitting several
+        batches at once pass False so they share one group commit.
+        Recovery adds are accepted on fenced ledgers and, like BookKeeper's high-priority
+        writes, on a read-only bookie."""
         refusal = self._refusal(allowed_when_read_only=recovery)
         if refusal is not None:
             on_done(refusal)

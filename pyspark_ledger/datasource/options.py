@@ -25,7 +25,7 @@ from metadata.context import CONTEXT_TEXT_BYTES_MAX, Party
 from metadata.embedded_store import embedded_path_from_env_default
 from metadata.errors import InvalidUriError
 from metadata.paths import check_name
-from metadata.uri import parse_uri, with_client_params, zk_auth
+from metadata.uri import MetadataSettings, TlsFiles, parse_metadata_uri, parse_zk_auth
 from pyspark_ledger.datasource.errors import OptionError, did_you_mean
 from pyspark_ledger.datasource.option_values import int_option, text_option
 from pyspark_ledger.datasource.positions import Bound
@@ -46,8 +46,8 @@ ARROW_COMPRESSION_DEFAULT = "lz4"  # Arrow IPC's LZ4 frame: GB/s both ways, stan
 TEST_FAIL_MODES = ("raise", "exit")
 
 # Security settings of the client (docs/security.md), carried to the driver's and the executors'
-# clients as query parameters of the metadata URI, which LedgerClient reads (zk_auth: printed
-# redacted, metadata.uri.RedactedUri).
+# clients in the metadata settings (metadata/uri_settings.py: printed with zk_auth=***, pickled as
+# the URI string, which each executor process parses once).
 CLIENT_URI_OPTIONS = ("tls_ca", "tls_cert", "tls_key", "zk_auth")
 
 # lower-cased key -> documented spelling (Spark lower-cases keys before we see them).
@@ -81,7 +81,7 @@ def default_metadata_uri() -> str:
 
 @dataclass(frozen=True, slots=True)
 class LedgerSourceOptions:
-    metadata_uri: str
+    metadata: MetadataSettings
     log: str | None = None  # the one log named (log, the path, or logs with one name)
     ledger: LedgerId | None = None
     read: ReadOptions = field(default_factory=ReadOptions)
@@ -98,6 +98,11 @@ class LedgerSourceOptions:
     owner: Party | None = None
     test_fail_attempts: int = 0
     test_fail_mode: str = "raise"
+
+    @property
+    def metadata_uri(self) -> str:
+        """The metadata URI as messages show it (zk_auth's secret as ***)."""
+        return str(self.metadata)
 
     @property
     def starting(self) -> Bound:
@@ -137,16 +142,23 @@ def _owner(raw: str) -> Party:
         raise OptionError("owner", str(exc)) from None
 
 
-def _metadata_uri(opts: Mapping[str, str]) -> str:
-    """metadataServiceUri with the client security options (CLIENT_URI_OPTIONS) as parameters."""
+def _metadata(opts: Mapping[str, str]) -> MetadataSettings:
+    """metadataServiceUri parsed, with the client security options (CLIENT_URI_OPTIONS) in place of
+    its own values; an error names the option at fault and never echoes zk_auth."""
     uri = text_option(opts, "metadataServiceUri") or default_metadata_uri()
     try:
-        parse_uri(uri)
-        uri = with_client_params(uri, {k: str(opts[k]) for k in CLIENT_URI_OPTIONS if opts.get(k)})
-        zk_auth(uri, environ={})  # a malformed zk_auth is refused here, naming the option
+        settings = parse_metadata_uri(uri)
     except InvalidUriError as exc:
-        raise OptionError("metadataServiceUri" if "zk_auth" not in str(exc) else "zk_auth", str(exc)) from None
-    return uri
+        raise OptionError("metadataServiceUri", str(exc)) from None
+    given = {k: str(opts[k]) for k in CLIENT_URI_OPTIONS if opts.get(k)}
+    if "zk_auth" in given:
+        try:
+            settings = settings.with_zk_auth(parse_zk_auth(given["zk_auth"], "option zk_auth"))
+        except InvalidUriError as exc:
+            raise OptionError("zk_auth", str(exc)) from None
+    files = settings.tls
+    return settings.with_tls(TlsFiles(given.get("tls_ca", files.ca), given.get("tls_cert", files.cert),
+                                      given.get("tls_key", files.key)))
 
 
 def _target(opts: Mapping[str, str]) -> tuple[str | None, LedgerId | None]:
@@ -192,7 +204,7 @@ def parse_options(options: Mapping[str, str], target_required: bool = True) -> L
     target_required=False: a write whose rows name their logs (a `log` column) may name none."""
     opts = {str(k).lower(): v for k, v in options.items()}
     _check_known(opts)
-    uri = _metadata_uri(opts)
+    metadata = _metadata(opts)
     log_name, ledger = _target(opts)
     named = log_name is not None or ledger is not None or "logs" in opts or "logpattern" in opts
     read = parse_read_options(opts, log_name, ledger is not None) if named or target_required else ReadOptions()
@@ -235,7 +247,7 @@ def parse_options(options: Mapping[str, str], target_required: bool = True) -> L
 
     password = _password(opts)
     return LedgerSourceOptions(
-        metadata_uri=uri,
+        metadata=metadata,
         log=log_name,
         ledger=ledger,
         read=read,

@@ -27,7 +27,6 @@ from metadata import LedgerMetadata, MetadataError, NoSuchLedgerError
 from metadata.log_record import LogLedger, LogRecord
 from metadata.log_segments import LogHead
 from metadata.logs import NoSuchLogError
-from metadata.uri import printable
 from pyspark_ledger.datasource.cuts import Cut, DataLossError, end_cut, start_cut
 from pyspark_ledger.datasource.errors import LedgerUserError, OptionError, did_you_mean
 from pyspark_ledger.datasource.log_view import HeadView
@@ -74,7 +73,7 @@ def read_log_head(client: LedgerClient, opts: LedgerSourceOptions, name: str | N
         return client.logs.read_head(name)[0]
     except NoSuchLogError:
         hint = did_you_mean(name, _known_logs(client))
-        raise LedgerSourceError(f"no log named {name!r} in {printable(opts.metadata_uri)}{hint} (options log, logs)") from None
+        raise LedgerSourceError(f"no log named {name!r} in {opts.metadata_uri}{hint} (options log, logs)") from None
 
 
 def read_log(client: LedgerClient, opts: LedgerSourceOptions) -> LogRecord:
@@ -98,7 +97,7 @@ def select_logs(client: LedgerClient, opts: LedgerSourceOptions) -> list[str]:
         return list(opts.read.logs)
     names = sorted(n for n in client.logs.names() if re.fullmatch(opts.read.log_pattern, n))
     if not names:
-        raise LedgerSourceError(f"no log in {printable(opts.metadata_uri)} matches logPattern "
+        raise LedgerSourceError(f"no log in {opts.metadata_uri} matches logPattern "
                                 f"{opts.read.log_pattern!r} (the pattern must match a whole name)")
     return names
 
@@ -174,7 +173,7 @@ def _ledger_meta(client: LedgerClient, opts: LedgerSourceOptions, name: str | No
         meta, version = client.ledgers.read(lg.ledger_id)
     except NoSuchLedgerError:
         if name is None:
-            raise LedgerSourceError(f"no ledger {lg.ledger_id} in {printable(opts.metadata_uri)} (option ledger)") from None
+            raise LedgerSourceError(f"no ledger {lg.ledger_id} in {opts.metadata_uri} (option ledger)") from None
         message = f"log {name!r}: ledger {lg.ledger_id} (seq {lg.seq}) is listed but gone (deleted: trimmed while planning?)"
         if opts.read.fail_on_data_loss:
             raise DataLossError(f"{message}. Set failOnDataLoss=false to skip it") from None
@@ -280,8 +279,8 @@ def open_client(opts: LedgerSourceOptions, *, add_timeout_s: float = 10.0) -> Le
     freeze_worker_heap()
 
     try:
-        return LedgerClient(opts.metadata_uri, add_timeout_s=add_timeout_s)
+        return LedgerClient(opts.metadata, add_timeout_s=add_timeout_s)
     except MetadataError as exc:
         raise LedgerSourceError(
-            f"cannot reach the metadata service {printable(opts.metadata_uri)} (option metadataServiceUri): {exc}; "
+            f"cannot reach the metadata service {opts.metadata_uri} (option metadataServiceUri): {exc}; "
             "check the address and that the service is running") from None

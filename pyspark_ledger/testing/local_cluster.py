@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from metadata.uri import ZK_AUTH_ENV, split_zk_auth
+from metadata.errors import InvalidUriError
+from metadata.uri import ZK_AUTH_ENV, parse_metadata_uri
 from pyspark_ledger.errors import PySparkLedgerError
 from pyspark_ledger.testing.zookeeper_server import free_port
 
@@ -51,6 +52,16 @@ class BookieLauncher:
     program: tuple[str, ...] = (sys.executable, "-m", "bookie.server")
     env: dict[str, str] | None = None
     cwd: str | None = None
+
+
+def _without_zk_auth(uri: str) -> tuple[str, str | None]:
+    """The URI for a bookie's command line, and its zk_auth for the environment (None: it has none).
+    A URI that does not parse goes as it is: the bookie's own refusal of it is what a test sees."""
+    try:
+        settings = parse_metadata_uri(uri)
+    except InvalidUriError:
+        return uri, None
+    return str(settings.without_secrets()), None if settings.zk_auth is None else settings.zk_auth.reveal()
 
 
 class LocalBookie:
@@ -86,7 +97,7 @@ class LocalBookie:
         """The bookie's command line: the metadata URI without its zk_auth (environment())."""
         return [
             *self.launcher.program,
-            "--metadata-uri", split_zk_auth(self.metadata_uri)[0], "--data-dir", str(self.data_dir),
+            "--metadata-uri", _without_zk_auth(self.metadata_uri)[0], "--data-dir", str(self.data_dir),
             "--host", "127.0.0.1", "--port", str(self.port), "--bookie-id", self.bookie_id,
             *self.extra_args,
         ]
@@ -96,7 +107,7 @@ class LocalBookie:
         which the bookie reads when its URI carries none (never on a command line, where every
         local user can read them)."""
         base = self.launcher.env if self.launcher.env is not None else os.environ
-        auth = split_zk_auth(self.metadata_uri)[1]
+        auth = _without_zk_auth(self.metadata_uri)[1]
         return {**base, ZK_AUTH_ENV: auth} if auth is not None else dict(base)
 
     def start(self, wait: bool = True) -> LocalBookie:

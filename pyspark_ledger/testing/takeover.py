@@ -52,7 +52,7 @@ def run_takeover(client: LedgerClient, bookies: list[LocalBookie], log_name: str
          str(count), str(size), str(acked_first)],
         cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         # The URI (it may carry zk_auth) in the environment, never on the command line.
-        env={**os.environ, "PYTHONPATH": str(REPO), METADATA_URI_ENV: client.metadata_uri[:]},
+        env={**os.environ, "PYTHONPATH": str(REPO), METADATA_URI_ENV: client.metadata.uri_with_secrets()},
     )
     out = ProcessLines(proc)
     stopped = [b.proc for b in bookies[1:] if b.proc is not None]

@@ -89,9 +89,9 @@ def _bindable(port: int) -> bool:
     return True
 
 
-def four_letter(port: int, cmd: str, timeout_s: float = 2.0) -> str:
+def four_letter(port: int, cmd: str, timeout_s: float = 2.0, host: str = "127.0.0.1") -> str:
     """Send a four-letter command; a command sent during start-up can hang, so always time out."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+    with socket.create_connection((host, port), timeout=timeout_s) as s:
         s.settimeout(timeout_s)
         s.sendall(cmd.encode())
         chunks = []

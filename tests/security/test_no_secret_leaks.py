@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from metadata.uri import with_zk_auth
 from pyspark_ledger import LedgerClient
 from pyspark_ledger.testing.zookeeper_server import LocalZooKeeper
 from tests.security.secured_cluster import OPERATOR_SECRET, secured_cluster
+from tests.security.uri_helpers import uri_with_zk_auth as with_zk_auth
 
 ZK_SECRET = "zk-pw-3e8b1c7d"
 LEDGER_PASSWORD = "ledger-pw-91af04d2"

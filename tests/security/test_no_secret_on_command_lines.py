@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 
 from bookie.autorecovery_child import METADATA_URI_ENV, OPERATOR_SECRET_FILE_ENV
-from metadata.uri import ZK_AUTH_ENV, split_zk_auth, with_zk_auth
+from metadata.uri import ZK_AUTH_ENV, parse_metadata_uri
 from pyspark_ledger.cli.app import ENV_URI
 from pyspark_ledger.testing.local_cluster import LocalCluster
 from pyspark_ledger.testing.zookeeper_server import LocalZooKeeper, free_port
 from pyspark_ledger.transport.credentials import SECRET_FILE_ENV
+from tests.security.uri_helpers import uri_with_zk_auth as with_zk_auth
 
 ZK_SECRET = "zk-cmdline-secret-5c2e9a71"
 WAIT_S = 180.0  # a shared 2-core machine: the child imports the client, then joins ZooKeeper
@@ -74,18 +75,20 @@ def test_the_variable_names_the_bookie_sets_are_the_ones_the_client_reads() -> N
     assert (METADATA_URI_ENV, OPERATOR_SECRET_FILE_ENV) == (ENV_URI, SECRET_FILE_ENV)
 
 
-def test_split_zk_auth_keeps_everything_but_the_credentials() -> None:
+def test_the_settings_without_secrets_keep_everything_but_the_credentials() -> None:
     uri = f"zk://127.0.0.1:2181/ledgers?session_timeout_ms=5000&zk_auth=digest:u:{ZK_SECRET}&tls_ca=/x/ca.pem"
-    assert split_zk_auth(uri) == ("zk://127.0.0.1:2181/ledgers?session_timeout_ms=5000&tls_ca=%2Fx%2Fca.pem",
-                                  f"digest:u:{ZK_SECRET}")
-    assert split_zk_auth("zk://127.0.0.1:2181/ledgers") == ("zk://127.0.0.1:2181/ledgers", None)
+    settings = parse_metadata_uri(uri)
+    assert settings.zk_auth is not None and settings.zk_auth.reveal() == f"digest:u:{ZK_SECRET}"
+    assert str(settings.without_secrets()) == "zk://127.0.0.1:2181/ledgers?session_timeout_ms=5000&tls_ca=/x/ca.pem"
+    assert parse_metadata_uri(str(settings.without_secrets())) == settings.without_secrets()
+    assert parse_metadata_uri("zk://127.0.0.1:2181/ledgers").zk_auth is None
 
 
 def test_a_bookie_with_the_secret_in_its_config_file_starts_autorecovery_without_it_on_a_command_line(
         zk_server: LocalZooKeeper, zk_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(ZK_AUTH_ENV, raising=False)  # the secret is in the config file only
     monkeypatch.delenv(ENV_URI, raising=False)
-    uri = with_zk_auth(zk_uri, f"digest:ledger:{ZK_SECRET}")[:]
+    uri = with_zk_auth(zk_uri, f"digest:ledger:{ZK_SECRET}")
     port = free_port()
     config = tmp_path / "bookie.toml"
     config.touch(mode=0o600)

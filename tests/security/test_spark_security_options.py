@@ -1,6 +1,6 @@
 """The data source's security options (pyspark_ledger/datasource/options.py): tls_ca, tls_cert,
-tls_key and zk_auth reach the driver's and the executors' clients as metadata URI parameters
-(they survive pickling), zk_auth and the password never show in a repr or a message, and
+tls_key and zk_auth reach the driver's and the executors' clients in the metadata settings
+(pickled as the URI string), zk_auth and the password never show in a repr or a message, and
 password_file reads the password from a file."""
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from metadata.uri import tls_params, zk_auth
 from pyspark_ledger.datasource.options import OptionError, parse_options
 
 ZK_SECRET = "zk-s3cret-77"
@@ -22,10 +21,10 @@ def test_security_options_travel_in_the_metadata_uri_and_print_redacted(tmp_path
                           "zk_auth": f"digest:spark:{ZK_SECRET}", "password": "ledger-pw"})
     shipped = pickle.loads(pickle.dumps(opts))  # what an executor gets
     for o in (opts, shipped):
-        assert tls_params(o.metadata_uri) == {"tls_ca": "/etc/ca.pem", "tls_cert": "/etc/c.pem", "tls_key": "/etc/c.key"}
-        assert zk_auth(o.metadata_uri, environ={}) == ("digest", f"spark:{ZK_SECRET}")
+        assert o.metadata.tls.as_params() == {"tls_ca": "/etc/ca.pem", "tls_cert": "/etc/c.pem", "tls_key": "/etc/c.key"}
+        assert o.metadata.zk_auth is not None and o.metadata.zk_auth.as_pair() == ("digest", f"spark:{ZK_SECRET}")
         assert o.password == b"ledger-pw"
-        shown = repr(o) + str(o.metadata_uri) + f"{o.metadata_uri}" + format(o.metadata_uri, "")
+        shown = repr(o) + str(o.metadata) + f"{o.metadata}" + format(o.metadata, "") + o.metadata_uri
         assert ZK_SECRET not in shown and "ledger-pw" not in shown and "zk_auth=***" in shown
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from bookie.config import ConfigError, build_parser, config_from_args
 from bookie.status import Status
-from metadata.uri import parse_uri, tls_params
+from metadata.uri import parse_metadata_uri, parse_uri
 from pyspark_ledger.errors import BookieUnavailableError
 from pyspark_ledger.protocol.digest import master_key
 from pyspark_ledger.testing.certs import make_test_certificates
@@ -25,9 +25,9 @@ from tests.security.tls_helpers import add_addresses
 
 def test_tls_parameters_of_a_metadata_uri_are_for_the_client_and_ignored_by_the_store() -> None:
     uri = "zk://127.0.0.1:2181/ledgers?op_timeout_ms=500&tls_ca=/etc/ca.pem&tls_cert=/etc/c.pem&tls_key=/etc/c.key"
-    assert tls_params(uri) == {"tls_ca": "/etc/ca.pem", "tls_cert": "/etc/c.pem", "tls_key": "/etc/c.key"}
+    assert parse_metadata_uri(uri).tls.as_params() == {"tls_ca": "/etc/ca.pem", "tls_cert": "/etc/c.pem", "tls_key": "/etc/c.key"}
     assert parse_uri(uri) == parse_uri("zk://127.0.0.1:2181/ledgers?op_timeout_ms=500")
-    assert tls_params("sqlite:///var/m.db?ttl_ms=5") == {}
+    assert parse_metadata_uri("sqlite:///var/m.db?ttl_ms=5").tls.as_params() == {}
 
 
 def test_incomplete_client_settings_are_refused_before_any_connection(tmp_path: Path) -> None:

@@ -16,9 +16,12 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
 from metadata import LedgerManager, open_store
-from metadata.uri import printable, redact_uri, with_zk_auth, zk_auth
+from metadata.uri import parse_metadata_uri
 from metadata.zk_acl import MetadataAuthError
 from pyspark_ledger.testing.zookeeper_server import LocalZooKeeper
+from tests.security.uri_helpers import shown as redact_uri
+from tests.security.uri_helpers import uri_with_zk_auth as with_zk_auth
+from tests.security.uri_helpers import zk_auth
 
 USER, SECRET = "ledger-admin", "zk-s3cret-0f9a7c"
 AUTH = f"digest:{USER}:{SECRET}"
@@ -93,8 +96,11 @@ def test_zk_auth_is_parsed_checked_and_redacted() -> None:
     assert zk_auth(uri, environ={}) == ("digest", f"{USER}:{SECRET}")
     assert zk_auth("zk://127.0.0.1:2181/ledgers", environ={"LEDGER_ZK_AUTH": AUTH}) == ("digest", f"{USER}:{SECRET}")
     assert zk_auth("zk://127.0.0.1:2181/ledgers", environ={}) is None
-    assert str(printable(uri)) == redact_uri(uri) and printable(uri)[:] == uri  # prints redacted, stays whole
-    assert printable("zk://127.0.0.1:2181/ledgers") == "zk://127.0.0.1:2181/ledgers"
+    settings = parse_metadata_uri(uri)  # prints redacted, keeps the whole secret for the store
+    assert str(settings) == repr(settings)[len("MetadataSettings('"):-2] == redact_uri(uri)
+    assert settings.zk_auth is not None and settings.zk_auth.as_pair() == ("digest", f"{USER}:{SECRET}")
+    assert parse_metadata_uri(settings.uri_with_secrets()) == settings
+    assert str(parse_metadata_uri("zk://127.0.0.1:2181/ledgers")) == "zk://127.0.0.1:2181/ledgers"
     shown = redact_uri(uri)
     assert SECRET not in shown and "zk_auth=***" in shown and "session_timeout_ms=5000" in shown
     for bad in ("ip:user:pw", "digest:useronly", f"digest::{SECRET}", f"sasl::{SECRET}", "sasl:user"):

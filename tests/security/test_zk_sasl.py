@@ -19,11 +19,13 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import AuthFailedError, ConnectionClosedError, NoAuthError
 
 from metadata import LedgerManager, open_store
-from metadata.uri import redact_uri, with_zk_auth, zk_auth
 from metadata.zk_acl import MetadataAuthError, kazoo_auth_options, kazoo_logger
 from pyspark_ledger import LedgerClient
 from pyspark_ledger.testing.local_cluster import LocalBookie, LocalCluster
 from pyspark_ledger.testing.zookeeper_server import LocalZooKeeper
+from tests.security.uri_helpers import shown as redact_uri
+from tests.security.uri_helpers import uri_with_zk_auth as with_zk_auth
+from tests.security.uri_helpers import zk_auth
 
 USER, SECRET = "ledger", "zk-sasl-s3cret-7d41"
 OTHER_USER, OTHER_SECRET = "reporting", "zk-sasl-other-c09e"
