@@ -70,9 +70,11 @@ def main() -> None:
         secret_file = Path(tmp) / "operator.secret"
         secret_file.write_bytes(SECRET)
         secret_file.chmod(0o600)
-        with LocalCluster(1, work_dir=Path(tmp) / "open", tls_client_auth=True) as open_c, \
+        with LocalCluster(1, work_dir=Path(tmp) / "open", tls_client_auth=True,
+                          bookie_args=["--no-verify-ledger-keys"]) as open_c, \
                 LocalCluster(1, work_dir=Path(tmp) / "auth", tls_client_auth=True,
-                             bookie_args=["--require-read-auth", "--operator-secret-file", str(secret_file)]) as auth_c:
+                             bookie_args=["--require-read-auth", "--operator-secret-file", str(secret_file),
+                                          "--no-verify-ledger-keys"]) as auth_c:
             def client(c: LocalCluster, secret: bytes | None) -> BookieClient:
                 b = c.bookies[0]
                 tls = TlsSettings.from_values(c.client_tls["tls_ca"], c.client_tls["tls_cert"], c.client_tls["tls_key"])

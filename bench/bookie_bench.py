@@ -81,7 +81,8 @@ def main() -> None:
     ap.add_argument("--inflight", type=int, default=32)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bookie-bench-") as tmp:
-        bookie = LocalBookie(f"sqlite://{Path(tmp) / 'meta.db'}", Path(tmp) / "data").start()
+        bookie = LocalBookie(f"sqlite://{Path(tmp) / 'meta.db'}", Path(tmp) / "data",
+                             extra_args=["--no-verify-ledger-keys"]).start()  # raw ledgers: no metadata
         client = BookieClient(bookie.bookie_id, bookie.address, add_timeout_s=60)
         rows = []
         try:

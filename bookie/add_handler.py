@@ -23,6 +23,7 @@ from bookie.storage import BookieStorage
 
 if TYPE_CHECKING:
     from bookie.auth import AuthRefusals
+    from bookie.ledger_owner import LedgerOwners
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +75,12 @@ class _Submitted:
 
 
 class AddHandler:
-    def __init__(self, storage: BookieStorage, metrics: Metrics, refusals: AuthRefusals | None = None):
+    def __init__(self, storage: BookieStorage, metrics: Metrics, refusals: AuthRefusals | None = None,
+                 owners: LedgerOwners | None = None):
         self.storage = storage
         self.metrics = metrics
         self.refusals = refusals  # counts the adds storage refused for a wrong master key
+        self.owners = owners  # the first key of a ledger storage has not seen (bookie/ledger_owner.py)
 
     def handle(self, request: pb.AddRequest) -> list[AddOutcome]:
         """The outcome of every batch of `request`, in its order, once all are durable or
@@ -111,6 +114,12 @@ class AddHandler:
             s.answer(Status.INVALID_REQUEST, malformed)
             return s
         s.nbytes = sum(map(len, batch.entries))
+        ledger = ledger_key(batch.ledger)
+        if self.owners is not None and self.storage.stored_master_key(ledger) is None:
+            verdict = self.owners.check(ledger, batch.master_key, "Add")
+            if verdict.status != Status.OK:
+                s.answer(verdict.status, verdict.message)
+                return s
         try:
             self.storage.add_batch(ledger_key(batch.ledger), batch.master_key,
                                    list(zip(batch.entry_ids, batch.lacs, batch.entries)), batch.recovery,

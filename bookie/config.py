@@ -75,6 +75,8 @@ class BookieConfig:
     shutdown_grace_s: float = 5.0
     # Garbage collection (bookie/storage/gc.py, docs/storage.md); 0 = no periodic GC.
     gc_interval_s: float = 300.0
+    # A CLOSED ledger's copy no fragment names any more is kept this long (bookie/storage/gc.py).
+    gc_over_replicated_grace_s: float = 3600.0
     # Compaction of entry logs whose live fraction is under a threshold (BookKeeper's minor /
     # major compaction); 0 disables that kind.
     minor_compaction_threshold: float = 0.2
@@ -99,6 +101,9 @@ class BookieConfig:
     operator_secret_file: str | None = None
     operator_identities: str | None = None  # comma-separated client certificate identities
     require_read_auth: bool = False
+    # The first key of a ledger this bookie has not seen must match the verifier in the ledger's
+    # metadata, and the ledger must exist there (bookie/ledger_owner.py, docs/security.md).
+    verify_ledger_keys: bool = True
     # Run the autorecovery service next to this bookie (bookie/autorecovery_child.py).
     autorecovery: bool = False
     lost_bookie_grace_s: float = 30.0
@@ -138,8 +143,9 @@ class BookieConfig:
                 "disk thresholds must satisfy 0 < --disk-usage-lwm-threshold <= --disk-usage-threshold <= 1, got "
                 f"{self.disk_usage_lwm_threshold} and {self.disk_usage_threshold}"
             )
-        if self.gc_interval_s < 0 or self.compaction_rate_mb_s <= 0:
-            raise ConfigError("--gc-interval-s must be >= 0 and --compaction-rate-mb-s > 0")
+        if self.gc_interval_s < 0 or self.compaction_rate_mb_s <= 0 or self.gc_over_replicated_grace_s < 0:
+            raise ConfigError("--gc-interval-s and --gc-over-replicated-grace-s must be >= 0 and "
+                              "--compaction-rate-mb-s > 0")
         if self.host in WILDCARD_HOSTS and (not self.advertised_address
                                             or (self.add_port >= 0 and not self.advertised_add_address)):
             raise ConfigError(
@@ -209,6 +215,8 @@ _FLAG_HELP = {
     "checkpoint_interval_s": "seconds between checkpoints of the index (default 60); replay after a crash starts there",
     "shutdown_grace_s": "seconds a stop lets calls in progress finish (default 5)",
     "gc_interval_s": "seconds between garbage collection rounds (default 300; 0 = none)",
+    "gc_over_replicated_grace_s": "seconds a closed ledger's copy that no fragment names any more is kept before "
+                                  "garbage collection deletes it (default 3600)",
     "minor_compaction_threshold": "compact entry logs whose live fraction is under this (default 0.2; 0 = no minor)",
     "major_compaction_threshold": "compact entry logs whose live fraction is under this, less often (default 0.8; "
                                   "0 = no major)",
@@ -261,6 +269,9 @@ _FLAG_HELP = {
     "rack": "failure domain of this bookie, 'zone/rack' or 'rack' (default none); placement spreads each "
             "entry's copies over racks (docs/deployment.md#racks)",
     "require_read_auth": "reads (Read, ReadLac) need the ledger's master key or an operator identity",
+    "verify_ledger_keys": "take the first key of a ledger this bookie has not seen only if the ledger exists in "
+                          "metadata and the key matches its verifier there (default on; off: trust on first write, "
+                          "for raw-protocol tests that write ledgers without metadata)",
 }
 
 

@@ -34,6 +34,7 @@ from bookie.cookie import CookieMismatchError, delete_cookie, verify_or_create_c
 from bookie.disk_monitor import DiskMonitor
 from bookie.format_follower import FormatFollower
 from bookie.gc_service import start_gc
+from bookie.ledger_owner import LedgerOwners
 from bookie.long_polls import LongPolls
 from bookie.malloc_tuning import tune_malloc
 from bookie.metrics import Metrics, serve_metrics
@@ -121,7 +122,8 @@ class BookieServer:
             self.format_follower = FormatFollower(self.store, self.storage.set_write_format)
             service = BookieService(self.storage, self.bookie_id, installed_version(), cookie.instance_id, self.metrics,
                                     data_dir=cfg.journal_directory, auth=auth,
-                                    long_polls=LongPolls(cfg.max_long_polls, cfg.max_long_polls_per_client, self.metrics))
+                                    long_polls=LongPolls(cfg.max_long_polls, cfg.max_long_polls_per_client, self.metrics),
+                                    owners=LedgerOwners(self.store) if cfg.verify_ledger_keys else None)
             pb_grpc.add_BookieServicer_to_server(service, server)
             server.start()
             self.grpc_server = server
@@ -148,7 +150,7 @@ class BookieServer:
             # monitor finds room again and the journal is reopened (bookie/writable_again.py).
             self.storage.on_journal_failure(self._on_journal_failure)
             self.disk_monitor.start()
-            self.gc = start_gc(self.storage, self.store, cfg)
+            self.gc = start_gc(self.storage, self.store, cfg, self.bookie_id)
             if cfg.autorecovery:
                 self.autorecovery = start_autorecovery_child(
                     cfg.metadata_uri, cfg.lost_bookie_grace_s, cfg.operator_secret_file,

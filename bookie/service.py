@@ -25,6 +25,7 @@ from bookie import config as limits
 from bookie.add_handler import MASTER_KEY_BYTES_MAX, AddHandler
 from bookie.add_handler import ledger_key as _ledger_key
 from bookie.auth import Authorizer, AuthPolicy, AuthRefusals
+from bookie.ledger_owner import LedgerOwners, Verdict
 from bookie.long_polls import LongPolls
 from bookie.metrics import Metrics
 from bookie.proto import bookie_pb2 as pb
@@ -38,7 +39,8 @@ log = logging.getLogger(__name__)
 
 class BookieService(pb_grpc.BookieServicer):
     def __init__(self, storage: BookieStorage, bookie_id: str, version: str, instance_id: str, metrics: Metrics,
-                 data_dir: Path | None = None, auth: AuthPolicy | None = None, long_polls: LongPolls | None = None):
+                 data_dir: Path | None = None, auth: AuthPolicy | None = None, long_polls: LongPolls | None = None,
+                 owners: LedgerOwners | None = None):
         self.storage = storage
         self.data_dir = data_dir  # for the admin RPCs; None: they report no directories
         self.journal_reopens: Callable[[], int] = lambda: 0  # set by the server (bookie/writable_again.py)
@@ -48,7 +50,8 @@ class BookieService(pb_grpc.BookieServicer):
         self.metrics = metrics
         refusals = AuthRefusals(metrics)
         self.auth = Authorizer(auth or AuthPolicy(), refusals)
-        self.adds = AddHandler(storage, metrics, refusals)
+        self.owners = owners  # None: trust on first write (in-process tests without metadata)
+        self.adds = AddHandler(storage, metrics, refusals, owners)
         self.long_polls = long_polls or LongPolls()  # bookie/long_polls.py: bounded, so Info never starves
 
     # ---- add ----------------------------------------------------------------------------------
@@ -73,6 +76,9 @@ class BookieService(pb_grpc.BookieServicer):
         if first < 0 or last < first:
             return pb.ReadResponse(status=int(Status.INVALID_REQUEST), message=f"bad entry range {first}..{last}")
         if request.fence:
+            refused = self._unseen_key_refusal(key, request.master_key, "Fence")
+            if refused is not None:
+                return pb.ReadResponse(status=int(refused.status), message=refused.message)
             status, _lac = self.storage.fence(key, request.master_key)
             if status != Status.OK:
                 if status == Status.UNAUTHORIZED:
@@ -151,6 +157,9 @@ class BookieService(pb_grpc.BookieServicer):
             self.auth.refuse(context, "WriteLac", key, master_key, "the ledger's master key or an operator identity")
         if stored is not None and not master_key:
             master_key = stored  # an operator's write carries no key: the ledger's own applies
+        refused = None if stored is not None else self._unseen_key_refusal(key, master_key, "WriteLac")
+        if refused is not None:
+            return pb.WriteLacResponse(status=int(refused.status), message=refused.message)
         status = self.storage.write_lac(key, master_key, request.lac)
         if status == Status.UNAUTHORIZED:  # the key changed between the check and the write: never with one key
             self.auth.refuse(context, "WriteLac", key, master_key, "the ledger's master key or an operator identity")
@@ -164,12 +173,27 @@ class BookieService(pb_grpc.BookieServicer):
         stored = self.storage.stored_master_key(key)
         if not master_key and stored is not None and self.auth.is_operator(context):
             master_key = stored  # an operator fences without the password (admin shell, autorecovery)
+        refused = None if stored is not None else self._unseen_key_refusal(key, master_key, "Fence")
+        if refused is not None:
+            return pb.FenceResponse(status=int(refused.status), lac=-1, message=refused.message)
         status, lac = self.storage.fence(key, master_key)  # the engine logs the fence
         if status == Status.UNAUTHORIZED:
             self.auth.refusals.count("Fence")
             return pb.FenceResponse(status=int(status), lac=lac,
                                     message=f"Fence refused for ledger {key[0]}:{key[1]}: wrong master key (password)")
         return pb.FenceResponse(status=int(status), lac=lac)
+
+    def _unseen_key_refusal(self, key: tuple[int, int], master_key: bytes, op: str) -> Verdict | None:
+        """Why `master_key` may not become the key of a ledger storage keeps none for (its
+        metadata names another: bookie/ledger_owner.py), or None. Counted as a refusal."""
+        if self.owners is None or self.storage.stored_master_key(key) is not None:
+            return None
+        verdict = self.owners.check(key, master_key, op)
+        if verdict.status == Status.OK:
+            return None
+        if verdict.status == Status.UNAUTHORIZED:
+            self.auth.refusals.count(op)
+        return verdict
 
     def DeleteLedger(self, request: pb.DeleteLedgerRequest, context: grpc.ServicerContext) -> pb.DeleteLedgerResponse:  # noqa: N802  # gRPC method names are CamelCase
         key = _ledger_key(request.ledger)

@@ -84,6 +84,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "once no client of release 0.1.0 will open ledgers (docs/security.md, docs/upgrading.md)"),
     Setting("message_batches", bool, False, "log writers batch messages (entry format 3, docs/entry-format.md); turn "
             "on once no client of release 0.1.0 will read logs (docs/upgrading.md)"),
+    Setting("ledger_key_verifiers", bool, True, "new ledgers keep a verifier of their master key in their custom "
+            "metadata, and bookies take no other key for them (docs/security.md; older releases ignore it)"),
 )}
 
 
@@ -169,6 +171,10 @@ class ClusterSettings:
     @property
     def message_batches(self) -> bool:
         return bool(self.values["message_batches"])
+
+    @property
+    def ledger_key_verifiers(self) -> bool:
+        return bool(self.values["ledger_key_verifiers"])
 
 
 def _parse(got: Versioned | None) -> ClusterSettings:

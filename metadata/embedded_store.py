@@ -365,6 +365,9 @@ class EmbeddedStore(MetadataStore):
         except MetadataUnavailableError as exc:
             raise IdAllocationError(f"id allocation for {counter} failed: {exc}") from exc
 
+    def sync(self, path: str) -> None:
+        check_path(path)  # one SQLite file: every read already sees every committed write
+
     # ---- ephemeral registrations --------------------------------------------------------------
 
     def register_ephemeral(

@@ -168,6 +168,12 @@ class MetadataStore(abc.ABC):
     def allocate_id(self, counter: str = "ledgers") -> int: ...
 
     @abc.abstractmethod
+    def sync(self, path: str) -> None:
+        """Make this client's next reads see every write committed before the call (ZooKeeper's
+        `sync`: a server that lags the leader catches up). Garbage collection calls it before it
+        trusts "no such node" (bookie/storage/gc.py); a no-op where reads never lag."""
+
+    @abc.abstractmethod
     def close(self) -> None: ...
 
     def ensure_path(self, path: str) -> None:

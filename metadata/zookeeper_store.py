@@ -22,7 +22,6 @@ one is established; watches are kazoo recipes, which re-arm themselves across re
 from __future__ import annotations
 
 import logging
-import os
 import random
 import threading
 import time
@@ -55,30 +54,16 @@ from metadata.errors import (
 )
 from metadata.paths import counter_path
 from metadata.store import ChildrenCallback, DataCallback, MetadataStore, RetryPolicy, Versioned, check_path
+from metadata.zk_envelope import unwrap as _unwrap
+from metadata.zk_envelope import wrap as _wrap
 from metadata.zk_session import start_client
 
 log = logging.getLogger(__name__)
 
-# Envelope: 2 magic bytes, then a 16-byte write token, then the caller's value.
-_ENVELOPE_MAGIC = b"\xfe\x01"
-_TOKEN_BYTES = 16
-_ENVELOPE_BYTES = len(_ENVELOPE_MAGIC) + _TOKEN_BYTES
 # Transient failures: the request may or may not have reached the server.
 _TRANSIENT = (ConnectionLoss, SessionExpiredError, KazooTimeoutError, ConnectionClosedError)
 # How many times an unapplied conditional write is re-sent after connection losses.
 _RESEND_ATTEMPTS_MAX = 5
-
-
-def _wrap(value: bytes) -> tuple[bytes, bytes]:
-    token = os.urandom(_TOKEN_BYTES)
-    return _ENVELOPE_MAGIC + token + bytes(value), token
-
-
-def _unwrap(data: bytes | None) -> tuple[bytes, bytes | None]:
-    data = data or b""
-    if len(data) >= _ENVELOPE_BYTES and data[:2] == _ENVELOPE_MAGIC:
-        return data[_ENVELOPE_BYTES:], data[2:_ENVELOPE_BYTES]
-    return data, None
 
 
 class _Watch:
@@ -314,6 +299,10 @@ class ZooKeeperStore(MetadataStore):
                 if version != -1 and got[1].version != version:
                     raise BadVersionError(path, version, int(got[1].version)) from None
         raise OutcomeUnknownError(f"delete of {path}: connection kept failing")
+
+    def sync(self, path: str) -> None:
+        """ZooKeeper's sync: the session's server catches up with the leader first."""
+        self._call(self._client.sync_async, self._abs(path))
 
     def children(self, path: str) -> list[str]:
         try:

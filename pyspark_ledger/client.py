@@ -29,6 +29,8 @@ from metadata import (
     open_store,
 )
 from metadata.cluster_settings import ClusterSettings, ClusterSettingsWatch
+from metadata.key_verifier import KEY as KEY_VERIFIER
+from metadata.key_verifier import make_verifier
 from metadata.log_record import LogRecord
 from metadata.logs import LogManager
 from metadata.uri import MetadataSettings, TlsFiles, metadata_settings, parse_zk_auth
@@ -153,11 +155,15 @@ class LedgerClient:
                                                    write_quorum_size=write_quorum_size)
         elif len(ensemble) != ensemble_size or len(set(ensemble)) != ensemble_size:
             raise LedgerError(f"an explicit ensemble needs {ensemble_size} distinct bookies, got {ensemble}")
+        settings = self.cluster_settings
+        if settings.ledger_key_verifiers:  # bookies then take only this key for it (metadata/key_verifier.py)
+            custom = {**(custom or {}), KEY_VERIFIER: make_verifier(master_key(pw),
+                                                                    salted=settings.salted_password_digests)}
         for _ in range(CREATE_ID_COLLISIONS_MAX):
             lid = self.ledgers.allocate_ledger_id(scope_id)
             meta = LedgerMetadata.new(lid, quorum, ensemble, digest_type=digest_type, password=pw,
                                       create_context=create_context, custom=custom,
-                                      salted_digest=self.cluster_settings.salted_password_digests)
+                                      salted_digest=settings.salted_password_digests)
             try:
                 version = self.ledgers.create(meta)
                 break

@@ -49,5 +49,9 @@ class CountingStore(MetadataStore):
         self._count()
         return self.inner.allocate_id(counter)
 
+    def sync(self, path: str) -> None:
+        self._count()
+        self.inner.sync(path)
+
     def close(self) -> None:
         """The inner store belongs to whoever opened it."""

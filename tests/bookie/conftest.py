@@ -13,6 +13,7 @@ from pyspark_ledger.testing.local_cluster import LocalBookie
 @pytest.fixture
 def bookie(tmp_path: Path) -> Iterator[LocalBookie]:
     """One real `bookie` process on loopback with embedded (SQLite) metadata."""
-    b = LocalBookie(f"sqlite://{tmp_path / 'meta.db'}", tmp_path / "data").start()
+    b = LocalBookie(f"sqlite://{tmp_path / 'meta.db'}", tmp_path / "data",
+                    extra_args=["--no-verify-ledger-keys"]).start()  # raw ledgers: no metadata
     yield b
     b.stop()

@@ -110,7 +110,7 @@ def assert_adds_work(address: str, ledger_id: int) -> None:
 def shared_bookie(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBookie]:
     """One bookie for this module's tests (each uses its own ledgers and connections)."""
     d = tmp_path_factory.mktemp("add-listener")
-    b = LocalBookie(f"sqlite://{d / 'meta.db'}", d / "data").start()
+    b = LocalBookie(f"sqlite://{d / 'meta.db'}", d / "data", extra_args=["--no-verify-ledger-keys"]).start()
     yield b
     b.stop()
 
@@ -198,7 +198,8 @@ def test_a_client_asking_for_a_version_the_bookie_lacks_gets_the_bookies_highest
 
 
 def test_a_bookie_started_without_an_add_listener_advertises_none(tmp_path: Path) -> None:
-    b = LocalBookie(f"sqlite://{tmp_path / 'meta.db'}", tmp_path / "data", extra_args=["--add-port", "-1"]).start()
+    b = LocalBookie(f"sqlite://{tmp_path / 'meta.db'}", tmp_path / "data",
+                    extra_args=["--add-port", "-1", "--no-verify-ledger-keys"]).start()
     try:
         assert registered_add_address(b) == ""
         assert "add_port=none" in wait_for_log(b, "bookie serving")

@@ -70,7 +70,8 @@ class Cluster:
 
 
 def sick_config(uri: str, data_dir: Path, high: float, low: float) -> BookieConfig:
-    return BookieConfig(metadata_uri=uri, data_dir=data_dir, port=free_port(), disk_usage_threshold=high,
+    return BookieConfig(metadata_uri=uri, data_dir=data_dir, port=free_port(), verify_ledger_keys=False,
+                        disk_usage_threshold=high,
                         disk_usage_lwm_threshold=low, disk_check_interval_s=3600.0)  # driven by hand
 
 
@@ -90,6 +91,7 @@ def cluster_factory(tmp_path: Path) -> Iterator[object]:
         made.append(c)
         for i in range(healthy):
             c.healthy.append(BookieServer(BookieConfig(metadata_uri=uri, data_dir=tmp_path / f"healthy{i}",
+                                                       verify_ledger_keys=False,
                                                        port=free_port(), disk_check_interval_s=3600.0)).start())
         return c
 
@@ -262,7 +264,7 @@ def test_the_monitor_thread_alone_brings_the_bookie_back(tmp_path: Path) -> None
     except FaultUnavailable as exc:
         pytest.skip(str(exc))
     uri = f"sqlite://{tmp_path / 'meta.db'}"
-    cfg = BookieConfig(metadata_uri=uri, data_dir=fs.mount_point / "data", port=free_port(),
+    cfg = BookieConfig(metadata_uri=uri, data_dir=fs.mount_point / "data", port=free_port(), verify_ledger_keys=False,
                        disk_usage_threshold=1.0, disk_usage_lwm_threshold=0.7, disk_check_interval_s=0.1)
     server = BookieServer(cfg).start()
     c = Cluster(uri, fs, cfg, server, [])

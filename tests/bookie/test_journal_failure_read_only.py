@@ -46,7 +46,7 @@ def servers(tmp_path: Path) -> Iterator[tuple[BookieServer, BookieServer, str]]:
     started: list[BookieServer] = []
     try:
         for name in ("sick", "healthy"):
-            cfg = BookieConfig(metadata_uri=uri, data_dir=tmp_path / name, port=free_port(),
+            cfg = BookieConfig(metadata_uri=uri, data_dir=tmp_path / name, port=free_port(), verify_ledger_keys=False,
                                disk_check_interval_s=3600.0)
             started.append(BookieServer(cfg).start())
         yield started[0], started[1], uri

@@ -62,7 +62,7 @@ def test_run_answers_respect_the_count_and_byte_bounds(bookie: LocalBookie) -> N
 
 
 def test_a_damaged_entry_splits_the_runs_and_is_named_unknown(tmp_path: Path) -> None:
-    b = LocalBookie(f"sqlite://{tmp_path / 'meta.db'}", tmp_path / "data").start()
+    b = LocalBookie(f"sqlite://{tmp_path / 'meta.db'}", tmp_path / "data", extra_args=["--no-verify-ledger-keys"]).start()
     marker = b"<<corrupt-me-please>>" * 10
     entries = [(i, i - 1, marker if i == 4 else f"good {i}".encode()) for i in range(10)]
     with BookieClient(b.bookie_id, b.address) as c:

@@ -21,6 +21,7 @@ from pyspark_ledger.transport.bookie_client import BookieClient
 from tests.bookie.server_helpers import KEY, add_sync, flip_stored_copies, read_all
 
 LEDGER = (0, 5)
+RAW = ["--no-verify-ledger-keys"]  # raw ledgers written without metadata (bookie/ledger_owner.py)
 
 
 @pytest.fixture
@@ -30,7 +31,7 @@ def meta_uri(tmp_path: Path) -> str:
 
 @pytest.fixture
 def bookie(meta_uri: str, tmp_path: Path) -> Iterator[LocalBookie]:
-    b = LocalBookie(meta_uri, tmp_path / "data", extra_args=["--max-entry-size-bytes", "65536"]).start()
+    b = LocalBookie(meta_uri, tmp_path / "data", extra_args=["--max-entry-size-bytes", "65536", *RAW]).start()
     yield b
     b.stop()
 
@@ -122,7 +123,7 @@ def test_bad_input_gets_a_status_and_the_server_keeps_serving(bookie: LocalBooki
 
 
 def test_flipped_byte_in_stored_entry_answers_unknown(meta_uri: str, tmp_path: Path) -> None:
-    b = LocalBookie(meta_uri, tmp_path / "data").start()
+    b = LocalBookie(meta_uri, tmp_path / "data", extra_args=RAW).start()
     marker = b"<<corrupt-me-please>>" * 10
     with BookieClient(b.bookie_id, b.address) as c:
         assert add_sync(c, LEDGER, [(0, -1, b"good entry"), (1, 0, marker), (2, 1, b"another")]) == (Status.OK, "")
@@ -137,7 +138,7 @@ def test_flipped_byte_in_stored_entry_answers_unknown(meta_uri: str, tmp_path: P
 
 
 def write_three_and_kill(meta_uri: str, data_dir: Path) -> tuple[LocalBookie, Path]:
-    b = LocalBookie(meta_uri, data_dir, extra_args=["--checkpoint-interval-s", "0"]).start()
+    b = LocalBookie(meta_uri, data_dir, extra_args=["--checkpoint-interval-s", "0", *RAW]).start()
     with BookieClient(b.bookie_id, b.address) as c:
         for i in range(3):
             assert add_sync(c, LEDGER, [(i, i - 1, bytes([65 + i]) * 1000)]) == (Status.OK, "")
@@ -181,7 +182,7 @@ def test_corrupt_journal_middle_is_refused_or_repaired(meta_uri: str, tmp_path: 
 
 
 def test_wiped_data_dir_is_refused(meta_uri: str, tmp_path: Path) -> None:
-    b = LocalBookie(meta_uri, tmp_path / "data").start()
+    b = LocalBookie(meta_uri, tmp_path / "data", extra_args=RAW).start()
     with BookieClient(b.bookie_id, b.address) as c:
         assert add_sync(c, LEDGER, [(0, -1, b"x")]) == (Status.OK, "")
     b.stop()
@@ -190,16 +191,16 @@ def test_wiped_data_dir_is_refused(meta_uri: str, tmp_path: Path) -> None:
     assert code == 1
     assert "wiped" in log_text and b.bookie_id in log_text and "Traceback" not in log_text
     # A data dir of another bookie is refused too.
-    other = LocalBookie(meta_uri, tmp_path / "other").start()
+    other = LocalBookie(meta_uri, tmp_path / "other", extra_args=RAW).start()
     other.stop()
-    b2 = LocalBookie(meta_uri, tmp_path / "other", bookie_id="someone-else")
+    b2 = LocalBookie(meta_uri, tmp_path / "other", bookie_id="someone-else", extra_args=RAW)
     code, log_text = b2.run_to_exit()
     assert code == 1 and "belongs to bookie" in log_text
 
 
 def test_sigterm_deregisters_and_metrics_are_served(meta_uri: str, tmp_path: Path) -> None:
     mport = free_port()
-    b = LocalBookie(meta_uri, tmp_path / "data", extra_args=["--metrics-port", str(mport)]).start()
+    b = LocalBookie(meta_uri, tmp_path / "data", extra_args=["--metrics-port", str(mport), *RAW]).start()
     store = open_store(meta_uri)
     try:
         registry = BookieRegistry(store)
@@ -217,7 +218,7 @@ def test_sigterm_deregisters_and_metrics_are_served(meta_uri: str, tmp_path: Pat
 
 def test_disk_full_turns_read_only(meta_uri: str, tmp_path: Path) -> None:
     # Thresholds below the disk's real usage: the bookie is "full" from the start.
-    b = LocalBookie(meta_uri, tmp_path / "data", extra_args=[
+    b = LocalBookie(meta_uri, tmp_path / "data", extra_args=[*RAW,
         "--disk-usage-threshold", "0.0001", "--disk-usage-lwm-threshold", "0.00005"]).start()
     store = open_store(meta_uri)
     try:

@@ -32,7 +32,8 @@ def servers(tmp_path: Path) -> Iterator[tuple[str, list[BookieServer]]]:
     started: list[BookieServer] = []
     try:
         for name in ("b1", "b2"):
-            cfg = BookieConfig(metadata_uri=uri, data_dir=tmp_path / name, port=free_port(), disk_check_interval_s=3600.0)
+            cfg = BookieConfig(metadata_uri=uri, data_dir=tmp_path / name, port=free_port(), disk_check_interval_s=3600.0,
+                               verify_ledger_keys=False)
             started.append(BookieServer(cfg).start())
         yield uri, started
     finally:

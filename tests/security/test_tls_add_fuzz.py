@@ -30,7 +30,9 @@ DRAIN_S = 1.0  # a bookie waiting for the rest of a cut frame never closes: stop
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster(1, work_dir=tmp_path_factory.mktemp("fuzz"), tls_client_auth=True) as c:
+    # Ledger 0:777 is written raw, with no metadata: no ledger-key verification.
+    with LocalCluster(1, work_dir=tmp_path_factory.mktemp("fuzz"), tls_client_auth=True,
+                      bookie_args=["--no-verify-ledger-keys"]) as c:
         yield c
 
 

@@ -61,7 +61,8 @@ def _connects(host: str, port: int) -> bool:
 def test_allow_plaintext_opens_only_the_add_listener_and_metrics_stay_local(tmp_path: Path) -> None:
     metrics_port = free_port()
     with LocalCluster(1, work_dir=tmp_path, tls=True,
-                      bookie_args=["--allow-plaintext", "--metrics-port", str(metrics_port)]) as cluster:
+                      bookie_args=["--allow-plaintext", "--metrics-port", str(metrics_port),
+                                   "--no-verify-ledger-keys"]) as cluster:
         bookie = cluster.bookies[0]
         answers: list[Status] = []
         done = threading.Event()
@@ -87,7 +88,8 @@ def test_metrics_host_binds_the_metrics_endpoint_elsewhere(tmp_path: Path) -> No
 def test_the_grpc_add_stream_runs_over_mutual_tls_and_refuses_a_client_without_a_certificate(tmp_path: Path) -> None:
     """A bookie without an add listener (--add-port -1): adds go over gRPC's stream, under the
     same channel credentials."""
-    with LocalCluster(1, work_dir=tmp_path, tls_client_auth=True, bookie_args=["--add-port", "-1"]) as cluster:
+    with LocalCluster(1, work_dir=tmp_path, tls_client_auth=True,
+                      bookie_args=["--add-port", "-1", "--no-verify-ledger-keys"]) as cluster:
         bookie = cluster.bookies[0]
         certs = cluster.certs
         assert certs is not None
