@@ -28,7 +28,6 @@ import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -39,7 +38,7 @@ from machine_speed import machine_speed_line, write_fsync_mb_s
 from metadata.paths import UNDERREPLICATED, audited_bookie_path
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.testing.zookeeper_server import LocalZooKeeper, free_port
-from tests.autorecovery.bulk_shape import BulkResult, bulk_round
+from tests.autorecovery.bulk_shape import BulkResult, bulk_round, counters
 from tests.autorecovery.cluster_shape import (
     Autorecovery,
     check_every_copy,
@@ -51,19 +50,6 @@ from tests.autorecovery.cluster_shape import (
 
 POLL_S = 0.25
 WAIT_S_MAX = 600.0
-COUNTERS = ("autorecovery_audit_metadata_requests_total", "autorecovery_audit_scanned_ledgers_total",
-            "autorecovery_rereplicated_bytes_total", "autorecovery_rereplicated_entries_total",
-            "autorecovery_rereplicated_ledgers_total")
-
-
-def counters(port: int) -> dict[str, float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    out = {name: 0.0 for name in COUNTERS}
-    for line in text.splitlines():
-        name, _, value = line.partition(" ")
-        if name in out:
-            out[name] = float(value)
-    return out
 
 
 def one_round(zk: LocalZooKeeper, work: Path, n: int, ledgers: int, scan_rate: float) -> dict[str, float]:
