@@ -61,11 +61,14 @@ def position_bound(value: Any) -> Bound:
     if unknown:
         raise BoundError(f"unknown keys {unknown} in position {json.dumps(value)}; expected {POSITION_EXAMPLE}")
     try:
-        position = Position.from_json(value)
         index = int(value.get("index", 0))
+        if index < 0:
+            raise BoundError(f"seq, entry and index must be >= 0 in {json.dumps(value)}")
+        # The bound keeps the index beside the entry's position (the row or message within it).
+        position = Position.from_json({k: v for k, v in value.items() if k != "index"})
     except (ValueError, TypeError, AttributeError, InvalidMetadataError) as exc:
         raise BoundError(f"{exc}") from None
-    if position.seq < 0 or position.entry_id < 0 or index < 0:
+    if position.seq < 0 or position.entry_id < 0:
         raise BoundError(f"seq, entry and index must be >= 0 in {json.dumps(value)}")
     return Bound("position", position, index)
 

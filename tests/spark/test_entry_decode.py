@@ -60,7 +60,7 @@ def test_decode_run_stops_at_the_first_bad_entry(damage: str, views: bool) -> No
     elif damage == "truncated":
         bad = bad[:20]
     else:
-        bad[0] ^= 0x10
+        bad[0] ^= 0x40  # format version 2 -> 6, which no release writes (0x10 would make 3: a batch)
     stored[37] = bytes(bad)
     run = entry_decode.decode_run(d, 0, 9, 0, stored, views=views)
     assert run.count == 37 and run.error is not None and run.error.startswith("entry 37:")
@@ -141,7 +141,7 @@ def test_a_bad_entry_in_the_middle_of_a_run_is_named(sizes: str, damage: str, wh
     if damage == "entry id":
         bad = bytearray(encode_entry(d, 0, 9, 1038, 0, 0, payloads[37]))
     else:
-        bad[at] ^= 0x10
+        bad[at] ^= 0x40 if damage == "flags" else 0x10  # flags: format 2 -> 6 (0x10 would make 3: a batch)
     stored[37] = bytes(bad)
     run = entry_decode.decode_blob(d, 0, 9, 1000, *blob_of(stored), views=views)
     assert run.count == 37 and run.error is not None

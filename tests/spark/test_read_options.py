@@ -83,7 +83,7 @@ def test_timestamps_min_partitions_and_data_loss() -> None:
          'quotes: line 1 column 2 (char 1)); expected {"<log>": {"seq": 0, "ledger": "<32 hex digits>", "entry": 0}, ...}'),
         ({"logs": "a,b", "startingPositions": json.dumps({"a": {"seq": 1, "entry": 0}})},
          'ledger data source option "startingPositions": log \'a\': not a log position: {\'seq\': 1, \'entry\': 0} '
-         '(expected {"seq": n, "ledger": hex, "entry": n})'),
+         '(expected {"seq": n, "ledger": hex, "entry": n, "index": n}; index optional)'),
         ({"logs": "a,b", "startingPositions": json.dumps({"c": POS})},
          'ledger data source option "startingPositions": names log \'c\', which this read does not take (logs a, b)'),
         ({"logs": "orders,b", "endingPositions": json.dumps({"ordres": POS})},
