@@ -115,17 +115,18 @@ class AddHandler:
             return s
         s.nbytes = sum(map(len, batch.entries))
         ledger = ledger_key(batch.ledger)
-        if self.owners is not None and self.storage.stored_master_key(ledger) is None:
-            verdict = self.owners.check(ledger, batch.master_key, "Add")
-            if verdict.status != Status.OK:
-                s.answer(verdict.status, verdict.message)
+        if self.owners is not None:
+            refused = self.owners.first_key_refusal(self.storage.stored_master_key(ledger), ledger,
+                                                    batch.master_key, "Add")
+            if refused is not None:  # an UNAUTHORIZED answer is counted with storage's refusals below
+                s.answer(refused.status, refused.message)
                 return s
         try:
-            self.storage.add_batch(ledger_key(batch.ledger), batch.master_key,
+            self.storage.add_batch(ledger, batch.master_key,
                                    list(zip(batch.entry_ids, batch.lacs, batch.entries)), batch.recovery,
                                    s.on_done, allow_inline=allow_inline)
         except Exception as exc:
-            log.exception("add batch failed ledger=%s", ledger_key(batch.ledger))
+            log.exception("add batch failed ledger=%s", ledger)
             s.answer(Status.INTERNAL_ERROR, str(exc))
         return s
 

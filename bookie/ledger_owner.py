@@ -57,6 +57,16 @@ class LedgerOwners:
         self._verifiers: OrderedDict[tuple[int, int], bytes] = OrderedDict()
         self._lock = threading.Lock()
 
+    def first_key_refusal(self, stored_key: bytes | None, ledger: tuple[int, int], master_key: bytes,
+                          op: str) -> Verdict | None:
+        """Why `master_key` may not become `ledger`'s key, or None: storage already keeps a key
+        (`stored_key`; it checks every later write against it itself) or metadata accepts it.
+        The one entry point of every first write (add, fence, WriteLac)."""
+        if stored_key is not None:
+            return None
+        verdict = self.check(ledger, master_key, op)
+        return None if verdict.status == Status.OK else verdict
+
     def check(self, ledger: tuple[int, int], master_key: bytes, op: str) -> Verdict:
         """May `master_key` become the key of `ledger`, which storage has no key for yet?"""
         name = f"{ledger[0]}:{ledger[1]}"

@@ -186,12 +186,10 @@ class BookieService(pb_grpc.BookieServicer):
     def _unseen_key_refusal(self, key: tuple[int, int], master_key: bytes, op: str) -> Verdict | None:
         """Why `master_key` may not become the key of a ledger storage keeps none for (its
         metadata names another: bookie/ledger_owner.py), or None. Counted as a refusal."""
-        if self.owners is None or self.storage.stored_master_key(key) is not None:
+        if self.owners is None:
             return None
-        verdict = self.owners.check(key, master_key, op)
-        if verdict.status == Status.OK:
-            return None
-        if verdict.status == Status.UNAUTHORIZED:
+        verdict = self.owners.first_key_refusal(self.storage.stored_master_key(key), key, master_key, op)
+        if verdict is not None and verdict.status == Status.UNAUTHORIZED:
             self.auth.refusals.count(op)
         return verdict
 
