@@ -10,22 +10,47 @@ must be made first, by `ledger subscriptions create` or SubscriptionStore.create
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from metadata import LedgerId
 from metadata.errors import NoSuchSubscriptionError, SubscriptionExistsError
+from metadata.log_record import LogLedger, LogRecord
 from metadata.subscriptions import Subscription, SubscriptionPosition, SubscriptionStore
 from pyspark_ledger.log.messages import message_times
 from pyspark_ledger.log.position import Position
 
 if TYPE_CHECKING:
-    from pyspark_ledger.log.reader import LogReader
+    from pyspark_ledger.ledger.read_handle import ReadHandle
 
 log = logging.getLogger(__name__)
 
 INITIAL_POSITIONS = ("latest", "earliest", "none")
 _NO_LEDGER = LedgerId(0, 0)  # a resume point past every ledger there is: only its seq matters
+
+
+class LogReader(Protocol):
+    """What this module needs of a log reader (log/reader.py's LogReader, which imports this)."""
+
+    name: str
+
+    @property
+    def record(self) -> LogRecord: ...
+
+    def refresh(self) -> LogRecord: ...
+
+    def latest(self) -> Position | None: ...
+
+    def position_at_time(self, t_ms: int) -> Position | None: ...
+
+    def ledger_at_or_after(self, seq: int) -> LogLedger | None: ...
+
+    def ledgers_from(self, seq: int) -> Iterator[LogLedger]: ...
+
+    def ledger_handle(self, lid: LedgerId) -> ReadHandle: ...
+
+    def last_entry(self, lg: LogLedger) -> int: ...
 
 
 def stored(p: Position) -> SubscriptionPosition:
