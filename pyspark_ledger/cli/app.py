@@ -18,7 +18,15 @@ from typing import Any
 from bookie.proto.versions import RELEASE
 from metadata import DigestType, MetadataError
 from metadata.embedded_store import embedded_path_from_env_default
-from pyspark_ledger.cli import autorecovery_commands, bookie_admin, cluster_commands, commands, reshape_commands, standalone
+from pyspark_ledger.cli import (
+    autorecovery_commands,
+    bookie_admin,
+    cluster_commands,
+    commands,
+    reshape_commands,
+    standalone,
+    subscription_commands,
+)
 from pyspark_ledger.cli.log_read import add_read_parser
 from pyspark_ledger.cli.no_bookies import explain
 from pyspark_ledger.cli.passwords import add_password_args, check_new_ledger_password, resolve_password
@@ -102,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ledger_commands(sub)
     _add_bookie_commands(sub)
     _add_log_commands(sub)
+    subscription_commands.add_parsers(sub, _json_adder)
     _add_bp44_commands(sub)
     autorecovery_commands.add_parsers(sub)
     reshape_commands.add_parsers(sub, _ledger_args)
@@ -243,6 +252,7 @@ HANDLERS: dict[str, Callable[..., int]] = {
     "simpletest": commands.simpletest,
     "bookiesanity": commands.bookiesanity,
     "logs": commands.logs,
+    "subscriptions": subscription_commands.subscriptions,
     "quorums": commands.quorums,
     "listorphaned": commands.listorphaned,
     "showowner": commands.showowner,

@@ -5,14 +5,18 @@ auto.offset.reset would put it, and its lag counts what is left."""
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
 from metadata.errors import NoSuchSubscriptionError
 from metadata.subscriptions import SubscriptionPosition, SubscriptionStore
+from pyspark_ledger.cli.app import main
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.log import LogReader, NotSubscribedError, Position
 from pyspark_ledger.log.subscription import at_time, lag
@@ -116,3 +120,36 @@ def test_lag_counts_what_is_left_and_a_move_to_a_time_resumes_there(client: Ledg
         subs = SubscriptionStore(client.store)
         subs.move("lagging", "slow", at_time(r, t_ms))
         assert [m for _, m in consume(r, 0)] == [b"b" * 100] * 100  # resumes at the first message at or after t
+
+
+def shell(client: LedgerClient, capsys: pytest.CaptureFixture[str], *args: str) -> Any:
+    capsys.readouterr()
+    assert main(["--metadata-uri", client.store.uri, "subscriptions", *args, "--json"]) == 0, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_shell_creates_lists_moves_and_deletes(client: LedgerClient, capsys: pytest.CaptureFixture[str]) -> None:
+    positions = write(client, "shell-subs", [b"s%03d" % i for i in range(120)])
+    made = shell(client, capsys, "create", "shell-subs", "ops", "--to-earliest")
+    assert made["position"] == {"seq": 0, "entry": -1, "index": 0}
+    (row,) = shell(client, capsys, "list", "shell-subs")
+    entries = len({(p.seq, p.entry_id) for p in positions})
+    assert (row["subscription"], row["lagEntries"]) == ("ops", entries) and row["lagBytes"] > 0 and row["lostEntries"] == 0
+    target = positions[57]
+    shell(client, capsys, "move", "shell-subs", "ops", "--to-position", json.dumps(target.to_json()))
+    with client.open_log_reader("shell-subs", subscription="ops", initial_position="none") as r:
+        assert consume(r, 1)[0][0] == target  # the subscription next reads the message it was moved to
+    shell(client, capsys, "move", "shell-subs", "ops", "--to-latest")
+    listed = shell(client, capsys, "list")  # every log
+    assert "shell-subs" in {r["log"] for r in listed}
+    (row,) = [r for r in listed if r["log"] == "shell-subs"]
+    assert (row["log"], row["lagEntries"], row["lagBytes"], row["lagMs"]) == ("shell-subs", 0, 0, 0)
+    future = datetime.fromtimestamp(time.time() + 3600, tz=UTC).isoformat()
+    shell(client, capsys, "move", "shell-subs", "ops", "--to-datetime", future)  # nothing that late yet: the latest
+    assert main(["--metadata-uri", client.store.uri, "subscriptions", "move", "shell-subs", "ops",
+                 "--to-datetime", "yesterday"]) == 1
+    assert "--to-datetime" in capsys.readouterr().err
+    assert main(["--metadata-uri", client.store.uri, "subscriptions", "delete", "shell-subs", "ops"]) == 0
+    assert shell(client, capsys, "list", "shell-subs") == []
+    assert main(["--metadata-uri", client.store.uri, "subscriptions", "delete", "shell-subs", "ops"]) == 1
+    assert "no subscription 'ops'" in capsys.readouterr().err
