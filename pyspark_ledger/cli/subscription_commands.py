@@ -11,7 +11,6 @@ goes in either direction and clears the loss marker: moving acknowledges the los
 from __future__ import annotations
 
 import argparse
-import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -24,8 +23,6 @@ if TYPE_CHECKING:
     from pyspark_ledger.client import LedgerClient
     from pyspark_ledger.log import LogReader
     from pyspark_ledger.log.subscription import SubscriptionLag
-
-LOGS_LISTED_MAX = 10_000  # `list` without a log walks every log: bounded
 
 
 class SubscriptionArgsError(PySparkLedgerError, ValueError):
@@ -72,7 +69,7 @@ def subscriptions(client: LedgerClient, args: argparse.Namespace) -> int:
     action = args.subscriptions_command
     subs = SubscriptionStore(client.store)
     if action == "list":
-        return _list(client, subs, args)
+        return _list(client, args)
     if action == "delete":
         subs.delete(args.log, args.name)
         print(f"deleted subscription {args.name} of log {args.log}")
@@ -115,18 +112,10 @@ def _datetime_ms(text: str) -> int:
     return int(at.timestamp() * 1000)
 
 
-def _list(client: LedgerClient, subs: SubscriptionStore, args: argparse.Namespace) -> int:
-    from pyspark_ledger.log.subscription import lag
+def _list(client: LedgerClient, args: argparse.Namespace) -> int:
+    from pyspark_ledger.autorecovery.subscription_lag import measure
 
-    logs = [args.log] if args.log else client.list_logs()[:LOGS_LISTED_MAX]
-    now = int(time.time() * 1000)
-    found: list[tuple[Subscription, SubscriptionLag]] = []
-    for log in logs:
-        listed = subs.list(log)
-        if not listed:
-            continue
-        with client.open_log_reader(log, password=args.password) as reader:
-            found.extend((sub, lag(reader, sub, now)) for sub in listed)
+    found = measure(client, args.log, args.password)
     if getattr(args, "json", False):
         print_json([_json(sub, behind) for sub, behind in found])
         return 0

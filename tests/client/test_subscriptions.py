@@ -13,9 +13,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from metadata.errors import NoSuchSubscriptionError
 from metadata.subscriptions import SubscriptionPosition, SubscriptionStore
+from pyspark_ledger.autorecovery.subscription_lag import Measured, SubscriptionLagCollector, measure
 from pyspark_ledger.cli.app import main
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.log import LogReader, NotSubscribedError, Position
@@ -153,3 +156,32 @@ def test_the_shell_creates_lists_moves_and_deletes(client: LedgerClient, capsys:
     assert shell(client, capsys, "list", "shell-subs") == []
     assert main(["--metadata-uri", client.store.uri, "subscriptions", "delete", "shell-subs", "ops"]) == 1
     assert "no subscription 'ops'" in capsys.readouterr().err
+
+
+def test_the_elected_process_serves_each_subscriptions_lag(client: LedgerClient) -> None:
+    positions = write(client, "scraped", [b"p%03d" % i for i in range(50)])
+    with client.open_log_reader("scraped", subscription="dash", initial_position="earliest") as r:
+        r.commit(positions[9])
+    measures: list[int] = []
+    leading = [False]
+    clock = [0.0]
+
+    def measure_counted() -> Measured:
+        measures.append(1)
+        return measure(client)
+
+    registry = CollectorRegistry()
+    registry.register(SubscriptionLagCollector(measure_counted, lambda: leading[0], refresh_s=30, clock=lambda: clock[0]))
+    assert "ledger_subscription" not in generate_latest(registry).decode() and not measures  # not elected: silent
+    leading[0] = True
+    page = generate_latest(registry).decode()
+    families = {f.name: f for f in text_string_to_metric_families(page)}
+    (lag_entries,) = [s for s in families["ledger_subscription_lag_entries"].samples
+                      if s.labels == {"log": "scraped", "subscription": "dash"}]
+    entries_read = {(p.seq, p.entry_id) for p in positions[:10]}  # the committed one's entry counts as read
+    assert lag_entries.value == len({(p.seq, p.entry_id) for p in positions} - entries_read) > 0
+    generate_latest(registry)
+    assert len(measures) == 1  # a scrape within refresh_s serves the last measure
+    clock[0] = 31.0
+    generate_latest(registry)
+    assert len(measures) == 2
