@@ -30,7 +30,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, from_arrow_type, to_arro
 from pyspark.sql.types import StructField, StructType
 
 from pyspark_ledger.datasource import SOURCE_NAME
-from pyspark_ledger.datasource.clients import open_client
+from pyspark_ledger.datasource.clients import lease_client
 from pyspark_ledger.datasource.errors import LedgerSourceError, user_errors, user_errors_in_iterator
 from pyspark_ledger.datasource.options.source_options import LedgerSourceOptions, parse_options
 from pyspark_ledger.datasource.read.planning import LedgerRange, first_entry_range, plan_ranges, shape_of
@@ -93,7 +93,7 @@ class LedgerDataSource(DataSource):
     @user_errors
     def schema(self) -> StructType:
         opts = self._options()
-        with open_client(opts) as client:
+        with lease_client(opts) as client:
             shape = shape_of(client, opts)
             if shape.payload_format == "raw" and shape.schema_json is None:
                 return RAW_SCHEMA  # a keyed raw log records (key, payload) and goes on below
@@ -162,13 +162,13 @@ class LedgerReader(DataSourceReader):
     def __init__(self, opts: LedgerSourceOptions, schema: StructType):
         self.opts = opts
         self.schema = schema
-        with open_client(opts) as client:
+        with lease_client(opts) as client:
             self.payload_format = shape_of(client, opts).payload_format
         self.arrow_schema = _arrow_schema(schema)
 
     @user_errors
     def partitions(self) -> list[InputPartition]:
-        with open_client(self.opts) as client:
+        with lease_client(self.opts) as client:
             return [LedgerPartition(r) for r in plan_ranges(client, self.opts, self.payload_format)]
 
     @user_errors_in_iterator

@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from bookie.malloc_tuning import tune_malloc
 from bookie.status import Status
-from pyspark_ledger.datasource.clients import open_client
+from pyspark_ledger.datasource.clients import lease_client
 from pyspark_ledger.datasource.read import codec
 from pyspark_ledger.datasource.read.entry_decode import DecodedRun, decode_blob
 from pyspark_ledger.datasource.read.meta_columns import MetaColumns
@@ -259,13 +259,10 @@ def arrow_schema_of(client: LedgerClient, rng: LedgerRange, password: bytes) -> 
 
 
 def read_partition(opts: LedgerSourceOptions, rng: LedgerRange, spec: ReadSpec) -> Iterator[pa.RecordBatch]:
-    """An executor task's read of one range (batch or streaming), with a client of its own that
-    is closed when the iterator ends."""
-    client = open_client(opts)
-    try:
+    """An executor task's read of one range (batch or streaming), with the worker's client
+    (clients.py: leased until the iterator ends)."""
+    with lease_client(opts) as client:
         yield from read_range(client, rng, spec)
-    finally:
-        client.close()
 
 
 @functools.cache
