@@ -20,8 +20,9 @@ from metadata.subscriptions import SubscriptionPosition, SubscriptionStore
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.datasource.stream.offsets import LogOffset
 from pyspark_ledger.datasource.stream.subscription import stored_position
+from pyspark_ledger.testing.progress import await_query, wait_on_progress
 from tests.spark.stream_driver import BATCH_ENTRIES_MAX, kill_driver, start_driver
-from tests.spark.test_streaming import log_payloads, produce, stream
+from tests.spark.test_streaming import DRIVER_RUN_S, log_payloads, produce, stream
 
 
 def test_offsets_and_stored_positions_round_trip() -> None:
@@ -33,7 +34,7 @@ def run_available_now(spark: SparkSession, uri: str, log: str, checkpoint: Path,
     name = f"q{random.randrange(10**9)}"
     query = (stream(spark, uri, log, subscription="etl", **opts).select("payload").writeStream.format("memory")
              .queryName(name).option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
-    assert query.awaitTermination(180)
+    await_query(query)
     rows = [bytes(r.payload) for r in spark.table(name).collect()]
     spark.catalog.dropTempView(name)
     return rows
@@ -80,27 +81,25 @@ def test_kill9_and_restart_without_the_checkpoint_resumes_from_the_subscription(
     expected = [x + b"!" for x in payloads]
     sink = log_name + "-out"
     subs = SubscriptionStore(client.store)
-    p = start_driver(uri, log_name, sink, tmp_path / "lost-checkpoint", 600, subscription="etl")
+    p = start_driver(uri, log_name, sink, tmp_path / "lost-checkpoint", DRIVER_RUN_S, subscription="etl")
     try:
         assert p.stdout is not None
         line = p.stdout.readline()
         assert line.startswith("STARTED"), line
         # At least two micro-batches committed (so the subscription was committed once), then a random moment.
-        deadline = time.monotonic() + 120
-        while (len(log_payloads(client, sink)) < 2 * BATCH_ENTRIES_MAX or subs.get(log_name, "etl") is None) \
-                and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_on_progress("the first run's commits", lambda: (len(log_payloads(client, sink)), subs.get(log_name, "etl")),
+                         lambda seen: seen[0] >= 2 * BATCH_ENTRIES_MAX and seen[1] is not None,
+                         alive=lambda: p.poll() is None, poll_s=0.1)
         time.sleep(rng.uniform(0.0, 1.5))
     finally:
         kill_driver(p)
     before = log_payloads(client, sink)
     assert 0 < len(before) < len(expected), "the kill must land while the stream makes progress"
     # The same query restarted without its checkpoint: it can only know where to go on from the subscription.
-    p = start_driver(uri, log_name, sink, tmp_path / "new-checkpoint", 600, subscription="etl")
+    p = start_driver(uri, log_name, sink, tmp_path / "new-checkpoint", DRIVER_RUN_S, subscription="etl")
     try:
-        deadline = time.monotonic() + 240
-        while set(log_payloads(client, sink)) != set(expected) and time.monotonic() < deadline:
-            time.sleep(1)
+        wait_on_progress("the run without the checkpoint", lambda: log_payloads(client, sink),
+                         lambda out: set(out) == set(expected), alive=lambda: p.poll() is None, poll_s=1.0)
     finally:
         kill_driver(p)
     out = log_payloads(client, sink)
