@@ -18,8 +18,9 @@ from pyspark.sql import functions as F
 
 from metadata.subscriptions import SubscriptionPosition, SubscriptionStore
 from pyspark_ledger.client import LedgerClient
+from pyspark_ledger.datasource.read.cuts import DataLossError
 from pyspark_ledger.datasource.stream.offsets import LogOffset
-from pyspark_ledger.datasource.stream.subscription import stored_position
+from pyspark_ledger.datasource.stream.subscription import commit_subscription, stored_position, subscription_start
 from pyspark_ledger.testing.progress import await_query, wait_on_progress
 from tests.spark.stream_driver import BATCH_ENTRIES_MAX, kill_driver, start_driver
 from tests.spark.test_streaming import DRIVER_RUN_S, log_payloads, produce, stream
@@ -28,6 +29,28 @@ from tests.spark.test_streaming import DRIVER_RUN_S, log_payloads, produce, stre
 def test_offsets_and_stored_positions_round_trip() -> None:
     assert stored_position(LogOffset(3, 0)) == SubscriptionPosition.before_ledger(3)
     assert stored_position(LogOffset(3, 10)) == SubscriptionPosition.after_entry(3, 9)
+
+
+def test_commits_make_and_move_the_subscription_and_a_loss_is_data_loss(client: LedgerClient, log_name: str) -> None:
+    produce(client, log_name, 30, rollover=10)
+    assert subscription_start(client, log_name, "etl", True) is None  # none yet: the starting options decide
+    commit_subscription(client, {log_name: LogOffset(1, 4)}, "etl")  # made by the first commit
+    commit_subscription(client, {log_name: LogOffset(1, 2)}, "etl")  # a late commit: ignored
+    assert subscription_start(client, log_name, "etl", True) == LogOffset(1, 4, _ledger(client, log_name, 1))
+    commit_subscription(client, {log_name: LogOffset(2, 0)}, "etl")
+    assert subscription_start(client, log_name, "etl", True) == LogOffset(2, 0, _ledger(client, log_name, 2))
+    SubscriptionStore(client.store).mark_lost(log_name, "etl", 3, 10)
+    with pytest.raises(DataLossError, match="subscription 'etl' lost 10 entries.*ledger subscriptions move"):
+        subscription_start(client, log_name, "etl", True)
+    went_on = subscription_start(client, log_name, "etl", False)  # failOnDataLoss=false: goes on
+    assert went_on is not None and (went_on.seq, went_on.entry) == (3, 0)
+
+
+def _ledger(client: LedgerClient, log: str, seq: int) -> str:
+    with client.open_log_reader(log) as r:
+        lg = r.ledger_at_or_after(seq)
+        assert lg is not None and lg.seq == seq
+        return lg.ledger_id.qualified_name
 
 
 def run_available_now(spark: SparkSession, uri: str, log: str, checkpoint: Path, **opts: str) -> list[bytes]:
