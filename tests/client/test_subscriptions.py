@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -25,6 +28,8 @@ from pyspark_ledger.log import LogReader, NotSubscribedError, Position
 from pyspark_ledger.log.subscription import at_time, lag
 from pyspark_ledger.testing.local_cluster import LocalCluster
 from pyspark_ledger.testing.message_batches import set_message_batches
+from pyspark_ledger.testing.progress import wait_on_progress
+from pyspark_ledger.testing.zookeeper_server import free_port
 
 SEED = 3203
 
@@ -185,3 +190,32 @@ def test_the_elected_process_serves_each_subscriptions_lag(client: LedgerClient)
     clock[0] = 31.0
     generate_latest(registry)
     assert len(measures) == 2
+
+
+def test_ledger_autorecovery_serves_the_lag_on_its_metrics_port(client: LedgerClient) -> None:
+    """The wiring, end to end: a real `ledger autorecovery --metrics-port` process, once elected."""
+    positions = write(client, "served", [b"q%03d" % i for i in range(30)])
+    with client.open_log_reader("served", subscription="ops", initial_position="earliest") as r:
+        r.commit(positions[-1])
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "pyspark_ledger.cli", "--metadata-uri", client.store.uri,
+                             "autorecovery", "--workers", "1", "--metrics-port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def page() -> str:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+                    return str(resp.read().decode())
+            except OSError:
+                return ""
+
+        served = wait_on_progress("the elected process's lag gauges", page,
+                                  lambda text: 'subscription="ops"' in text, alive=lambda: proc.poll() is None,
+                                  stall_s=120, total_s=300)
+    finally:
+        proc.terminate()  # the process this test started, by its PID
+        proc.wait(60)
+    families = {f.name: f for f in text_string_to_metric_families(served)}
+    (caught_up,) = [s for s in families["ledger_subscription_lag_entries"].samples
+                    if s.labels == {"log": "served", "subscription": "ops"}]
+    assert caught_up.value == 0
