@@ -103,6 +103,9 @@ class LogWriter:
         self.batch = batch or BatchSettings()
         self._batch: OpenBatch | None = None  # the open batch (under self._lock)
         self._last_sent: Future[Place] | None = None  # the newest batch sent: flush waits on it
+        # The append time of the newest batch sent: times never step back along this writer's
+        # ledgers (a wall clock may), so a search by time inside a ledger can bisect (log/time_search.py).
+        self._append_ms = 0
         self._open(create)
         self._linger = None
         if batching and self.batch.max_delay_ms > 0:
@@ -298,7 +301,8 @@ class LogWriter:
         self._last_sent = out = b.future
         try:
             self._check_appendable()
-            data = b.encode(time.time_ns() // 1_000_000)
+            self._append_ms = max(self._append_ms, time.time_ns() // 1_000_000)
+            data = b.encode(self._append_ms)
             inner, seq, lid = self._add(data)
         except Exception as exc:  # noqa: BLE001 - settles every message of the batch
             out.set_exception(exc)
