@@ -74,11 +74,14 @@ def _non_negative(key: str, value: str) -> int:
 
 
 def apply_changes(r: LogRecord, changes: dict[str, str | None]) -> LogRecord:
-    retention = r.retention
-    for key in RETENTION_KEYS:
-        if key in changes:
-            value = changes[key]
-            retention = replace(retention, **{key: None if value is None else int(value)})
+    def number(key: str, old: int | None) -> int | None:
+        if key not in changes:
+            return old
+        value = changes[key]
+        return None if value is None else int(value)
+
+    retention = replace(r.retention, max_age_ms=number("max_age_ms", r.retention.max_age_ms),
+                        max_size_bytes=number("max_size_bytes", r.retention.max_size_bytes))
     settings = {k: v for k, v in changes.items() if k not in RETENTION_KEYS}
     # replace, not a new Retention: keys a newer release keeps there survive this change
     return log_settings.with_settings(r.with_retention(retention), settings)
@@ -116,7 +119,7 @@ def retention(client: LedgerClient, args: argparse.Namespace) -> int:
         client.logs.read_head(args.log_name)  # a missing log is an error naming it
     task = RetentionTask(client, store_subscriptions(client.store), RetentionSettings(logs_per_pass=100_000))
     outcomes = task.run_pass(only=args.log_name)
-    rows = [{"log": o.log_name, "trimmedLedgers": len(o.trimmed), "trimmedBytes": o.trimmed_bytes,
+    rows: list[dict[str, Any]] = [{"log": o.log_name, "trimmedLedgers": len(o.trimmed), "trimmedBytes": o.trimmed_bytes,
              "deletedLedgers": o.deleted, "heldBySubscriptions": o.held, "lostSubscriptions": list(o.lost)}
             for o in outcomes]
     if args.json:

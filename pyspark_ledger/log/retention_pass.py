@@ -19,7 +19,7 @@ from typing import Protocol
 
 from metadata import LedgerId, log_settings, log_trim_marks
 from metadata.context import now_ms
-from metadata.log_record import LogRecord
+from metadata.log_record import LogLedger, LogRecord
 from pyspark_ledger.log import trim_choice
 from pyspark_ledger.log.retention import TRIM_DELETES_MAX, delete_trimmed, raise_trim_point
 from pyspark_ledger.log.service import LedgerService
@@ -67,7 +67,7 @@ def apply_retention(client: LedgerService, name: str, subscriptions: Subscriptio
     if not rules.any:
         deleted = delete_trimmed(client, name, delete_max)  # a queue left by a crash still drains
         return PassOutcome(name, deleted=len(deleted))
-    ledgers = []
+    ledgers: list[LogLedger] = []
     for lg in logs.iter_ledgers(name, head, head.trim_seq):
         if len(ledgers) >= LEDGERS_READ_MAX:
             break  # the oldest LEDGERS_READ_MAX: sizes beyond are not seen, so size trims less, never more
