@@ -20,13 +20,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from metadata.log_record import LogLedger
+from pyspark_ledger.errors import PySparkLedgerError
 
 BACKLOG_KEEP = "keep"
 BACKLOG_TRIM = "trim"
 BACKLOG_POLICIES = (BACKLOG_KEEP, BACKLOG_TRIM)
 
 
-class TrimChoiceError(ValueError):
+class TrimChoiceError(PySparkLedgerError):
     """A broken precondition or postcondition of the choice: a bug, never bad input."""
 
 

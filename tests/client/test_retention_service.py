@@ -1,0 +1,138 @@
+"""Retention applied by the log service (issue 32 item 3): `ledger logs set`, `ledger retention run`
+against subscriptions, the autorecovery leader's task, rollover by the log's settings, and what
+`ledger logs show` says. Real bookie processes; the embedded store (the ZooKeeper side of the
+same code is the trim's, covered by test_log_trim_queue)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from metadata import log_trim_marks
+from metadata.log_record import LogRecord
+from metadata.subscriptions import SubscriptionStore
+from pyspark_ledger.autorecovery.retention_task import RetentionSettings
+from pyspark_ledger.autorecovery.service import AutorecoveryService, AutorecoverySettings
+from pyspark_ledger.cli import main
+from pyspark_ledger.cli.retention_commands import parse_changes
+from pyspark_ledger.client import LedgerClient
+from pyspark_ledger.log.rollover import RolloverPolicy
+from pyspark_ledger.log.subscription_source import store_subscriptions
+from pyspark_ledger.testing.local_cluster import LocalCluster
+
+WAIT_S = 180.0  # generous: a shared, loaded machine
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    with LocalCluster(3, work_dir=tmp_path / "cluster") as c:
+        yield c
+
+
+@pytest.fixture
+def client(cluster: LocalCluster) -> Iterator[LedgerClient]:
+    with LedgerClient(cluster.metadata_uri, add_timeout_s=10) as c:
+        yield c
+
+
+def run(capsys: pytest.CaptureFixture[str], uri: str, *args: str) -> tuple[int, str, str]:
+    code = main(["--metadata-uri", uri, *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_set_refuses_a_bad_key_or_value_by_name() -> None:
+    assert parse_changes(["max_size_bytes=5", "backlog_policy=trim", "rollover_max_age_ms="]) == {
+        "max_size_bytes": "5", "backlog_policy": "trim", "rollover_max_age_ms": None}
+    for bad, named in (("max_sise_bytes=5", "unknown log setting 'max_sise_bytes'"),
+                       ("backlog_policy=maybe", "backlog_policy='maybe': must be one of keep, trim"),
+                       ("max_age_ms=-1", "max_age_ms='-1': must be >= 0"),
+                       ("max_age_ms=soon", "max_age_ms='soon': not an integer"),
+                       ("rollover_max_bytes", "'rollover_max_bytes' is not KEY=VALUE")):
+        with pytest.raises(ValueError, match=named.replace("(", r"\(")):
+            parse_changes([bad])
+
+
+def test_rollover_comes_from_the_log_settings_unless_given() -> None:
+    rec = LogRecord("r")
+    default = RolloverPolicy.for_log(rec, max_entries=None, max_bytes=None, max_age_s=None)
+    assert default == RolloverPolicy(None, 128 * 1024 * 1024, 3600.0)  # rolls over by default
+    from metadata import log_settings
+
+    small = log_settings.with_settings(rec, {"rollover_max_bytes": "1000", "rollover_max_age_ms": "0"})
+    assert RolloverPolicy.for_log(small, max_entries=None, max_bytes=None, max_age_s=None) == RolloverPolicy(None, 1000)
+    assert RolloverPolicy.for_log(small, max_entries=5, max_bytes=0, max_age_s=2.0) == RolloverPolicy(5, None, 2.0)
+    assert not default.due(0, 10**12, 10**6, 1) and RolloverPolicy(None, 1000).due(1, 900, 0, 101)
+
+
+def write(client: LedgerClient, name: str, messages: int, size: int = 300) -> None:
+    with client.open_log_writer(name, batching=False) as w:
+        for i in range(messages):
+            w.append(bytes([i % 256]) * size)
+
+
+def test_retention_run_respects_subscriptions_and_the_backlog_policy(
+        capsys: pytest.CaptureFixture[str], cluster: LocalCluster, client: LedgerClient) -> None:
+    uri = cluster.metadata_uri
+    write(client, "events", 1)  # makes the log
+    code, out, _ = run(capsys, uri, "logs", "set", "events", "max_size_bytes=1500", "rollover_max_bytes=1000")
+    assert code == 0 and "max_size_bytes=1500" in out and "rollover_max_bytes=1000" in out
+    code, _, err = run(capsys, uri, "logs", "set", "events", "backlog_policy=sometimes")
+    assert code == 1 and "backlog_policy='sometimes'" in err
+    write(client, "events", 30)  # 9 kB in ledgers of at most 1,000 bytes: rolled over by the setting
+    rec = client.describe_log("events")
+    assert len(rec.ledgers) >= 9 and all((lg.size_bytes or 0) <= 1000 for lg in rec.ledgers)
+
+    subs = SubscriptionStore(client.store)
+    early = rec.ledgers[2]
+    subs.create("events", "etl")
+    subs.commit("events", "etl", early.seq, 0)  # read one entry of the third ledger
+    code, out, _ = run(capsys, uri, "--json", "retention", "run", "--log", "events")
+    assert code == 0, out
+    after = client.describe_log("events")
+    assert after.ledgers[0].seq == early.seq, "retention passed the subscription under policy keep"
+    assert subs.read("events", "etl").lost_before_seq is None
+
+    # The subscription moves on: retention trims to the size bound, and says so in `logs show`.
+    subs.commit("events", "etl", rec.ledgers[-1].seq, 0)
+    assert run(capsys, uri, "retention", "run")[0] == 0
+    kept = client.describe_log("events")
+    assert kept.size_bytes <= 1500 + 1000
+    assert log_trim_marks.boundary(kept) == (kept.ledgers[0].seq - 1, rec.by_seq(kept.ledgers[0].seq - 1).entry_count)
+    counts = log_trim_marks.retention_counts(kept)
+    assert counts.ledgers == len(rec.ledgers) - len(kept.ledgers) and counts.passes == 2
+    code, out, _ = run(capsys, uri, "logs", "show", "events")
+    assert f"retention trimmed {counts.ledgers} ledger(s)" in out and "max_size_bytes" in out
+
+    # Policy trim: a subscription left behind loses data, and is told.
+    write(client, "events", 30)
+    subs.create("events", "slow")
+    subs.commit("events", "slow", kept.ledgers[0].seq, 0)
+    assert run(capsys, uri, "logs", "set", "events", "backlog_policy=trim", "backlog_quota_bytes=2000")[0] == 0
+    code, out, _ = run(capsys, uri, "retention", "run", "--log", "events")
+    assert code == 0 and "slow" in out
+    slow = subs.read("events", "slow")
+    assert slow.lost_before_seq == client.log_summary("events").trim_seq and slow.lost_entries > 0
+
+
+def test_the_elected_auditor_applies_retention_on_its_schedule(client: LedgerClient) -> None:
+    write(client, "auto", 1)
+    client.logs.update_head("auto", lambda r: r.with_retention(r.retention.__class__(max_size_bytes=2000)))
+    from metadata import log_settings
+
+    client.logs.update_head("auto", lambda r: log_settings.with_settings(r, {"rollover_max_bytes": "1000"}))
+    settings = AutorecoverySettings(workers=0, retention=RetentionSettings(interval_s=0.2))
+    service = AutorecoveryService(client.context, settings, logs=client,
+                                  subscriptions=store_subscriptions(client.store)).start()
+    try:
+        write(client, "auto", 40)
+        deadline = time.monotonic() + WAIT_S
+        while client.log_summary("auto").size_bytes > 2000 + 1000 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert client.describe_log("auto").size_bytes <= 2000 + 1000
+        assert service.metrics.retention_trimmed_ledgers._value.get() > 0
+    finally:
+        service.stop()
