@@ -8,7 +8,7 @@ erases them), under the prefix "trim.":
     trim.retention.bytes     their bytes
     trim.retention.passes    retention passes that trimmed something
     trim.retention.last_ms   when the last of them did
-    trim.boundary            "<seq>:<entry count>" of the newest trimmed ledger
+    trim.boundary            "<seq>:<entry count>:<ledger qualified name>" of the newest trimmed ledger
 
 Why the boundary: a reader whose position is the end of ledger S (it read every entry) and
 finds S trimmed must tell that from a reader that had not finished S (data lost). Once S is
@@ -49,14 +49,24 @@ def retention_counts(rec: LogRecord) -> RetentionCounts:
     return RetentionCounts(_int(p, _LEDGERS) or 0, _int(p, _BYTES) or 0, _int(p, _PASSES) or 0, _int(p, _LAST_MS))
 
 
-def boundary(rec: LogRecord) -> tuple[int, int] | None:
-    """(seq, entry count) of the newest trimmed ledger, when a trim recorded it."""
+@dataclass(frozen=True, slots=True)
+class TrimBoundary:
+    """The newest trimmed ledger: its seq, its entry count and its qualified name."""
+
+    seq: int
+    entry_count: int
+    ledger: str
+
+
+def boundary(rec: LogRecord) -> TrimBoundary | None:
+    """The newest trimmed ledger, when a trim recorded it (None: none, or written by hand)."""
     raw = dict(rec.properties).get(_BOUNDARY)
     if raw is None:
         return None
-    seq, _, count = raw.partition(":")
+    seq, _, rest = raw.partition(":")
+    count, _, ledger = rest.partition(":")
     try:
-        return int(seq), int(count)
+        return TrimBoundary(int(seq), int(count), ledger)
     except ValueError:
         return None
 
@@ -65,10 +75,10 @@ def _with(rec: LogRecord, changes: dict[str, str]) -> LogRecord:
     return replace(rec, properties=tuple(sorted(dict(rec.properties, **changes).items())))
 
 
-def with_boundary(rec: LogRecord, seq: int, entry_count: int) -> LogRecord:
-    if seq < 0 or entry_count < 0:
-        raise ValueError(f"trim boundary seq {seq} entry count {entry_count} must be >= 0")
-    return _with(rec, {_BOUNDARY: f"{seq}:{entry_count}"})
+def with_boundary(rec: LogRecord, seq: int, entry_count: int, ledger: str) -> LogRecord:
+    if seq < 0 or entry_count < 0 or ":" in ledger:
+        raise ValueError(f"trim boundary seq {seq} entry count {entry_count} ledger {ledger!r}: bad value")
+    return _with(rec, {_BOUNDARY: f"{seq}:{entry_count}:{ledger}"})
 
 
 def with_retention_trim(rec: LogRecord, ledgers: int, size_bytes: int, at_ms: int) -> LogRecord:

@@ -81,7 +81,7 @@ def raise_trim_point(logs: LogManager, name: str, target: int,
         last = _ledger_at(logs, name, r, upto - 1)
         out = r.trimmed_to(upto)
         if last is not None and last.entry_count is not None:
-            out = log_trim_marks.with_boundary(out, last.seq, last.entry_count)
+            out = log_trim_marks.with_boundary(out, last.seq, last.entry_count, last.ledger_id.qualified_name)
         return out if counted is None else counted(out, upto)
 
     rec, _ = logs.update_head(name, step1)
