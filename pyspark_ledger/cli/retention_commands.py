@@ -1,5 +1,5 @@
 """`ledger logs set NAME key=value ...` (retention and log settings) and `ledger retention run`
-(one retention pass, what the autorecovery leader does on its schedule): docs/subscriptions.md."""
+(one retention pass, what the autorecovery leader does on its schedule): docs/retention.md."""
 
 from __future__ import annotations
 
