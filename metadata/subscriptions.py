@@ -7,7 +7,9 @@ message the subscription consumed (`position`: ledger seq, entry id, index in th
 ints: this layer knows no client types), when it was last committed, and the data it lost when
 retention trimmed past it (backlog policy `trim`). A reader resumes AFTER `position`. No
 position means nothing consumed yet: the subscription holds the whole log. An entry id of -1
-means "before the ledger's first entry" (a subscription moved to the start of ledger `seq`).
+means "before the ledger's first entry" (a subscription moved to the start of ledger `seq`);
+an index of INDEX_WHOLE_ENTRY means "every message of the entry" (one moved past an entry
+whose messages it never counted, e.g. to a log's latest entry).
 
 Each record is its own small value, changed by compare-and-set on its version, so a consumer's
 commit never touches the log record and never races the log's writer. Stored like the log
@@ -42,6 +44,8 @@ from metadata.store import MetadataStore, RetryPolicy, cas_update
 SUBSCRIPTION_FORMAT_VERSION = 1
 _MAGIC = b"PSUB"
 SUBSCRIPTIONS_PER_LOG_MAX = 10_000  # list() reads each record: a bound on one listing's reads
+# Above any index a batched entry holds (protocol.message_batch.MESSAGES_PER_ENTRY_MAX = 10,000).
+INDEX_WHOLE_ENTRY = 2**31 - 1
 _KEYS = frozenset({"log", "name", "formatVersion", "position", "ctimeMs", "commitMs",
                    "lostBeforeSeq", "lostEntries", "lostMs"})
 
@@ -63,6 +67,11 @@ class SubscriptionPosition:
     def before_ledger(cls, seq: int) -> SubscriptionPosition:
         """Nothing of ledger `seq` (or after it) consumed."""
         return cls(seq, -1, 0)
+
+    @classmethod
+    def after_entry(cls, seq: int, entry_id: int) -> SubscriptionPosition:
+        """Every message of entry `entry_id` of ledger `seq` consumed, however many it holds."""
+        return cls(seq, entry_id, INDEX_WHOLE_ENTRY)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from pyspark_ledger.cli import (
     reshape_commands,
     retention_commands,
     standalone,
+    subscription_commands,
 )
 from pyspark_ledger.cli.log_read import add_read_parser
 from pyspark_ledger.cli.no_bookies import explain
@@ -110,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ledger_commands(sub)
     _add_bookie_commands(sub)
     _add_log_commands(sub)
+    subscription_commands.add_parsers(sub, _json_adder)
     _add_bp44_commands(sub)
     autorecovery_commands.add_parsers(sub)
     retention_commands.add_parsers(sub)
@@ -253,6 +255,7 @@ HANDLERS: dict[str, Callable[..., int]] = {
     "simpletest": commands.simpletest,
     "bookiesanity": commands.bookiesanity,
     "logs": commands.logs,
+    "subscriptions": subscription_commands.subscriptions,
     "quorums": commands.quorums,
     "listorphaned": commands.listorphaned,
     "showowner": commands.showowner,

@@ -90,6 +90,11 @@ def autorecovery(client: LedgerClient, args: argparse.Namespace) -> int:
 
         threading.Thread(target=stop_at_stdin_eof, daemon=True).start()
     if args.metrics_port is not None:
+        from pyspark_ledger.autorecovery.subscription_lag import SubscriptionLagCollector, measure
+
+        # The elected process also serves every subscription's lag (docs/subscriptions.md).
+        service.metrics.registry.register(SubscriptionLagCollector(lambda: measure(client, None, settings.password),
+                                                                   lambda: service.leading))
         port = service.metrics.serve(args.metrics_port)
         print(f"metrics on http://127.0.0.1:{port}/metrics", file=sys.stderr, flush=True)
     service.start()

@@ -1,5 +1,5 @@
 """`ledger logs set NAME key=value ...` (retention and log settings) and `ledger retention run`
-(one retention pass, what the autorecovery leader does on its schedule): docs/retention.md."""
+(one retention pass, what the autorecovery leader does on its schedule): docs/subscriptions.md#retention."""
 
 from __future__ import annotations
 

@@ -16,9 +16,12 @@ import numpy as np
 from metadata import LedgerId
 from metadata.log_record import LogLedger, LogRecord
 from metadata.log_segments import LogHead
+from metadata.subscriptions import Subscription, SubscriptionStore
+from pyspark_ledger.log.errors import NotSubscribedError
 from pyspark_ledger.log.messages import check_readable, message_times, messages
 from pyspark_ledger.log.position import LogEntry, Position
 from pyspark_ledger.log.service import LedgerService
+from pyspark_ledger.log.subscription import resume_start, stored, subscribe
 from pyspark_ledger.log.time_search import first_entry_at_or_after, first_index_at_or_after, may_hold_at_or_after
 
 if TYPE_CHECKING:
@@ -28,7 +31,13 @@ TAIL_WAIT_S = 1.0
 
 
 class LogReader:
-    def __init__(self, client: LedgerService, name: str, password: bytes = b""):
+    """Reads a log by position, or as a durable subscription: with `subscription`, read() and
+    tail() without a start resume after the subscription's stored position, and commit() moves
+    it (log/subscription.py; a subscription that does not exist yet is made at
+    `initial_position`: "latest", "earliest" or "none", as Kafka's auto.offset.reset)."""
+
+    def __init__(self, client: LedgerService, name: str, password: bytes = b"", *,
+                 subscription: str | None = None, initial_position: str = "latest"):
         self.client = client
         self.name = name
         self.password = password
@@ -37,6 +46,36 @@ class LogReader:
         self._changed = threading.Event()
         self._watch = client.logs.watch_head(name, self._on_change)
         self._handles: dict[LedgerId, ReadHandle] = {}
+        self.subscription = subscription
+        self._subs = SubscriptionStore(client.logs.store)
+        if subscription is not None:
+            try:
+                subscribe(self, self._subs, subscription, initial_position)
+            except BaseException:
+                self.close()
+                raise
+
+    def commit(self, position: Position, *, allow_backward: bool = False) -> Subscription:
+        """Record `position` as the last message this reader's subscription consumed: the next
+        reader of the subscription resumes after it. Never moves it backward (a late or repeated
+        commit changes nothing) unless allow_backward. Returns the subscription as stored."""
+        if self.subscription is None:
+            raise NotSubscribedError(f"log {self.name!r}: this reader has no subscription to commit "
+                                     "(open_log_reader(..., subscription=NAME))")
+        p = stored(position)
+        return self._subs.commit(self.name, self.subscription, p.seq, p.entry_id, p.index, allow_backward=allow_backward)
+
+    def subscription_state(self) -> Subscription:
+        """The reader's subscription as stored now."""
+        if self.subscription is None:
+            raise NotSubscribedError(f"log {self.name!r}: this reader has no subscription")
+        return self._subs.read(self.name, self.subscription)
+
+    def _start(self, start: Position | None) -> Position | None:
+        """An explicit start wins; else a subscribed reader resumes after its subscription."""
+        if start is not None or self.subscription is None:
+            return start
+        return resume_start(self, self.subscription_state())
 
     @property
     def record(self) -> LogRecord:
@@ -59,6 +98,19 @@ class LogReader:
 
     def _ledger_at_or_after(self, seq: int) -> LogLedger | None:
         return self.client.logs.ledger_at_or_after(self.name, self.head, seq)
+
+    # The public names of what log/subscription.py needs of a reader.
+    def ledger_at_or_after(self, seq: int) -> LogLedger | None:
+        return self._ledger_at_or_after(seq)
+
+    def ledgers_from(self, seq: int) -> Iterator[LogLedger]:
+        return self._ledgers(seq)
+
+    def ledger_handle(self, lid: LedgerId) -> ReadHandle:
+        return self._handle(lid)
+
+    def last_entry(self, lg: LogLedger) -> int:
+        return self._last_entry(lg)
 
     def _handle(self, lid: LedgerId) -> ReadHandle:
         h = self._handles.get(lid)
@@ -102,8 +154,10 @@ class LogReader:
     def read(self, start: Position | None = None, end: Position | None = None) -> Iterator[LogEntry]:
         """Messages from start to end inclusive (defaults: the whole readable log), in order: one
         per unbatched entry, each of a batch with its own index. Only the segments from start's
-        on are fetched, as the read reaches them."""
+        on are fetched, as the read reaches them. No start: the whole log, or for a subscribed
+        reader everything after its subscription's position."""
         self.refresh()
+        start = self._start(start)
         for lg in self._ledgers(0 if start is None else start.seq):
             if end is not None and lg.seq > end.seq:
                 return
@@ -159,7 +213,9 @@ class LogReader:
         """Follow the log across rollovers, yielding every message once and in order (from
         `start` inclusive, which may be inside a batch). Waits on the
         log's metadata watch and on long-poll LAC reads, never on sleep loops. Ends after
-        idle_timeout_s without new entries (None: never)."""
+        idle_timeout_s without new entries (None: never). No start: the log's start, or for a
+        subscribed reader the message after its subscription's position."""
+        start = self._start(start)
         seq = start.seq if start is not None else None
         nxt = start.entry_id if start is not None else 0
         skip_at = (start.seq, start.entry_id, start.index) if start is not None and start.index else None

@@ -1,6 +1,6 @@
 """Which whole ledgers a retention pass removes from the front of a log: pure (no I/O, no clock).
 
-The rules, in the order they apply (docs/retention.md, "Retention"):
+The rules, in the order they apply (docs/subscriptions.md, "Retention"):
 - only a prefix goes (a log never gets holes), never the log's last ledger (the writer's) and
   never an unsealed ledger or anything after one;
 - age: a ledger goes once it has been sealed longer than max_age_ms (`sealed_ms`, or `ctime_ms`
