@@ -17,6 +17,8 @@ import os
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -213,3 +215,32 @@ def test_policy_trim_reports_the_loss_and_keep_never_does() -> None:
     roomy = trim_choice.choose(log, RetentionRules(max_size_bytes=2_000, backlog_quota_bytes=4_000,
                                                    backlog_policy="trim"), sub, 1)
     assert [lg.seq for lg in roomy.removed] == [0] and roomy.lost == ()
+
+
+def test_a_retention_pass_is_bounded_and_goes_on_where_the_last_stopped(tmp_path: Path) -> None:
+    """The leader's task (autorecovery/retention_task.py) over the embedded store, no bookies
+    needed: logs without retention settings cost one head read each and delete nothing."""
+    from metadata.log_record import LogRecord
+    from metadata.logs import LogManager
+    from metadata.uri import open_store
+    from pyspark_ledger.autorecovery.metrics import AutorecoveryMetrics
+    from pyspark_ledger.autorecovery.retention_task import RetentionSettings, RetentionTask
+
+    store = open_store(f"sqlite://{tmp_path / 'm.db'}")
+    try:
+        logs = LogManager(store)
+        for name in "abcde":
+            logs.create(LogRecord(name))
+        deleted: list[LedgerId] = []
+        service = SimpleNamespace(logs=logs, delete_ledger=deleted.append)
+        metrics = AutorecoveryMetrics()
+        task = RetentionTask(service, None, RetentionSettings(interval_s=60, logs_per_pass=2), metrics)  # type: ignore[arg-type]  # a stand-in LedgerService: logs and delete_ledger only
+        assert task.due()
+        visited = [[o.log_name for o in task.run_pass()] for _ in range(3)]
+        assert visited == [["a", "b"], ["c", "d"], ["e", "a"]] and not task.due()
+        assert [o.log_name for o in task.run_pass(only="c")] == ["c"] and not deleted
+        assert metrics.retention_passes._value.get() == 4
+        with pytest.raises(ValueError, match="logs-per-pass"):
+            RetentionSettings(logs_per_pass=0).validate()
+    finally:
+        store.close()
