@@ -2,7 +2,8 @@
 
 - a log written at about 1 MB/s with max_size_bytes 50 MB stays at or under 50 MB plus one
   ledger with no trim command: a real `ledger autorecovery` process, whose elected leader applies
-  retention every second, and a LogWriter that rolls over by the log's settings (5 MB ledgers).
+  retention every half second (the bound holds while a pass follows each 5-second ledger's
+  seal), and a LogWriter that rolls over by the log's settings (5 MB ledgers).
   LEDGER_RETENTION_SOAK_S seconds (120 in the suite; 600 for the long run), at
   LEDGER_RETENTION_SCALE times the sizes and rate (1.0: 1 MB/s, 50 MB, 5 MB ledgers; the
   ratios stay the same at any scale);
@@ -83,7 +84,7 @@ def test_a_log_written_at_1mb_s_stays_within_its_size_bound(client: LedgerClient
         pass  # makes the log; its settings apply to the next writer
     client.logs.update_head("soak", lambda r: log_settings.with_settings(
         r.with_retention(Retention(max_size_bytes=max_size)), {"rollover_max_bytes": str(ledger_bytes)}))
-    service = spawn(ledger_cmd(cluster.metadata_uri, "autorecovery", "--workers", "0", "--retention-interval-s", "1"),
+    service = spawn(ledger_cmd(cluster.metadata_uri, "autorecovery", "--workers", "0", "--retention-interval-s", "0.5"),
                     tmp_path / "autorecovery.log")
     sealed_max = written = 0
     try:
@@ -117,7 +118,7 @@ def test_a_log_written_at_1mb_s_stays_within_its_size_bound(client: LedgerClient
               f"{counts.passes} passes, {len(rec.ledgers)} ledgers at the end")
     finally:
         stop(service)
-    assert written >= 2 * max_size or SOAK_S < 120, "the log was not written past its bound twice"
+    assert written >= 1.5 * max_size or SOAK_S < 120, "the log was not written well past its bound"
     assert counts.ledgers > 0, "retention never trimmed"
     assert sealed_max <= max_size + ledger_bytes, f"the log held {sealed_max} bytes > {max_size} + one ledger"
 
