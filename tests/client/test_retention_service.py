@@ -1,7 +1,7 @@
 """Retention applied by the log service (issue 32 item 3): `ledger logs set`, `ledger retention run`
 against subscriptions, the autorecovery leader's task, rollover by the log's settings, and what
-`ledger logs show` says. Real bookie processes; the embedded store (the ZooKeeper side of the
-same code is the trim's, covered by test_log_trim_queue)."""
+`ledger logs show` says. Real bookie processes; `ledger retention run` on ZooKeeper and the
+embedded store, the rest on the embedded store."""
 
 from __future__ import annotations
 
@@ -36,6 +36,14 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
 def client(cluster: LocalCluster) -> Iterator[LedgerClient]:
     with LedgerClient(cluster.metadata_uri, add_timeout_s=10) as c:
         yield c
+
+
+@pytest.fixture
+def any_store(store_uri: str, tmp_path: Path) -> Iterator[tuple[LocalCluster, LedgerClient]]:
+    """Bookies on the parametrized store: ZooKeeper and the embedded one."""
+    with LocalCluster(3, metadata_uri=store_uri, work_dir=tmp_path / "cluster-any") as c, \
+            LedgerClient(c.metadata_uri, add_timeout_s=10) as cl:
+        yield c, cl
 
 
 def run(capsys: pytest.CaptureFixture[str], uri: str, *args: str) -> tuple[int, str, str]:
@@ -75,7 +83,8 @@ def write(client: LedgerClient, name: str, messages: int, size: int = 300) -> No
 
 
 def test_retention_run_respects_subscriptions_and_the_backlog_policy(
-        capsys: pytest.CaptureFixture[str], cluster: LocalCluster, client: LedgerClient) -> None:
+        capsys: pytest.CaptureFixture[str], any_store: tuple[LocalCluster, LedgerClient]) -> None:
+    cluster, client = any_store
     uri = cluster.metadata_uri
     write(client, "events", 1)  # makes the log
     code, out, _ = run(capsys, uri, "logs", "set", "events", "max_size_bytes=1500", "rollover_max_bytes=1000")
