@@ -24,6 +24,7 @@ from pyspark_ledger.cli import (
     cluster_commands,
     commands,
     reshape_commands,
+    retention_commands,
     standalone,
     subscription_commands,
 )
@@ -113,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     subscription_commands.add_parsers(sub, _json_adder)
     _add_bp44_commands(sub)
     autorecovery_commands.add_parsers(sub)
+    retention_commands.add_parsers(sub)
     reshape_commands.add_parsers(sub, _ledger_args)
     cluster_commands.add_parsers(sub)
     cluster_commands.add_placement_parser(sub)
@@ -202,7 +204,7 @@ def _quorum_args(p: argparse.ArgumentParser, defaults: tuple[int, int, int] | No
 
 
 def _add_log_commands(sub: Any) -> None:
-    p = sub.add_parser("logs", help="list, show, read, trim or delete named logs")
+    p = sub.add_parser("logs", help="list, show, read, set, trim or delete named logs")
     lsub = p.add_subparsers(dest="logs_command", metavar="ACTION")
     lsub.required = True
     lsub.add_parser = _json_adder(lsub.add_parser)
@@ -211,6 +213,7 @@ def _add_log_commands(sub: Any) -> None:
     q.add_argument("name", help="the log's name")
     q.add_argument("--ledgers", type=int, default=0, metavar="N", help="also list the newest N ledgers (bounded)")
     add_read_parser(lsub)
+    retention_commands.add_set_parser(lsub)
     q = lsub.add_parser("trim", help="trim whole ledgers off the front of a log")
     q.add_argument("name", help="the log's name")
     q.add_argument("--before", help='a position JSON: {"seq": n, "ledger": hex, "entry": n}')
@@ -259,6 +262,7 @@ HANDLERS: dict[str, Callable[..., int]] = {
     "predictlifespan": commands.predictlifespan,
     "auditor": commands.auditor,
     "autorecovery": autorecovery_commands.autorecovery,
+    "retention": retention_commands.retention,
     "listunderreplicated": autorecovery_commands.listunderreplicated,
     "decommissionbookie": autorecovery_commands.decommissionbookie,
     "expandledger": reshape_commands.expandledger,
