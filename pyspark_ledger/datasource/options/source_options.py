@@ -64,13 +64,15 @@ KNOWN_OPTIONS: dict[str, str] = {
 
 # Taken by the streaming classes before parse_options (streaming.STREAM_OPTIONS): named here so
 # that a misspelling of one gets its "did you mean".
-STREAM_OPTION_NAMES = ("maxEntriesPerTrigger", "maxBytesPerTrigger", "testFailCommit", "checkpointLocation")
+STREAM_OPTION_NAMES = ("maxEntriesPerTrigger", "maxBytesPerTrigger", "minEntriesPerTrigger", "maxTriggerDelay",
+                       "testFailCommit", "checkpointLocation")
 # What Spark's Kafka source calls an option -> ours (a Kafka user's first guess gets the answer).
 KAFKA_OPTION_NAMES = {
     "subscribe": "logs", "assign": "startingPositions", "subscribepattern": "logPattern",
     "startingoffsets": "startingPosition or startingPositions", "endingoffsets": "endingPosition or endingPositions",
     "startingoffsetsbytimestamp": "startingTimestamp", "endingoffsetsbytimestamp": "endingTimestamp",
-    "maxoffsetspertrigger": "maxEntriesPerTrigger", "kafka.bootstrap.servers": "metadataServiceUri",
+    "maxoffsetspertrigger": "maxEntriesPerTrigger", "minoffsetspertrigger": "minEntriesPerTrigger",
+    "kafka.bootstrap.servers": "metadataServiceUri",
 }
 
 

@@ -15,7 +15,7 @@ starts at an entry: `latest` is the log's readable end when the query starts.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -133,9 +133,11 @@ def _clamped(end: LogOffset, start: LogOffset, target: LogOffset | None) -> LogO
 
 
 def next_batch(client: LedgerClient, opts: LedgerSourceOptions, shape: SourceShape, start: Mapping[str, LogOffset],
-               limit: Limit, target: Mapping[str, LogOffset] | None) -> NextBatch:
+               limit: Limit, target: Mapping[str, LogOffset] | None,
+               gate: Callable[[int], bool] | None = None) -> NextBatch:
     """The end of the next micro-batch, per log, within the limit (and Trigger.AvailableNow's
-    target); a log it takes nothing of keeps its position, so no data means end == start."""
+    target); a log it takes nothing of keeps its position, so no data means end == start.
+    `gate` (stream/trigger_gate.py) may hold the batch back given the entries readable in all."""
     heads = _heads(client, opts, start, shape)
     if target is not None:  # AvailableNow reads nothing of logs that appeared after it began
         heads = {name: got for name, got in heads.items() if name in target}
@@ -143,6 +145,8 @@ def next_batch(client: LedgerClient, opts: LedgerSourceOptions, shape: SourceSha
     # What this run may read; the lag reported stays the distance to each log's readable end.
     readable = scans if target is None else {name: _within(scan, target[name]) for name, scan in scans.items()}
     taken = admit(readable, limit)
+    if gate is not None and not gate(sum(scan.entries for scan in readable.values())):
+        taken = {}  # held back (minEntriesPerTrigger): every log keeps its position
     end: StreamOffset = {}
     for name, (_, at) in heads.items():
         n = taken.get(name, 0)

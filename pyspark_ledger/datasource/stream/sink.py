@@ -33,6 +33,7 @@ from pyspark_ledger.datasource.options.source_options import LedgerSourceOptions
 from pyspark_ledger.datasource.options.values import int_option
 from pyspark_ledger.datasource.stream.sink_epoch import hold_query_epoch
 from pyspark_ledger.datasource.stream.sink_progress import record_batch
+from pyspark_ledger.datasource.stream.trigger_gate import MAX_TRIGGER_DELAY_MS_DEFAULT, TriggerDelay, duration_ms
 from pyspark_ledger.datasource.write.columns import STREAM_REMEDY, check_against_log
 from pyspark_ledger.datasource.write.job import (
     JOB_COMMITTED,
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STREAM_OPTIONS = ("maxentriespertrigger", "maxbytespertrigger", "testfailcommit",
+STREAM_OPTIONS = ("maxentriespertrigger", "maxbytespertrigger", "minentriespertrigger", "maxtriggerdelay", "testfailcommit",
                   # Spark passes the query's checkpoint location to sinks as an option: not ours.
                   "checkpointlocation")
 
@@ -67,6 +68,7 @@ class StreamSettings:
     fail_on_data_loss: bool = True
     # Testing hook: fail the first commit of the query "before" or "after" its compare-and-set.
     test_fail_commit: str | None = None
+    trigger_delay: TriggerDelay | None = None  # minEntriesPerTrigger and maxTriggerDelay (stream/trigger_gate.py)
 
 
 _TRIGGER_MAX = 2**62  # the per-trigger limits: any positive integer
@@ -81,13 +83,29 @@ def parse_stream_options(raw: Mapping[str, str]) -> tuple[LedgerSourceOptions, S
     fail_commit = lower.get("testfailcommit")
     if fail_commit is not None and fail_commit not in ("before", "after"):
         raise OptionError("testFailCommit", f"expected before or after, got {fail_commit!r}")
+    max_entries = int_option(lower, "maxEntriesPerTrigger", None, 1, _TRIGGER_MAX)
     settings = StreamSettings(
-        int_option(lower, "maxEntriesPerTrigger", None, 1, _TRIGGER_MAX),
+        max_entries,
         int_option(lower, "maxBytesPerTrigger", None, 1, _TRIGGER_MAX),
         opts.read.fail_on_data_loss,
         fail_commit,
+        _trigger_delay(lower, max_entries),
     )
     return opts, settings
+
+
+def _trigger_delay(lower: Mapping[str, str], max_entries: int | None) -> TriggerDelay | None:
+    """minEntriesPerTrigger (Kafka's minOffsetsPerTrigger) and maxTriggerDelay (default 15m, as
+    Kafka's); the delay alone means nothing, as in Kafka."""
+    min_entries = int_option(lower, "minEntriesPerTrigger", None, 1, _TRIGGER_MAX)
+    delay_text = lower.get("maxtriggerdelay")
+    delay_ms = MAX_TRIGGER_DELAY_MS_DEFAULT if delay_text is None else duration_ms("maxTriggerDelay", delay_text)
+    if min_entries is None:
+        return None
+    if max_entries is not None and max_entries < min_entries:
+        raise OptionError("minEntriesPerTrigger", f"{min_entries} is more than maxEntriesPerTrigger ({max_entries}): "
+                          "a micro-batch could never hold enough")
+    return TriggerDelay(min_entries, delay_ms)
 
 
 # ---- sink --------------------------------------------------------------------------------------------

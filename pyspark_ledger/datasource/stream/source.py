@@ -6,6 +6,7 @@ Translation only; the protocol lives in sink.py (no pyspark there).
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ from pyspark_ledger.datasource.stream.sink import (
     spark_run_id,
     stream_write_task,
 )
+from pyspark_ledger.datasource.stream.trigger_gate import TriggerGate
 from pyspark_ledger.datasource.write.columns import (
     ROUTE_COLUMN,
     STREAM_REMEDY,
@@ -157,6 +159,9 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.arrow_schema = arrow_schema
         self._target: StreamOffset | None = None  # Trigger.AvailableNow's end
         self._report: dict[str, Any] | None = None  # the last latestOffset's lag, for the progress
+        # minEntriesPerTrigger / maxTriggerDelay: the delay is kept here, on the driver, for the run.
+        self._gate = None if settings.trigger_delay is None else \
+            TriggerGate(settings.trigger_delay, lambda: time.monotonic() * 1000)
         # Spark's stream runner (pyspark 4.2-4.3) masks an error raised while the reader is made
         # (its `finally: reader.stop()` then fails on the unbound name): a user mistake found
         # here is raised by the first call instead, where it reaches the user as one line.
@@ -196,7 +201,9 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802 - Spark's API
         self._ready()
         with open_client(self.opts) as client:
-            batch = next_batch(client, self.opts, self.shape, self._offset(start), _limit(limit, self.settings), self._target)
+            gate = None if self._gate is None or self._target is not None else self._gate.admit  # AvailableNow: all
+            batch = next_batch(client, self.opts, self.shape, self._offset(start), _limit(limit, self.settings),
+                               self._target, gate)
         self._report = batch.report()
         return offset_to_json(batch.end)
 
