@@ -69,12 +69,16 @@ class OpenBatch:
         self.future: Future[Place] = Future()
 
     def add(self, payload: bytes, key: bytes | None, event_ms: int | None, headers: Sequence[Header] | None) -> int:
-        """Add one message; returns its index in the batch."""
+        """Add one message; returns its index in the batch. A message over a bound is refused
+        before anything of it is added (the batch is unchanged)."""
+        check_key(key)
+        hs = tuple(headers or ())
+        if hs:
+            check_headers(hs)
         i = len(self.payloads)
         self.payloads.append(payload)
         self.size_bytes += len(payload) + MESSAGE_OVERHEAD_BYTES
         if key is not None or self.keys is not None:
-            check_key(key)
             if self.keys is None:
                 self.keys = [None] * i
             self.keys.append(key)
@@ -84,9 +88,7 @@ class OpenBatch:
                 self.event_ms = [NO_TIME] * i
             self.event_ms.append(NO_TIME if event_ms is None else int(event_ms))
             self.size_bytes += 8
-        if headers or self.headers is not None:
-            hs = tuple(headers or ())
-            check_headers(hs)
+        if hs or self.headers is not None:
             if self.headers is None:
                 self.headers = [()] * i
             self.headers.append(hs)
