@@ -217,7 +217,7 @@ def bound_option(opts: LedgerSourceOptions, which: str, name: str) -> str:
 
 def plan_log(client: LedgerClient, opts: LedgerSourceOptions, name: str, fmt: str, out: list[LedgerRange]) -> None:
     """Append the ranges of one log's read. Of a log, only the segments covering it are fetched."""
-    view = HeadView(client, read_log_head(client, opts, name))
+    view = HeadView(client, read_log_head(client, opts, name), opts.password)
     start = start_cut(view, bound_option(opts, "starting", name), opts.read.starting_for(name),
                       opts.read.fail_on_data_loss)
     end = end_cut(view, bound_option(opts, "ending", name), opts.read.ending_for(name))

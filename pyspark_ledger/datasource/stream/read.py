@@ -47,7 +47,7 @@ def _start_of(client: LedgerClient, opts: LedgerSourceOptions, head: LogHead, fm
     bound = opts.read.starting_for(name)
     if bound.kind == "latest":
         return tail_of(client, opts, head)
-    view = HeadView(client, head)
+    view = HeadView(client, head, opts.password)
     option = bound_option(opts, "starting", name)
     if bound.kind == "position" and bound.index and fmt != "raw":
         raise OptionError(option, f"log {name!r}: a stream of Arrow entries starts at an entry (index 0), "
