@@ -24,7 +24,13 @@ from pyspark_ledger.cli.app import main
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.log import LogEntry, Position
-from pyspark_ledger.protocol.message_batch import MessageBoundError
+from pyspark_ledger.protocol.message_batch import (
+    HEAD_BYTES,
+    MessageBoundError,
+    decode_batch,
+    encode_batch,
+    headers_bytes,
+)
 from pyspark_ledger.testing.local_cluster import LocalCluster
 from pyspark_ledger.testing.message_batches import set_message_batches
 
@@ -83,10 +89,25 @@ def test_bounds_are_refused_by_name(client: LedgerClient) -> None:
             w.append(b"x", headers=[("h", b"v" * 65_537)])
         with pytest.raises(MessageBoundError, match=r"a \(str, bytes\) pair"):
             w.append(b"x", headers=[("h", "not bytes")])  # type: ignore[list-item]  # the mistake under test
+        with pytest.raises(MessageBoundError, match="TIME_MS_MAX"):
+            w.append(b"x", timestamp=2**63)
         assert w.append(b"fine", headers=[("h", b"v")] * 64).index == 0  # the bound itself is fine
     with client.open_log_writer("bounds-unbatched", batching=False) as w:
         with pytest.raises(LedgerError, match="carry no key, event time or headers"):
             w.append(b"x", headers=[("h", b"v")])
+
+
+@pytest.mark.parametrize("headers", [
+    (("a", b"1"),), (("a", b""), ("a", b"")), (("ключ", b"v"),), (("k", bytearray(b"xy")),), (["k", b"list pair"],),
+    (("h" * 256, b"v" * 65_536),), (),
+])
+def test_the_fast_header_check_agrees_with_the_encoded_bytes(headers: tuple) -> None:
+    """headers_bytes (a LogWriter's check per message) is exactly what the headers add to a batch."""
+    with_h = encode_batch([b"p"], [1], headers=[headers])
+    without = encode_batch([b"p"], [1], headers=[()])
+    assert headers_bytes(headers) - 2 == len(with_h) - len(without)
+    assert decode_batch(with_h).headers(0) == [(k, bytes(v)) for k, v in headers]
+    assert len(without) > HEAD_BYTES
 
 
 def test_position_at_time_is_the_first_message_at_or_after_t_across_rollovers(client: LedgerClient) -> None:
