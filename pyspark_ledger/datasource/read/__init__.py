@@ -1,0 +1,1 @@
+"""The read room: planning a batch read and turning stored entries into Arrow rows."""

@@ -1,0 +1,1 @@
+"""The write room: turning a task's rows into entries and committing them to logs."""
