@@ -6,12 +6,8 @@ import pyarrow as pa
 import pytest
 
 from pyspark_ledger.datasource.errors import OptionError
-from pyspark_ledger.datasource.read.columns import (
-    ReadSchemaError,
-    chosen_columns,
-    parse_metadata_columns,
-    user_columns,
-)
+from pyspark_ledger.datasource.options.metadata_columns import parse_metadata_columns
+from pyspark_ledger.datasource.read.columns import ReadSchemaError, chosen_columns, user_columns
 from pyspark_ledger.datasource.rows import META_NAMES, arrow_read_schema
 
 DATA = pa.schema([pa.field("id", pa.int64()), pa.field("timestamp", pa.string())])  # shadows a metadata name

@@ -1,12 +1,12 @@
 """Which columns a read returns: the log's data columns, then the metadata columns it keeps.
 
-Option `metadataColumns` chooses the metadata columns (rows.py): `all` (the default: the six of
-rows.py), `none`, or a comma-separated subset of log, seq, ledger, entry, index, timestamp. A
-user-given schema (`spark.read.schema(...)`) chooses the same way: its data columns must be
-the log's (names and types, in order), and every other field must be a metadata column. Spark
-turns every column of the schema into JVM rows, at about 0.2-0.5 us a row per metadata column,
-so the columns a query does not need are best left out here (the Python data source API has no
-column pruning of its own).
+Option `metadataColumns` (parsed by options/metadata_columns.py) chooses the metadata columns
+(rows.py): `all` (the default: all six), `none`, or a comma-separated subset of log, seq,
+ledger, entry, index, timestamp. A user-given schema (`spark.read.schema(...)`) chooses the
+same way: its data columns must be the log's (names and types, in order), and every other
+field must be a metadata column. Spark turns every column of the schema into JVM rows, at
+about 0.2-0.5 us a row per metadata column, so the columns a query does not need are best left
+out here (the Python data source API has no column pruning of its own).
 
 A row turns back into a position (a startingPosition just after it) with seq, ledger, entry and
 index; a read of several logs needs log too (STARTING_POSITION_COLUMNS). No pyspark here:
@@ -20,10 +20,9 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from pyspark_ledger.datasource.errors import LedgerUserError, OptionError
+from pyspark_ledger.datasource.errors import LedgerUserError
 from pyspark_ledger.datasource.rows import META_NAMES, meta_fields
 
-OPTION = "metadataColumns"
 # The columns a row needs to become a position again (positions.py: seq, ledger, entry, index),
 # plus log when a read covers several logs.
 POSITION_COLUMNS = ("seq", "ledger", "entry", "index")
@@ -32,21 +31,6 @@ STARTING_POSITION_COLUMNS = ("log", *POSITION_COLUMNS)
 
 class ReadSchemaError(LedgerUserError, ValueError):
     """A schema given with spark.read.schema(...) that this log cannot be read as."""
-
-
-def parse_metadata_columns(text: str | None) -> tuple[str, ...]:
-    """The option's value as metadata column names in rows.py's order (None: the default, all)."""
-    if text is None or text.strip().lower() == "all":
-        return META_NAMES
-    if text.strip().lower() == "none":
-        return ()
-    asked = [part.strip().lower() for part in text.split(",") if part.strip()]
-    unknown = [name for name in asked if name not in META_NAMES]
-    if unknown or not asked:
-        what = f"unknown column {unknown[0]!r}" if unknown else "no column named"
-        raise OptionError(OPTION, f"{what}: expected all, none, or a comma-separated subset of "
-                          f"{', '.join(META_NAMES)}, got {text!r}")
-    return tuple(name for name in META_NAMES if name in asked)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,4 +93,4 @@ def user_columns(data: pa.Schema, user: pa.Schema) -> ReadColumns:
         if i in positions:
             raise ReadSchemaError(f"metadata column {g.name!r} is given twice")
         positions.append(i)
-    return ReadColumns(pa.schema([*data, *(by_name[g.name][1] for g in given[n:])]), n, tuple(positions))
+    return ReadColumns(user, n, tuple(positions))  # the user's schema itself: Spark checks batches against it

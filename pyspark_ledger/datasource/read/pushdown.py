@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark_ledger.datasource.ranges import Span
+from pyspark_ledger.datasource.read.ranges import Span
 from pyspark_ledger.datasource.rows import RowPlace
 
 OPTION = "pushFilters"

@@ -36,6 +36,7 @@ from pyspark_ledger.datasource.options.read import check_stream_read
 from pyspark_ledger.datasource.options.source_options import LedgerSourceOptions
 from pyspark_ledger.datasource.read.planning import LedgerRange, shape_of
 from pyspark_ledger.datasource.read.reader import ReadSpec, read_partition
+from pyspark_ledger.datasource.read.spark_schema import read_columns
 from pyspark_ledger.datasource.stream.admission import Limit
 from pyspark_ledger.datasource.stream.offsets import StreamOffset, offset_from_json, offset_to_json
 from pyspark_ledger.datasource.stream.plan import plan_batch
@@ -150,11 +151,10 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Lives in one Python process on the driver for the whole query run: the AvailableNow target
     and the last lag report stay in memory between Spark's calls."""
 
-    def __init__(self, opts: LedgerSourceOptions, settings: StreamSettings, schema: StructType, arrow_schema: pa.Schema):
+    def __init__(self, opts: LedgerSourceOptions, settings: StreamSettings, schema: StructType):
         self.opts = opts
         self.settings = settings
         self.schema = schema
-        self.arrow_schema = arrow_schema
         self._target: StreamOffset | None = None  # Trigger.AvailableNow's end
         self._report: dict[str, Any] | None = None  # the last latestOffset's lag, for the progress
         # Spark's stream runner (pyspark 4.2-4.3) masks an error raised while the reader is made
@@ -165,6 +165,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             check_stream_read(opts.read)
             with open_client(opts) as client:
                 self.shape = shape_of(client, opts)
+                self.columns = read_columns(client, opts, schema, self.shape)  # metadataColumns, a user schema
         except LedgerUserError as exc:
             self._error = exc
             return
@@ -220,7 +221,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, StreamPartition)
         yield from read_partition(self.opts, partition.range,
-                                  ReadSpec(self.payload_format, self.arrow_schema, self.opts.password))
+                                  ReadSpec(self.payload_format, self.columns.schema, self.opts.password, self.columns))
 
     def commit(self, end: dict[str, Any]) -> None:
         # Offsets live in Spark's checkpoint; the log keeps its data until retention trims it.
