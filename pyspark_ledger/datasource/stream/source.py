@@ -56,7 +56,7 @@ from pyspark_ledger.datasource.write.columns import (
     check_against_log,
     plan_layout,
 )
-from pyspark_ledger.datasource.write.job import WriteJob
+from pyspark_ledger.datasource.write.job import WriteJob, batches_allowed
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,9 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
                     client.logs.create(LogRecord(name))
                 except LogExistsError:
                     pass
-        self.job = WriteJob(opts, name, "stream", fmt, layout.schema_json, False, key_type=layout.key_type)
+            batched = batches_allowed(client, opts, fmt)
+        self.job = WriteJob(opts, name, "stream", fmt, layout.schema_json, False, key_type=layout.key_type,
+                            batched=batched)
         self.run_id = uuid.uuid4().hex[:12]
         self.fail_commit = settings.test_fail_commit
 
