@@ -34,12 +34,15 @@ from bookie.malloc_tuning import tune_malloc
 from bookie.status import Status
 from pyspark_ledger.datasource.clients import open_client
 from pyspark_ledger.datasource.read import codec
+from pyspark_ledger.datasource.read.batch_unpack import grouped, unpack_entry
+from pyspark_ledger.datasource.read.columns import ReadColumns
 from pyspark_ledger.datasource.read.entry_decode import DecodedRun, decode_blob
 from pyspark_ledger.datasource.read.meta_columns import MetaColumns
 from pyspark_ledger.datasource.read.planning import LedgerRange
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.ledger.read_handle import ReadHandle
 from pyspark_ledger.protocol.digest import Digest, master_key
+from pyspark_ledger.protocol.entry_format import BATCH_FORMAT_VERSION, entry_format_of_ledger
 from pyspark_ledger.transport.run_response import Run, RunResponse
 
 if TYPE_CHECKING:
@@ -68,6 +71,11 @@ class ReadSpec:
     payload_format: str  # "raw" | "arrow"
     schema: pa.Schema  # the exact output schema Spark expects
     password: bytes
+    columns: ReadColumns | None = None  # which of the schema's columns are data, which metadata (None: all six)
+
+    @property
+    def read_columns(self) -> ReadColumns:
+        return codec.all_columns(self.schema, self.columns)
 
 
 def _status_name(code: int) -> str:
@@ -106,6 +114,15 @@ class RangeReader:
         self._handle: ReadHandle | None = None
         self._handle_lock = threading.Lock()
         self.meta = MetaColumns(rng.place)  # the rows' metadata columns, made once (consumer thread only)
+        self.columns = spec.read_columns
+        # The ledger's entry format (its custom metadata): format 3 holds message batches.
+        self.version = entry_format_of_ledger(meta.custom)
+        self.batched = self.version == BATCH_FORMAT_VERSION
+        if self.batched and spec.payload_format != "raw":
+            raise LedgerError(f"ledger {rng.ledger_id} holds message batches (entry format 3), not Arrow entries")
+        # Raw payloads come out contiguous (the payload column as it is); Arrow entries and
+        # batches as zero-copy views, each opened on its own.
+        self.views = spec.payload_format != "raw" or self.batched
 
     # ---- fetching (pool threads) ----------------------------------------------------------------
 
@@ -116,7 +133,7 @@ class RangeReader:
                 self._handle = ReadHandle(self.client.context, self.rng.metadata, self.rng.metadata_version, self.spec.password)
             handle = self._handle
         payloads = [e.payload for e in handle.read_planned(first, last)]
-        if self.spec.payload_format == "raw":
+        if not self.views:
             return [DecodedRun(first, pa.array(payloads, pa.binary()))]
         return [DecodedRun(first, [pa.py_buffer(p) for p in payloads])]
 
@@ -193,19 +210,28 @@ class RangeReader:
         if len(lengths) > room:
             return DecodedRun(run.first_entry_id, [], f"malformed answer: a run of {len(lengths)} entries, {room} asked for")
         return decode_blob(self.digest, self.key[0], self.key[1], run.first_entry_id, run.data, lengths,
-                           views=self.spec.payload_format != "raw")
+                           views=self.views, version=self.version)
 
     # ---- output (the consumer thread) ----------------------------------------------------------------
 
     def _batches(self, run: DecodedRun) -> Iterator[pa.RecordBatch]:
         place = self.rng.place
+        if self.batched:
+            where = f"ledger {self.rng.ledger_id} entry"
+            entries = (unpack_entry(buf, run.first_entry_id + i, *self.rng.rows_of(run.first_entry_id + i),
+                                    where=f"{where} {run.first_entry_id + i}")
+                       for i, buf in enumerate(run.buffers()))
+            for rows in grouped(entries):
+                yield codec.batched_raw_batch(place, rows, self.columns, meta=self.meta)
+            return
         if self.spec.payload_format == "raw":
-            yield codec.raw_batch(place, run.first_entry_id, run.payloads, self.spec.schema, meta=self.meta)
+            yield codec.raw_batch(place, run.first_entry_id, run.payloads, self.spec.schema, meta=self.meta,
+                                  columns=self.columns)
             return
         for i, buf in enumerate(run.buffers()):
             entry_id = run.first_entry_id + i
             yield from codec.decode_arrow_entry(buf, place, entry_id, self.spec.schema, *self.rng.rows_of(entry_id),
-                                                meta=self.meta)
+                                                meta=self.meta, columns=self.columns)
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         for run in self.runs():

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from metadata.log_record import MESSAGE_FORMAT_SINGLE
 from metadata.log_segments import LogHead
 from metadata.logs import NoSuchLogError
 from pyspark_ledger.datasource.errors import LedgerSourceError, OptionError
@@ -53,8 +54,8 @@ def _start_of(client: LedgerClient, opts: LedgerSourceOptions, head: LogHead, fm
         raise OptionError(option, f"log {name!r}: a stream of Arrow entries starts at an entry (index 0), "
                           f"not inside one (index {bound.index})")
     cut = start_cut(view, option, bound, opts.read.fail_on_data_loss)
-    if cut is not None and fmt == "raw":
-        cut = cut.for_raw()
+    if cut is not None and fmt == "raw" and head.record.message_format == MESSAGE_FORMAT_SINGLE:
+        cut = cut.for_raw()  # every entry one row (a batched log's format-2 ledgers: planning.ranges_of)
     if cut is None:  # a time after every ledger, or nothing remains: the next ledger appended
         return LogOffset(view.next_seq, 0)
     first = view.at_or_after(cut.seq)
@@ -62,7 +63,7 @@ def _start_of(client: LedgerClient, opts: LedgerSourceOptions, head: LogHead, fm
         return LogOffset(max(cut.seq, view.next_seq), 0)
     if first.seq != cut.seq:  # earliest: the first ledger that remains
         return LogOffset(first.seq, 0, first.ledger_id.qualified_name)
-    return LogOffset(cut.seq, cut.entry, first.ledger_id.qualified_name)
+    return LogOffset(cut.seq, cut.entry, first.ledger_id.qualified_name, cut.index)
 
 
 def initial_offsets(client: LedgerClient, opts: LedgerSourceOptions, fmt: str) -> StreamOffset:

@@ -42,6 +42,7 @@ from pyspark_ledger.datasource.write.job import (
     WriteJob,
     _clean_staging,
     _job_value,
+    with_batches,
 )
 from pyspark_ledger.datasource.write.task import write_task
 from pyspark_ledger.errors import LedgerError
@@ -211,8 +212,8 @@ def commit_stream_batch(base: WriteJob, run_id: str, messages: list[StreamTaskRe
                 return None
             replayed[0] = False
             check_against_log(rec, base.layout, STREAM_REMEDY)  # changed since the query started (an overwrite): refuse
-            return (rec.with_ledgers_appended(ids, sizes).with_schema(base.schema_json, base.payload_format)
-                    .with_committed_batch(query_id, batch_id))
+            return with_batches(rec.with_ledgers_appended(ids, sizes).with_schema(base.schema_json, base.payload_format)
+                                .with_committed_batch(query_id, batch_id), base)
 
         _maybe_fail(client, base, "before", fail_commit)
         try:

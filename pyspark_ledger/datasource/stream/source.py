@@ -37,6 +37,7 @@ from pyspark_ledger.datasource.options.read import check_stream_read
 from pyspark_ledger.datasource.options.source_options import LedgerSourceOptions
 from pyspark_ledger.datasource.read.planning import LedgerRange, shape_of
 from pyspark_ledger.datasource.read.reader import ReadSpec, read_partition
+from pyspark_ledger.datasource.read.spark_schema import read_columns
 from pyspark_ledger.datasource.stream.admission import Limit
 from pyspark_ledger.datasource.stream.offsets import StreamOffset, offset_from_json, offset_to_json
 from pyspark_ledger.datasource.stream.plan import plan_batch
@@ -57,7 +58,7 @@ from pyspark_ledger.datasource.write.columns import (
     check_against_log,
     plan_layout,
 )
-from pyspark_ledger.datasource.write.job import WriteJob
+from pyspark_ledger.datasource.write.job import WriteJob, batches_allowed
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,9 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
                     client.logs.create(LogRecord(name))
                 except LogExistsError:
                     pass
-        self.job = WriteJob(opts, name, "stream", fmt, layout.schema_json, False, key_type=layout.key_type)
+            batched = batches_allowed(client, opts, fmt)
+        self.job = WriteJob(opts, name, "stream", fmt, layout.schema_json, False, key_type=layout.key_type,
+                            batched=batched)
         self.run_id = uuid.uuid4().hex[:12]
         self.fail_commit = settings.test_fail_commit
 
@@ -152,11 +155,10 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Lives in one Python process on the driver for the whole query run: the AvailableNow target
     and the last lag report stay in memory between Spark's calls."""
 
-    def __init__(self, opts: LedgerSourceOptions, settings: StreamSettings, schema: StructType, arrow_schema: pa.Schema):
+    def __init__(self, opts: LedgerSourceOptions, settings: StreamSettings, schema: StructType):
         self.opts = opts
         self.settings = settings
         self.schema = schema
-        self.arrow_schema = arrow_schema
         self._target: StreamOffset | None = None  # Trigger.AvailableNow's end
         self._report: dict[str, Any] | None = None  # the last latestOffset's lag, for the progress
         # minEntriesPerTrigger / maxTriggerDelay: the delay is kept here, on the driver, for the run.
@@ -170,6 +172,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             check_stream_read(opts.read)
             with open_client(opts) as client:
                 self.shape = shape_of(client, opts)
+                self.columns = read_columns(client, opts, schema, self.shape)  # metadataColumns, a user schema
         except LedgerUserError as exc:
             self._error = exc
             return
@@ -227,7 +230,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, StreamPartition)
         yield from read_partition(self.opts, partition.range,
-                                  ReadSpec(self.payload_format, self.arrow_schema, self.opts.password))
+                                  ReadSpec(self.payload_format, self.columns.schema, self.opts.password, self.columns))
 
     def commit(self, end: dict[str, Any]) -> None:
         # Offsets live in Spark's checkpoint; the log keeps its data until retention trims it.

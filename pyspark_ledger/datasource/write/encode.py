@@ -1,7 +1,8 @@
 """A task's record batches -> what its ledgers store, in bulk: raw entries (one per row, the key
-framed in front when there is one) and, for a routed write, the rows of each log. Arrow entries
-are packed by packer.write/packer.py. No pyspark here, and no per-row Python besides handing
-each raw entry to the client (one add per entry).
+framed in front when there is one; or, batched, message batches of many rows each, batch_pack.py)
+and, for a routed write, the rows of each log. Arrow entries are packed by packer.py. No pyspark
+here, and no per-row Python besides handing each unbatched raw entry to the client (one add per
+entry).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from metadata.errors import InvalidMetadataError
 from metadata.paths import check_name
 from pyspark_ledger.datasource import keyed_entries
 from pyspark_ledger.datasource.errors import LedgerSourceError
+from pyspark_ledger.datasource.write.batch_pack import BatchLimits, pack_batches
 from pyspark_ledger.datasource.write.columns import KEY_COLUMN, PAYLOAD_COLUMN, ROUTE_COLUMN, RoutingError
 
 
@@ -25,6 +27,16 @@ def raw_entries(batch: pa.RecordBatch, keyed: bool) -> list[bytes]:
     if keyed:
         payloads = keyed_entries.frame(batch.column(batch.schema.get_field_index(KEY_COLUMN)), payloads)
     return payloads.to_pylist()
+
+
+def raw_batches(batch: pa.RecordBatch, keyed: bool, limits: BatchLimits, append_ms: int) -> list[bytes]:
+    """The entries of a batched raw write: the rows packed into message batches (entry format 3,
+    batch_pack.py), each key in the batch's key column instead of framed into its payload."""
+    payloads = batch.column(batch.schema.get_field_index(PAYLOAD_COLUMN))
+    if payloads.null_count:
+        raise LedgerSourceError("raw writes need a payload in every row; the payload column has nulls")
+    keys = batch.column(batch.schema.get_field_index(KEY_COLUMN)).cast(pa.binary()) if keyed else None
+    return list(pack_batches(payloads.cast(pa.binary()), keys, append_ms, limits))
 
 
 def arrow_rows(batch: pa.RecordBatch, routed: bool) -> pa.RecordBatch:

@@ -33,6 +33,7 @@ from pyspark_ledger.datasource.clients import open_client
 from pyspark_ledger.datasource.errors import LedgerSourceError
 from pyspark_ledger.datasource.options.source_options import this_host
 from pyspark_ledger.datasource.write import encode
+from pyspark_ledger.datasource.write.batch_pack import BatchLimits
 from pyspark_ledger.datasource.write.columns import RoutingError, check_against_log
 from pyspark_ledger.datasource.write.job import (
     JOB_OPEN,
@@ -45,6 +46,7 @@ from pyspark_ledger.datasource.write.job import (
 )
 from pyspark_ledger.datasource.write.packer import ArrowEntryPacker
 from pyspark_ledger.errors import LedgerError
+from pyspark_ledger.protocol.entry_format import BATCH_FORMAT_VERSION, ENTRY_FORMAT_KEY
 
 if TYPE_CHECKING:
     from pyspark_ledger.client import LedgerClient
@@ -84,6 +86,8 @@ class _TaskLedger:
         self.handle: WriteHandle = client.create_ledger(
             o.ensemble_size, o.write_quorum_size, o.ack_quorum_size, o.digest_type, o.password,
             create_context=ctx.build(),
+            # A batched job's ledger is a format-3 ledger: every entry a message batch (entry_format.py).
+            custom={ENTRY_FORMAT_KEY: str(BATCH_FORMAT_VERSION).encode()} if job.batched else None,
         )
         self.ledger_id = self.handle.ledger_id
         self.node = staging_ledger_path(job.log_name, job.job_id, self.ledger_id)
@@ -230,6 +234,10 @@ class _LogOutput:
             self.ledger = _TaskLedger(self.client, job, *self.ids)
         ledger = self.ledger
         self.rows += batch.num_rows
+        if job.payload_format == "raw" and job.batched:
+            limits = BatchLimits(job.opts.batch_max_messages, job.opts.batch_max_bytes)
+            ledger.add_all(encode.raw_batches(batch, job.key_type is not None, limits, now_ms()))
+            return ledger
         if job.payload_format == "raw":
             ledger.add_all(encode.raw_entries(batch, job.key_type is not None))
             return ledger
