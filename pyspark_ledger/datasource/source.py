@@ -96,9 +96,9 @@ class LedgerDataSource(DataSource):
         with open_client(opts) as client:
             data = data_schema(client, opts, shape_of(client, opts))
         # The written columns as recorded, then the metadata columns metadataColumns keeps
-        # (renamed where a written one shadows them, read/columns.py).
-        meta = [StructField(f.name, from_arrow_type(f.type))
-                for f in chosen_columns(spark_arrow_schema(data), opts.metadata_columns).schema][len(data.fields):]
+        # (renamed where a written one shadows them, read/columns.py), then headers (includeHeaders).
+        chosen = chosen_columns(spark_arrow_schema(data), opts.metadata_columns, opts.include_headers)
+        meta = [StructField(f.name, from_arrow_type(f.type)) for f in chosen.schema][len(data.fields):]
         return StructType(list(data.fields) + meta)
 
     @user_errors
@@ -156,6 +156,9 @@ class LedgerReader(DataSourceReader):
         self.payload_format = shape.payload_format
         self.arrow_schema = self.columns.schema
         self.pushed: PushedFilters | None = None
+        # Batched messages carry times of their own: a ledger does not share one timestamp, so
+        # planning cannot apply a timestamp filter exactly; Spark keeps those (pushFilters).
+        self.own_times = shape.batched
 
     @user_errors
     def partitions(self) -> list[InputPartition]:
@@ -176,7 +179,10 @@ class PushdownLedgerReader(LedgerReader):
     more), and hands every other one back to Spark."""
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:  # noqa: N802 - Spark's API
-        self.pushed, kept = claim(conditions(filters, self.columns.output_names()))
+        found = conditions(filters, self.columns.output_names())
+        if self.own_times:
+            found = [None if c is not None and c.column == "timestamp" else c for c in found]
+        self.pushed, kept = claim(found)
         log.info("filters pushed target=%s claimed=%d left_to_spark=%d", self.opts.target,
                  len(self.pushed.conditions), len(kept))
         return [filters[i] for i in kept]

@@ -57,6 +57,10 @@ TEST_FAIL_MODES = ("raise", "exit")
 # the URI string, which each executor process parses once).
 CLIENT_URI_OPTIONS = ("tls_ca", "tls_cert", "tls_key", "zk_auth")
 
+# Option timestampSource: a row's `timestamp` is its message's append time, or its event time
+# (where the message has none, its append time).
+TIMESTAMP_SOURCES = ("append", "event")
+
 # lower-cased key -> documented spelling (Spark lower-cases keys before we see them).
 KNOWN_OPTIONS: dict[str, str] = {
     name.lower(): name
@@ -66,7 +70,8 @@ KNOWN_OPTIONS: dict[str, str] = {
         "failOnDataLoss", "maxEntriesPerPartition", "password", "digestType", "ensembleSize", "writeQuorumSize",
         "ackQuorumSize", "payloadFormat", "arrowBatchRows", "arrowCompression", "dataSet", "owner",
         "testFailAttempts", "testFailMode", "password_file", "metadataColumns", "pushFilters", "batching",
-        "batchMaxMessages", "batchMaxBytes", *CLIENT_URI_OPTIONS,
+        "batchMaxMessages", "batchMaxBytes", "includeHeaders", "timestampSource", "eventTimeColumn",
+        *CLIENT_URI_OPTIONS,
     )
 }
 
@@ -113,6 +118,9 @@ class LedgerSourceOptions:
     batching: bool = True  # raw writes pack rows into message batches (when the cluster allows them)
     batch_max_messages: int = BATCH_MAX_MESSAGES_DEFAULT
     batch_max_bytes: int = BATCH_MAX_BYTES_DEFAULT
+    include_headers: bool = False  # option includeHeaders: a `headers` column (read/columns.py)
+    timestamp_source: str = "append"  # option timestampSource: append or event (rows' `timestamp`)
+    event_time_column: str | None = None  # option eventTimeColumn: raw writes' event time per row
 
     @property
     def metadata_uri(self) -> str:
@@ -285,7 +293,17 @@ def parse_options(options: Mapping[str, str], target_required: bool = True) -> L
         batching=_bool(opts, "batching", True),
         batch_max_messages=_int_set(opts, "batchMaxMessages", BATCH_MAX_MESSAGES_DEFAULT, 1, MESSAGES_PER_ENTRY_MAX),
         batch_max_bytes=_int_set(opts, "batchMaxBytes", BATCH_MAX_BYTES_DEFAULT, 64, BATCH_MAX_BYTES_MAX),
+        include_headers=_bool(opts, "includeHeaders", False),
+        timestamp_source=_timestamp_source(opts),
+        event_time_column=text_option(opts, "eventTimeColumn"),
     )
+
+
+def _timestamp_source(opts: Mapping[str, str]) -> str:
+    raw = (text_option(opts, "timestampSource") or "append").lower()
+    if raw not in TIMESTAMP_SOURCES:
+        raise OptionError("timestampSource", f"expected one of {', '.join(TIMESTAMP_SOURCES)}, got {raw!r}")
+    return raw
 
 
 def _bool(opts: Mapping[str, str], key: str, default: bool) -> bool:

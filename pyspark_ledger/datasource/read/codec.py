@@ -20,11 +20,22 @@ from pyspark_ledger.datasource import keyed_entries
 from pyspark_ledger.datasource.read.batch_unpack import RowsBatch
 from pyspark_ledger.datasource.read.columns import ReadColumns
 from pyspark_ledger.datasource.read.meta_columns import MetaColumns
-from pyspark_ledger.datasource.rows import META_NAMES, RowPlace, entry_meta, meta_arrays, raw_meta, raw_read_schema
+from pyspark_ledger.datasource.rows import (
+    META_NAMES,
+    RowPlace,
+    as_headers_type,
+    entry_meta,
+    meta_arrays,
+    no_headers,
+    raw_meta,
+    raw_read_schema,
+    stamp_array,
+)
 
 # The columns of a raw log as read (rows.py): a DataFrame read from one can be written back.
 RAW_COLUMNS = ("payload", *META_NAMES)
 RAW_ARROW_SCHEMA = raw_read_schema()
+TIMESTAMP_AT = META_NAMES.index("timestamp")
 
 
 def all_columns(schema: pa.Schema, columns: ReadColumns | None) -> ReadColumns:
@@ -58,7 +69,7 @@ def raw_batch(place: RowPlace, first_entry_id: int, payloads: pa.Array,
     if cols.meta_positions:
         n = len(payloads)
         where = cols.pick(meta.raw(first_entry_id, n) if meta is not None else raw_meta(place, first_entry_id, n))
-    return pa.RecordBatch.from_arrays([*data, *where], schema=cols.schema)
+    return pa.RecordBatch.from_arrays([*data, *where, *_no_headers(cols, len(payloads))], schema=cols.schema)
 
 
 def batched_raw_batch(place: RowPlace, rows: RowsBatch, columns: ReadColumns, *,
@@ -71,14 +82,25 @@ def batched_raw_batch(place: RowPlace, rows: RowsBatch, columns: ReadColumns, *,
         keys = rows.keys if rows.keys is not None else pa.nulls(len(rows.payloads), pa.binary())
         data = [keys.cast(columns.schema.field(0).type), rows.payloads]
     where: list[pa.Array] = []
+    n = len(rows.payloads)
     if columns.meta_positions:
-        n = len(rows.payloads)
         if meta is not None and rows.single_entry and n:
             where = meta.entry(int(rows.entries[0]), int(rows.index[0]), n)
         else:
             where = meta_arrays(place, rows.entries, rows.index)
+        times = rows.times_ms(columns.event_time)
+        if times is not None and TIMESTAMP_AT in columns.meta_positions:  # each message's own time
+            where = [*where[:TIMESTAMP_AT], stamp_array(times), *where[TIMESTAMP_AT + 1:]]
         where = columns.pick(where)
-    return pa.RecordBatch.from_arrays([*data, *where], schema=columns.schema)
+    tail: list[pa.Array] = []
+    if columns.headers:
+        tail = [as_headers_type(rows.headers if rows.headers is not None else no_headers(n), columns.headers_type)]
+    return pa.RecordBatch.from_arrays([*data, *where, *tail], schema=columns.schema)
+
+
+def _no_headers(columns: ReadColumns, n: int) -> list[pa.Array]:
+    """The headers column of n rows that have none (unbatched entries), when the read has it."""
+    return [as_headers_type(no_headers(n), columns.headers_type)] if columns.headers else []
 
 
 # ---- Arrow logs ---------------------------------------------------------------------------------------
@@ -118,4 +140,4 @@ def decode_arrow_entry(payload: pa.Buffer, place: RowPlace, entry_id: int, targe
         if read_cols.meta_positions:
             where = read_cols.pick(meta.entry(entry_id, at - n + lo, hi - lo) if meta is not None else
                                    entry_meta(place, entry_id, at - n + lo, hi - lo))
-        yield pa.RecordBatch.from_arrays(cols + where, schema=read_cols.schema)
+        yield pa.RecordBatch.from_arrays(cols + where + _no_headers(read_cols, hi - lo), schema=read_cols.schema)

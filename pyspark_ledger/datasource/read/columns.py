@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from pyspark_ledger.datasource.errors import LedgerUserError
-from pyspark_ledger.datasource.rows import META_NAMES, meta_fields
+from pyspark_ledger.datasource.rows import HEADER_FIELDS, HEADERS_NAME, HEADERS_TYPE, META_NAMES, meta_fields
 
 # The columns a row needs to become a position again (positions.py: seq, ledger, entry, index),
 # plus log when a read covers several logs.
@@ -41,11 +41,17 @@ class ReadColumns:
     schema: pa.Schema
     data_count: int
     meta_positions: tuple[int, ...]
+    headers: bool = False  # a last `headers` column (option includeHeaders, rows.py)
+    event_time: bool = False  # option timestampSource=event: `timestamp` is the event time where given
 
     def __post_init__(self) -> None:
-        if len(self.schema) != self.data_count + len(self.meta_positions):
+        if len(self.schema) != self.data_count + len(self.meta_positions) + self.headers:
             raise ValueError(f"a read schema of {len(self.schema)} columns for {self.data_count} data and "
-                             f"{len(self.meta_positions)} metadata columns")
+                             f"{len(self.meta_positions)} metadata columns{' and headers' if self.headers else ''}")
+
+    @property
+    def headers_type(self) -> pa.DataType:
+        return self.schema.field(len(self.schema) - 1).type
 
     @property
     def meta_names(self) -> tuple[str, ...]:
@@ -63,19 +69,26 @@ class ReadColumns:
         return {META_NAMES[i]: self.schema.field(self.data_count + k).name for k, i in enumerate(self.meta_positions)}
 
 
-def chosen_columns(data: pa.Schema, chosen: Sequence[str]) -> ReadColumns:
-    """The log's data columns and the chosen metadata columns (parse_metadata_columns)."""
+def chosen_columns(data: pa.Schema, chosen: Sequence[str], headers: bool = False) -> ReadColumns:
+    """The log's data columns, the chosen metadata columns (parse_metadata_columns), then
+    `headers` when asked (includeHeaders, whatever metadataColumns says)."""
     every = meta_fields(data.names)  # names as with all six, so a column's name never depends on the choice
     positions = tuple(i for i, name in enumerate(META_NAMES) if name in chosen)
-    return ReadColumns(pa.schema([*data, *(every[i] for i in positions)]), len(data), positions)
+    tail = [pa.field(HEADERS_NAME, HEADERS_TYPE)] if headers else []
+    return ReadColumns(pa.schema([*data, *(every[i] for i in positions), *tail]), len(data), positions, headers)
 
 
-def user_columns(data: pa.Schema, user: pa.Schema) -> ReadColumns:
+def user_columns(data: pa.Schema, user: pa.Schema, *, event_time: bool = False) -> ReadColumns:
     """A user-given schema, checked against the log's data columns: those first, all of them,
     same names and types (nullability aside), then metadata columns only, each once, in any
-    order. The error says what differs."""
+    order, and last, optionally, `headers` (the schema includeHeaders gives). The error says
+    what differs."""
     n = len(data)
     given = list(user)
+    headers = bool(given) and len(given) > n and given[-1].name == HEADERS_NAME and HEADERS_NAME not in data.names
+    if headers:
+        _check_headers_type(given[-1].type)
+        given = given[:-1]
     expected = ", ".join(f"{f.name} {f.type}" for f in data)
     if len(given) < n or any(g.name != d.name or g.type != d.type for g, d in zip(given, data)):
         shown = ", ".join(f"{f.name} {f.type}" for f in given[:n])
@@ -93,4 +106,12 @@ def user_columns(data: pa.Schema, user: pa.Schema) -> ReadColumns:
         if i in positions:
             raise ReadSchemaError(f"metadata column {g.name!r} is given twice")
         positions.append(i)
-    return ReadColumns(user, n, tuple(positions))  # the user's schema itself: Spark checks batches against it
+    # The user's schema itself: Spark checks batches against it.
+    return ReadColumns(user, n, tuple(positions), headers, event_time)
+
+
+def _check_headers_type(typ: pa.DataType) -> None:
+    value = typ.value_type if pa.types.is_list(typ) else None
+    if value is None or not pa.types.is_struct(value) or [(f.name, f.type) for f in value] != \
+            [(f.name, f.type) for f in HEADER_FIELDS]:
+        raise ReadSchemaError(f"column 'headers' is {typ}, not array<struct<key: string, value: binary>>")

@@ -39,7 +39,8 @@ def data_schema(client: Any, opts: LedgerSourceOptions, shape: SourceShape) -> S
 def read_columns(client: Any, opts: LedgerSourceOptions, schema: StructType, shape: SourceShape) -> ReadColumns:
     """The columns of a read with output `schema` (ours from schema(), or the user's): the log's
     data columns, then metadata columns (read/columns.py checks it and says what does not fit)."""
-    return user_columns(spark_arrow_schema(data_schema(client, opts, shape)), spark_arrow_schema(schema))
+    return user_columns(spark_arrow_schema(data_schema(client, opts, shape)), spark_arrow_schema(schema),
+                        event_time=opts.timestamp_source == "event")
 
 
 def _single_ledger_arrow_schema(client: Any, opts: LedgerSourceOptions) -> pa.Schema:
