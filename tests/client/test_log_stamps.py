@@ -5,16 +5,16 @@ at or after T (brute force over the whole log, across rollovers); `ledger logs r
 a log written before per-message times (format 2, ledgers without a seal time) keeps the
 ledger-level time.
 
-The acceptance run: 10,000 messages with headers written over LEDGER_STAMPS_SECONDS (20 s; 60 s
-in the long run) into one ledger read back with their own timestamps and exact headers, and a
-read from the middle's time returns exactly the messages from the first at or after it."""
+A paced run (2,000 messages with headers over 2 s into one ledger) reads back with its own
+timestamps and exact headers, and a read from the middle's time returns exactly the messages
+from the first at or after it. The issue's acceptance run (10,000 messages over 20 s, through
+LogReader and Spark) is tests/spark/test_stamps_spark.py."""
 
 from __future__ import annotations
 
 import base64
 import dataclasses
 import json
-import os
 import time
 from collections.abc import Iterator
 
@@ -35,8 +35,8 @@ from pyspark_ledger.testing.local_cluster import LocalCluster
 from pyspark_ledger.testing.message_batches import set_message_batches
 
 WAIT_S = 120.0
-ACCEPTANCE_S = float(os.environ.get("LEDGER_STAMPS_SECONDS", "20"))
-ACCEPTANCE_MESSAGES = 10_000
+ACCEPTANCE_S = 2.0
+ACCEPTANCE_MESSAGES = 2_000
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +178,7 @@ def write_paced(client: LedgerClient, name: str, n: int, seconds: float) -> list
         return [h.result(WAIT_S) for h in handles]
 
 
-def test_acceptance_ten_thousand_messages_with_headers_over_twenty_seconds(client: LedgerClient) -> None:
+def test_paced_messages_with_headers_read_back_and_from_a_time(client: LedgerClient) -> None:
     t0 = time.time_ns() // 1_000_000
     positions = write_paced(client, "acceptance", ACCEPTANCE_MESSAGES, ACCEPTANCE_S)
     assert len({p.ledger_id for p in positions}) == 1
