@@ -12,6 +12,7 @@ import pytest
 
 from pyspark_ledger.datasource.read.batch_unpack import grouped, unpack_entry
 from pyspark_ledger.datasource.write.batch_pack import BatchLimits, cut_points, pack_batches
+from pyspark_ledger.datasource.write.encode import RawBatcher
 from pyspark_ledger.errors import EntryFormatError
 from pyspark_ledger.protocol.message_batch import decode_batch, encode_batch
 
@@ -28,7 +29,8 @@ def test_pack_is_encode_batch_and_unpack_gives_every_row_back(seed: int) -> None
     payloads = pa.array(rows, pa.binary()).slice(cut)  # a slice: offsets that do not start at 0
     key_array = pa.array(keys, pa.binary()).slice(cut) if keys is not None else None
     limits = BatchLimits(rnd.randint(1, 500), rnd.randint(100, 20_000))
-    batches = list(pack_batches(payloads, key_array, 42, limits))
+    batches, used = pack_batches(payloads, key_array, 42, limits)
+    assert used == n - cut
     at = cut
     unpacked = []
     for entry_id, b in enumerate(batches):
@@ -56,6 +58,18 @@ def test_a_read_inside_an_entry_slices_it() -> None:
     assert rows.payloads.to_pylist() == [b"b", b"c"] and rows.first_index == 1
     (out,) = grouped([rows, unpack_entry(b, 10, skip=4)])
     assert out.index.tolist() == [1, 2] and out.entries.tolist() == [9, 9]
+
+
+def test_a_writer_fills_its_last_batch_with_the_next_rows() -> None:
+    batcher = RawBatcher(keyed=False, limits=BatchLimits(4, 10**6))
+    rows = [b"r%d" % i for i in range(11)]
+    first = batcher.add(pa.RecordBatch.from_pydict({"payload": pa.array(rows[:6], pa.binary())}), 1)
+    assert [decode_batch(b).payloads() for b in first] == [rows[:4]]  # rows 4, 5 wait
+    second = batcher.add(pa.RecordBatch.from_pydict({"payload": pa.array(rows[6:], pa.binary())}), 1)
+    assert [decode_batch(b).payloads() for b in second] == [rows[4:8]]
+    assert [decode_batch(b).payloads() for b in batcher.flush(1)] == [rows[8:]] and batcher.flush(1) == []
+    _, held = pack_batches(pa.array(rows, pa.binary()), None, 1, BatchLimits(4, 10**6), hold_last=True)
+    assert held == 8
 
 
 def test_cut_points_bound_messages_and_bytes() -> None:

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pyspark_ledger.client import LedgerClient
@@ -20,7 +20,7 @@ def write_arrow(spark: SparkSession, uri: str, name: str, rows: int) -> None:
     df.write.format("ledger").options(**ledger_opts(uri, name, payloadFormat="arrow", arrowBatchRows=7)).mode("append").save()
 
 
-def read(spark: SparkSession, uri: str, name: str, **opts: object):  # type: ignore[no-untyped-def]
+def read(spark: SparkSession, uri: str, name: str, **opts: object) -> DataFrame:
     return spark.read.format("ledger").options(**ledger_opts(uri, name, **opts)).load()
 
 

@@ -14,7 +14,6 @@ goes in a batch of its own). No pyspark here.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,8 +73,22 @@ def cut_points(row_bytes: np.ndarray, limits: BatchLimits) -> list[int]:
 
 
 def pack_batches(payloads: pa.BinaryArray, keys: pa.BinaryArray | None, append_ms: int,
-                 limits: BatchLimits) -> Iterator[bytes]:
-    """The rows as message batches, in order (keys None: the batches carry no keys column)."""
+                 limits: BatchLimits, *, hold_last: bool = False) -> tuple[list[bytes], int]:
+    """The rows as message batches, in order (keys None: the batches carry no keys column), and
+    how many rows they hold: all of them, or (hold_last) all but the last batch's, which a
+    writer keeps to fill up with the next rows it is given (Spark hands a task its rows in
+    record batches that need not end where a message batch does)."""
+    out: list[bytes] = []
+    ends = _pack(payloads, keys, append_ms, limits, out)
+    if hold_last and ends:
+        out.pop()
+        return out, ends[-2] if len(ends) > 1 else 0
+    return out, len(payloads)
+
+
+def _pack(payloads: pa.BinaryArray, keys: pa.BinaryArray | None, append_ms: int, limits: BatchLimits,
+          out: list[bytes]) -> list[int]:
+    """Append the batches to `out`; return where each ends."""
     n = len(payloads)
     if keys is not None and len(keys) != n:
         raise ValueError(f"{len(keys)} keys for {n} payloads")
@@ -89,7 +102,8 @@ def pack_batches(payloads: pa.BinaryArray, keys: pa.BinaryArray | None, append_m
         k_len = np.where(np.asarray(keys.is_null()), -1, np.diff(k_off))
         row_bytes = row_bytes + np.maximum(k_len, 0) + _PER_KEY_BYTES
     at = 0
-    for end in cut_points(row_bytes, limits):
+    ends = cut_points(row_bytes, limits)
+    for end in ends:
         count = end - at
         head = _HEAD.pack(count, KEYS if keys is not None else 0)
         parts: list[bytes | memoryview] = [head, p_len[at:end].astype(">u4").tobytes(),
@@ -98,5 +112,6 @@ def pack_batches(payloads: pa.BinaryArray, keys: pa.BinaryArray | None, append_m
             parts.append(k_len[at:end].astype(">i4").tobytes())
             parts.append(k_data[int(k_off[at]):int(k_off[end])])  # null keys hold no bytes
         parts.append(p_data[int(p_off[at]):int(p_off[end])])
-        yield b"".join(parts)
+        out.append(b"".join(parts))
         at = end
+    return ends

@@ -29,14 +29,39 @@ def raw_entries(batch: pa.RecordBatch, keyed: bool) -> list[bytes]:
     return payloads.to_pylist()
 
 
-def raw_batches(batch: pa.RecordBatch, keyed: bool, limits: BatchLimits, append_ms: int) -> list[bytes]:
-    """The entries of a batched raw write: the rows packed into message batches (entry format 3,
-    batch_pack.py), each key in the batch's key column instead of framed into its payload."""
-    payloads = batch.column(batch.schema.get_field_index(PAYLOAD_COLUMN))
-    if payloads.null_count:
-        raise LedgerSourceError("raw writes need a payload in every row; the payload column has nulls")
-    keys = batch.column(batch.schema.get_field_index(KEY_COLUMN)).cast(pa.binary()) if keyed else None
-    return list(pack_batches(payloads.cast(pa.binary()), keys, append_ms, limits))
+class RawBatcher:
+    """A task's raw rows -> message batches (entry format 3, batch_pack.py), each key in the
+    batch's key column instead of framed into its payload. The rows of a last, unfilled batch
+    wait for the task's next record batch (or flush)."""
+
+    def __init__(self, keyed: bool, limits: BatchLimits):
+        self.keyed = keyed
+        self.limits = limits
+        self._held: tuple[pa.Array, pa.Array | None] | None = None  # (payloads, keys) not packed yet
+
+    def add(self, batch: pa.RecordBatch, append_ms: int) -> list[bytes]:
+        payloads = batch.column(batch.schema.get_field_index(PAYLOAD_COLUMN))
+        if payloads.null_count:
+            raise LedgerSourceError("raw writes need a payload in every row; the payload column has nulls")
+        payloads = payloads.cast(pa.binary())
+        keys = batch.column(batch.schema.get_field_index(KEY_COLUMN)).cast(pa.binary()) if self.keyed else None
+        if self._held is not None:  # one copy of what this batch adds to the held rows
+            held_p, held_k = self._held
+            payloads = pa.concat_arrays([held_p, payloads])
+            keys = pa.concat_arrays([held_k, keys]) if held_k is not None and keys is not None else keys
+        return self._pack(payloads, keys, append_ms, hold_last=True)
+
+    def flush(self, append_ms: int) -> list[bytes]:
+        if self._held is None:
+            return []
+        payloads, keys = self._held
+        return self._pack(payloads, keys, append_ms, hold_last=False)
+
+    def _pack(self, payloads: pa.Array, keys: pa.Array | None, append_ms: int, hold_last: bool) -> list[bytes]:
+        entries, used = pack_batches(payloads, keys, append_ms, self.limits, hold_last=hold_last)
+        rest = len(payloads) - used
+        self._held = None if rest == 0 else (payloads.slice(used), keys.slice(used) if keys is not None else None)
+        return entries
 
 
 def arrow_rows(batch: pa.RecordBatch, routed: bool) -> pa.RecordBatch:

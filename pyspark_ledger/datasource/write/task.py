@@ -226,6 +226,7 @@ class _LogOutput:
         self.ids = ids  # partition id, attempt number, task attempt id
         self.ledger: _TaskLedger | None = None
         self.packer: ArrowEntryPacker | None = None
+        self.batcher: encode.RawBatcher | None = None  # batched raw writes (job.batched)
         self.rows = 0
 
     def write(self, batch: pa.RecordBatch) -> _TaskLedger:
@@ -235,8 +236,10 @@ class _LogOutput:
         ledger = self.ledger
         self.rows += batch.num_rows
         if job.payload_format == "raw" and job.batched:
-            limits = BatchLimits(job.opts.batch_max_messages, job.opts.batch_max_bytes)
-            ledger.add_all(encode.raw_batches(batch, job.key_type is not None, limits, now_ms()))
+            if self.batcher is None:
+                limits = BatchLimits(job.opts.batch_max_messages, job.opts.batch_max_bytes)
+                self.batcher = encode.RawBatcher(job.key_type is not None, limits)
+            ledger.add_all(self.batcher.add(batch, now_ms()))
             return ledger
         if job.payload_format == "raw":
             ledger.add_all(encode.raw_entries(batch, job.key_type is not None))
@@ -256,6 +259,8 @@ class _LogOutput:
         if self.packer is not None:
             for entry in self.packer.flush():
                 ledger.add(entry.to_pybytes())
+        if self.batcher is not None:
+            ledger.add_all(self.batcher.flush(now_ms()))
         entries, size = ledger.seal()
         log.info("task wrote ledger=%s log=%s partition=%d attempt=%d rows=%d entries=%d bytes=%d", ledger.ledger_id,
                  self.job.log_name, partition_id, attempt_number, self.rows, entries, size)
