@@ -205,7 +205,7 @@ class LedgerWriter(DataSourceArrowWriter):
         types = {f.name: f.dataType.simpleString() for f in schema.fields}
 
         def layout_of(fmt: str) -> WriteLayout:
-            return plan_layout(fmt, names, types, log_schema_json(schema), opts.log)
+            return plan_layout(fmt, names, types, log_schema_json(schema), opts.log, opts.event_time_column)
 
         self.routed = ROUTE_COLUMN in names
         prepare = prepare_routed_job if self.routed else prepare_job

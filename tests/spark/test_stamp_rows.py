@@ -17,7 +17,8 @@ from pyspark_ledger.datasource.read.batch_unpack import grouped, unpack_entry
 from pyspark_ledger.datasource.read.codec import batched_raw_batch, raw_batch
 from pyspark_ledger.datasource.read.columns import ReadSchemaError, chosen_columns, user_columns
 from pyspark_ledger.datasource.rows import META_NAMES, PAYLOAD_FIELD, RowPlace
-from pyspark_ledger.protocol.message_batch import NO_TIME, encode_batch
+from pyspark_ledger.datasource.write.batch_pack import BatchLimits, Stamps, pack_batches
+from pyspark_ledger.protocol.message_batch import NO_TIME, MessageBoundError, decode_batch, encode_batch
 
 PLACE = RowPlace("events", 3, "0" * 32, 1_000)
 SPARK_HEADERS = pa.list_(pa.field("element", pa.struct([("key", pa.string()), ("value", pa.binary())])))
@@ -77,3 +78,41 @@ def test_headers_stay_views_of_the_entry() -> None:
     rows = unpack_entry(buf, 0)
     assert rows.headers is not None and rows.headers.values.field(1).buffers()[2].address == buf.address
     assert np.array_equal(rows.append_ms, [1, 2, 3])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_raw_writes_pack_event_times_and_headers_as_encode_batch_does(seed: int) -> None:
+    """write/batch_pack.py's bulk columns are byte for byte message_batch.encode_batch's."""
+    print("seed", seed)
+    rnd = random.Random(seed)
+    n = rnd.randint(1, 400)
+    payloads = [rnd.randbytes(rnd.randint(0, 30)) for _ in range(n)]
+    keys = [None if rnd.random() < 0.3 else rnd.randbytes(3) for _ in range(n)] if seed % 2 else None
+    events = [NO_TIME if rnd.random() < 0.3 else rnd.randint(-10**12, 10**13) for _ in range(n)]
+    headers = [[(rnd.choice(("a", "bb", "ü")), rnd.randbytes(rnd.randint(0, 9))) for _ in range(rnd.randint(0, 4))]
+               for _ in range(n)]
+    cut = rnd.randint(0, n - 1)  # sliced arrays: offsets that do not start at 0
+    h_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    h_arr = pa.array([[{"key": k, "value": v} for k, v in hs] for hs in headers], h_type).slice(cut)
+    stamps = Stamps(np.array(events[cut:], dtype=np.int64), h_arr)
+    limits = BatchLimits(rnd.randint(1, 60), rnd.randint(200, 5_000))
+    k_arr = pa.array(keys, pa.binary()).slice(cut) if keys is not None else None
+    batches, used = pack_batches(pa.array(payloads, pa.binary()).slice(cut), k_arr, 7, limits, stamps=stamps)
+    assert used == n - cut
+    at = cut
+    for b in batches:
+        m = decode_batch(b).count
+        assert b == encode_batch(payloads[at:at + m], [7] * m, keys=keys[at:at + m] if keys is not None else None,
+                                 event_ms=events[at:at + m], headers=headers[at:at + m])
+        at += m
+    assert at == n
+
+
+def test_raw_write_header_bounds_are_named() -> None:
+    h_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    too_many = pa.array([[{"key": "k", "value": b""}] * 65], h_type)
+    with pytest.raises(MessageBoundError, match="HEADERS_PER_MESSAGE_MAX"):
+        pack_batches(pa.array([b"p"]), None, 1, BatchLimits(), stamps=Stamps(None, too_many))
+    null_key = pa.array([[{"key": None, "value": b""}]], h_type)
+    with pytest.raises(ValueError, match="header key or value is null"):
+        pack_batches(pa.array([b"p"]), None, 1, BatchLimits(), stamps=Stamps(None, null_key))

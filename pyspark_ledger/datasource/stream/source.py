@@ -91,7 +91,7 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
             rec = existing[0] if existing is not None else None
             fmt = opts.payload_format or (rec.payload_format if rec is not None and rec.ledgers else "raw")
             # The same columns, key and schema rules as a batch append (write/columns.py).
-            layout = plan_layout(fmt, names, types, schema_json or "{}", opts.log)
+            layout = plan_layout(fmt, names, types, schema_json or "{}", opts.log, opts.event_time_column)
             if rec is not None:
                 check_against_log(rec, layout, STREAM_REMEDY)
             else:

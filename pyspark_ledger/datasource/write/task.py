@@ -238,11 +238,11 @@ class _LogOutput:
         if job.payload_format == "raw" and job.batched:
             if self.batcher is None:
                 limits = BatchLimits(job.opts.batch_max_messages, job.opts.batch_max_bytes)
-                self.batcher = encode.RawBatcher(job.key_type is not None, limits)
+                self.batcher = encode.RawBatcher(job.key_type is not None, limits, job.opts.event_time_column)
             ledger.add_all(self.batcher.add(batch, now_ms()))
             return ledger
         if job.payload_format == "raw":
-            ledger.add_all(encode.raw_entries(batch, job.key_type is not None))
+            ledger.add_all(encode.raw_entries(batch, job.key_type is not None, job.opts.event_time_column))
             return ledger
         if self.packer is None:
             self.packer = ArrowEntryPacker(batch.schema, job.opts.arrow_batch_rows, job.opts.arrow_compression)
