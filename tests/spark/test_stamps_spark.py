@@ -4,15 +4,18 @@ ledger; every row read back (batch and stream) has its own timestamp and exact h
 startingTimestamp=T in the middle returns exactly the rows from the first with a time at or
 after T, in batch and streaming, and endingTimestamp stops before it; timestampSource=event
 gives the event time where a message has one; a log written before per-message times (format 2,
-ledgers without a seal time) still reads, with its ledger-level time."""
+ledgers without a seal time) still reads, with its ledger-level time. Raw writes take headers
+from a `headers` column and event times from the column eventTimeColumn names."""
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import os
 import time
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 
 from pyspark_ledger.client import LedgerClient
@@ -106,3 +109,31 @@ def test_a_log_written_before_message_times_still_reads(spark: SparkSession, cli
     second = rec.ledgers[1]
     from_t = reader(spark, uri, log_name, startingTimestamp=str(second.ctime_ms)).load().collect()
     assert sorted(bytes(r.payload) for r in from_t) == sorted(b"old-%d" % i for i in range(4, 12))
+
+
+def test_raw_writes_take_headers_and_event_times(spark: SparkSession, client: LedgerClient, uri: str,
+                                                 log_name: str) -> None:
+    set_message_batches(client, True)
+    base = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    rows = [(b"p%d" % i, [("k", b"v%d" % i), ("k", b"w")] if i % 2 else [],
+             base + dt.timedelta(milliseconds=i) if i % 3 else None) for i in range(300)]
+    df = spark.createDataFrame(rows, "payload binary, headers array<struct<key:string,value:binary>>, ev timestamp")
+    before = time.time_ns() // 1_000_000
+    (df.repartition(1).write.format("ledger").option("metadataServiceUri", uri).option("log", log_name)
+     .option("eventTimeColumn", "ev").mode("append").save())
+    with client.open_log_reader(log_name) as r:
+        got = list(r.read())
+    want_ms = [int(base.timestamp() * 1000) + i if i % 3 else None for i in range(300)]
+    assert [e.payload for e in got] == [p for p, _, _ in rows]
+    assert [list(e.headers) for e in got] == [h for _, h, _ in rows]
+    assert [e.event_time_ms for e in got] == want_ms
+    assert all(e.append_time_ms is not None and e.append_time_ms >= before for e in got)
+    back = reader(spark, uri, log_name, includeHeaders="true", timestampSource="event").load().orderBy("entry", "index")
+    collected = back.collect()
+    assert [ms(r.timestamp) for r in collected] == [w if w is not None else e.append_time_ms
+                                                    for w, e in zip(want_ms, got)]
+    assert [[(h.key, bytes(h.value)) for h in r.headers] for r in collected] == [h for _, h, _ in rows]
+    unbatched = log_name + "-unbatched"
+    with pytest.raises(Exception, match="need batched raw writes"):
+        (df.write.format("ledger").option("metadataServiceUri", uri).option("log", unbatched)
+         .option("batching", "false").option("eventTimeColumn", "ev").mode("append").save())
