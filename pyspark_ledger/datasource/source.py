@@ -31,7 +31,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, from_arrow_type
 from pyspark.sql.types import StructField, StructType
 
 from pyspark_ledger.datasource import SOURCE_NAME
-from pyspark_ledger.datasource.clients import open_client
+from pyspark_ledger.datasource.clients import lease_client
 from pyspark_ledger.datasource.errors import LedgerSourceError, user_errors, user_errors_in_iterator
 from pyspark_ledger.datasource.options.source_options import LedgerSourceOptions, parse_options
 from pyspark_ledger.datasource.read.columns import chosen_columns
@@ -93,7 +93,7 @@ class LedgerDataSource(DataSource):
     @user_errors
     def schema(self) -> StructType:
         opts = self._options()
-        with open_client(opts) as client:
+        with lease_client(opts) as client:
             data = data_schema(client, opts, shape_of(client, opts))
         # The written columns as recorded, then the metadata columns metadataColumns keeps
         # (renamed where a written one shadows them, read/columns.py), then headers (includeHeaders).
@@ -150,7 +150,7 @@ class LedgerReader(DataSourceReader):
     def __init__(self, opts: LedgerSourceOptions, schema: StructType):
         self.opts = opts
         self.schema = schema
-        with open_client(opts) as client:
+        with lease_client(opts) as client:
             shape = shape_of(client, opts)
             self.columns = read_columns(client, opts, schema, shape)
         self.payload_format = shape.payload_format
@@ -162,7 +162,7 @@ class LedgerReader(DataSourceReader):
 
     @user_errors
     def partitions(self) -> list[InputPartition]:
-        with open_client(self.opts) as client:
+        with lease_client(self.opts) as client:
             return [LedgerPartition(r) for r in plan_ranges(client, self.opts, self.payload_format, self.pushed)]
 
     @user_errors_in_iterator

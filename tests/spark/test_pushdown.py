@@ -8,8 +8,8 @@ import itertools
 
 import pytest
 
-from pyspark_ledger.datasource.ranges import Span
 from pyspark_ledger.datasource.read.pushdown import Condition, PushedFilters, claim, claimable, truth
+from pyspark_ledger.datasource.read.ranges import Span
 from pyspark_ledger.datasource.rows import RowPlace
 
 T0 = 1_700_000_000_000

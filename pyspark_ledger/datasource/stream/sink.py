@@ -27,7 +27,7 @@ from metadata.log_record import LogRecord
 from metadata.logs import NoSuchLogError
 from metadata.paths import staging_log_path
 from metadata.store import join
-from pyspark_ledger.datasource.clients import open_client
+from pyspark_ledger.datasource.clients import lease_client
 from pyspark_ledger.datasource.errors import LedgerSourceError
 from pyspark_ledger.datasource.options.source_options import LedgerSourceOptions, OptionError, parse_options
 from pyspark_ledger.datasource.options.values import int_option
@@ -141,7 +141,7 @@ def stream_write_task(base: WriteJob, run_id: str, batches: Iterator[pa.RecordBa
     """Executor: one micro-batch task attempt. The batch's staging node is made on first use
     (there is no driver hook before a micro-batch's tasks run)."""
     job = stream_job(base, query_id, batch_id, run_id)
-    with open_client(job.opts) as client:
+    with lease_client(job.opts) as client:
         try:
             client.store.create(job.staging_path, _job_value(JOB_OPEN, job))
         except NodeExistsError:
@@ -191,7 +191,7 @@ def commit_stream_batch(base: WriteJob, run_id: str, messages: list[StreamTaskRe
     committed = [chosen[p] for p in sorted(chosen) if chosen[p].ledger_id is not None]
     ids = [r.ledger_id for r in committed if r.ledger_id is not None]
     replayed = [False]
-    with open_client(base.opts) as client:
+    with lease_client(base.opts) as client:
         sizes: list[tuple[int, int]] = []
         for r in committed:
             meta, _ = client.ledgers.read(r.ledger_id)  # type: ignore[arg-type]  # committed: has a ledger
@@ -268,7 +268,7 @@ def _clean_batch_staging(client: LedgerClient, base: WriteJob, job: WriteJob, qu
 def abort_stream_batch(base: WriteJob, run_id: str, messages: list[StreamTaskResult | None], batch_id: int) -> None:
     """Driver: the micro-batch failed; delete its ledgers (never one that is in the log)."""
     got = [m for m in messages if m is not None]
-    with open_client(base.opts) as client:
+    with lease_client(base.opts) as client:
         published = client.logs.lookup(base.log_name)  # bounded walk from the newest; unknown counts as in
         prefixes = {m.query_id for m in got}
         runs = {m.run_id for m in got if m.run_id} or {run_id}  # the runs whose tasks staged ledgers

@@ -31,7 +31,7 @@ from pyspark.sql.types import StructType
 
 from metadata.log_record import LogRecord
 from metadata.logs import LogExistsError
-from pyspark_ledger.datasource.clients import open_client
+from pyspark_ledger.datasource.clients import lease_client
 from pyspark_ledger.datasource.errors import LedgerSourceError, LedgerUserError, user_errors
 from pyspark_ledger.datasource.options.read import check_stream_read
 from pyspark_ledger.datasource.options.source_options import LedgerSourceOptions
@@ -86,7 +86,7 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
                                    "batch writes; drop the column, or write each micro-batch with foreachBatch")
         name = opts.require_log("writing")
         types = {f.name: f.dataType.simpleString() for f in schema.fields}
-        with open_client(opts) as client:
+        with lease_client(opts) as client:
             existing = client.logs.get_tail(name)  # the head view: format, schema and the open tail
             rec = existing[0] if existing is not None else None
             fmt = opts.payload_format or (rec.payload_format if rec is not None and rec.ledgers else "raw")
@@ -170,7 +170,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._error: LedgerUserError | None = None
         try:
             check_stream_read(opts.read)
-            with open_client(opts) as client:
+            with lease_client(opts) as client:
                 self.shape = shape_of(client, opts)
                 self.columns = read_columns(client, opts, schema, self.shape)  # metadataColumns, a user schema
         except LedgerUserError as exc:
@@ -188,7 +188,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @user_errors
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's API
         self._ready()
-        with open_client(self.opts) as client:
+        with lease_client(self.opts) as client:
             return offset_to_json(initial_offsets(client, self.opts, self.payload_format))
 
     @user_errors
@@ -203,7 +203,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @user_errors
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802 - Spark's API
         self._ready()
-        with open_client(self.opts) as client:
+        with lease_client(self.opts) as client:
             gate = None if self._gate is None or self._target is not None else self._gate.admit  # AvailableNow: all
             batch = next_batch(client, self.opts, self.shape, self._offset(start), _limit(limit, self.settings),
                                self._target, gate)
@@ -216,14 +216,14 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @user_errors
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's API
         self._ready()
-        with open_client(self.opts) as client:
+        with lease_client(self.opts) as client:
             self._target = available_now_target(client, self.opts)
         log.info("Trigger.AvailableNow target offset=%s", offset_to_json(self._target))
 
     @user_errors
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         self._ready()
-        with open_client(self.opts) as client:
+        with lease_client(self.opts) as client:
             ranges = plan_batch(client, self.opts, self._offset(start), self._offset(end))
         return [StreamPartition(r) for r in ranges]
 
