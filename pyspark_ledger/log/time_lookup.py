@@ -13,6 +13,7 @@ from metadata.log_record import LogLedger
 from pyspark_ledger.log.messages import message_times
 from pyspark_ledger.log.position import Position
 from pyspark_ledger.log.time_search import first_entry_at_or_after, first_index_at_or_after, may_hold_at_or_after
+from pyspark_ledger.protocol.entry_format import BATCH_FORMAT_VERSION, entry_format_of_ledger
 
 if TYPE_CHECKING:
     from pyspark_ledger.ledger.read_handle import ReadHandle
@@ -29,6 +30,9 @@ def readable_last_entry(handle: ReadHandle, lg: LogLedger) -> int:
 
 def position_in_ledger(handle: ReadHandle, lg: LogLedger, last_entry: int, t_ms: int) -> Position | None:
     """The first message of ledger `lg` (entries 0..last_entry) at or after t_ms, or None."""
+    if entry_format_of_ledger(handle.metadata.custom) != BATCH_FORMAT_VERSION:
+        # Unbatched: every entry has the ledger's join time; no entry needs reading.
+        return Position(lg.seq, 0, lg.ledger_id) if last_entry >= 0 and lg.ctime_ms >= t_ms else None
     times: dict[int, np.ndarray] = {}  # each entry read once
 
     def times_of(entry_id: int) -> np.ndarray:
