@@ -13,6 +13,7 @@ import dataclasses
 import datetime as dt
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,18 @@ def write_paced(client: LedgerClient, name: str, n: int, seconds: float) -> list
         return [h.result(WAIT_S) for h in handles]
 
 
+@pytest.fixture
+def batches_on(client: LedgerClient) -> Iterator[None]:
+    """The cluster setting message_batches on for one test, then back as it was: the Spark
+    tests share one cluster, and the others expect their own setting."""
+    before = client.cluster_settings.message_batches
+    set_message_batches(client, True)
+    try:
+        yield
+    finally:
+        set_message_batches(client, before)
+
+
 def ms(ts: object) -> int:
     return round(ts.timestamp() * 1000)  # type: ignore[attr-defined]  # a datetime from Spark
 
@@ -51,8 +64,7 @@ def reader(spark: SparkSession, uri: str, name: str, **opts: str):
 
 
 def test_every_row_its_own_time_and_headers_and_a_start_by_time(spark: SparkSession, client: LedgerClient, uri: str,
-                                                                  log_name: str, tmp_path: Path) -> None:
-    set_message_batches(client, True)
+                                                                  log_name: str, tmp_path: Path, batches_on: None) -> None:
     positions = write_paced(client, log_name, MESSAGES, SECONDS)
     assert len({p.ledger_id for p in positions}) == 1
     with client.open_log_reader(log_name) as r:
@@ -112,8 +124,7 @@ def test_a_log_written_before_message_times_still_reads(spark: SparkSession, cli
 
 
 def test_raw_writes_take_headers_and_event_times(spark: SparkSession, client: LedgerClient, uri: str,
-                                                 log_name: str) -> None:
-    set_message_batches(client, True)
+                                                 log_name: str, batches_on: None) -> None:
     base = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
     rows = [(b"p%d" % i, [("k", b"v%d" % i), ("k", b"w")] if i % 2 else [],
              base + dt.timedelta(milliseconds=i) if i % 3 else None) for i in range(300)]
