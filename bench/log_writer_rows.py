@@ -102,16 +102,22 @@ def paced_latency(client: LedgerClient, size: int, rate: float, seconds: float) 
 
 def stamps_row(client: LedgerClient, messages: int, rounds: int) -> tuple[str, int, float, float, float, str]:
     """Batched 100-byte messages without and with an event time and one header, alternating
-    rounds (each round in the other order), same run: the stamped rate and its cost."""
-    plain: list[float] = []
-    stamped: list[float] = []
+    rounds (each round in the other order), same run: the stamped rate and its cost, and the
+    client's CPU per message (this process: the producer, the linger and transport threads;
+    the steadier figure on a loaded machine)."""
+    rate: dict[bool, list[float]] = {False: [], True: []}
+    cpu_us: dict[bool, list[float]] = {False: [], True: []}
     for r in range(rounds):
         for with_stamps in ((False, True) if r % 2 == 0 else (True, False)):
-            (stamped if with_stamps else plain).append(produce(client, 100, messages, True, stamped=with_stamps))
-    p, s = statistics.median(plain), statistics.median(stamped)
-    print(f"100 B batched, medians of {rounds} alternating rounds: plain {p:,.0f} msgs/s, with event time and one "
-          f"header {s:,.0f} msgs/s, cost {100 * (1 - s / p):.1f}% (rounds: plain {[round(x) for x in plain]}, "
-          f"stamped {[round(x) for x in stamped]})")
+            cpu = time.process_time()
+            rate[with_stamps].append(produce(client, 100, messages, True, stamped=with_stamps))
+            cpu_us[with_stamps].append((time.process_time() - cpu) / messages * 1e6)
+    p, s = statistics.median(rate[False]), statistics.median(rate[True])
+    pc, sc = statistics.median(cpu_us[False]), statistics.median(cpu_us[True])
+    print(f"100 B batched, medians of {rounds} alternating rounds: plain {p:,.0f} msgs/s ({pc:.2f} us client CPU a "
+          f"message), with event time and one header {s:,.0f} msgs/s ({sc:.2f} us): rate {100 * (1 - s / p):.1f}% "
+          f"lower, client CPU {100 * (sc / pc - 1):.1f}% higher (rounds: plain {[round(x) for x in rate[False]]}, "
+          f"stamped {[round(x) for x in rate[True]]})")
     return ("LogWriter batched+stamps x1", 100, s, float("nan"), float("nan"),
             f"event time + 1 header; {100 * (1 - s / p):.1f}% below plain")
 
