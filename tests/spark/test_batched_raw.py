@@ -63,6 +63,18 @@ def test_raw_rows_are_batched_and_read_back_with_their_index(spark: SparkSession
 
 
 @pytest.mark.usefixtures("batches_on")
+def test_keys_travel_in_the_batch_key_column(spark: SparkSession, uri: str, log_name: str) -> None:
+    text = F.col("payload").cast("string")
+    keyed = payloads(spark, 60).withColumn(
+        "key", F.when(text.endswith("7"), F.lit(None)).when(text.endswith("0"), F.lit("k")).otherwise(F.substring(text, 5, 5)))
+    write(keyed, uri, log_name, batchMaxMessages=8)
+    got = sorted((r["payload"], r["key"]) for r in read(spark, uri, log_name, metadataColumns="none").collect())
+    assert got == sorted((r["payload"], r["key"]) for r in keyed.collect())  # payloads are unique
+    assert any(k is None for _, k in got) and any(k == "k" for _, k in got)
+    assert read(spark, uri, log_name).schema["key"].dataType.simpleString() == "string"
+
+
+@pytest.mark.usefixtures("batches_on")
 def test_batching_false_and_the_byte_bound(spark: SparkSession, uri: str, log_name: str, client: LedgerClient) -> None:
     write(payloads(spark, 40), uri, log_name, batching="false")
     rec = client.describe_log(log_name)
