@@ -14,6 +14,7 @@ alternating batched/unbatched rounds of 100-byte messages (issue 30).
     python bench/client_bench.py [--entries 100000] [--latency-adds 2000] [--no-nats]
                                  [--log-messages 300000] [--log-rounds 3] [--no-log-writer]
     python bench/client_bench.py --journal-dir-layouts [--rounds 3] --no-nats
+    python bench/client_bench.py --stamps-only [--log-messages 300000] [--log-rounds 5]
 
 --journal-dir-layouts measures, in the same run, bookies with today's single --data-dir against
 bookies with a --journal-dir of their own and two --ledger-dirs (all on this machine's one disk),
@@ -98,6 +99,20 @@ def measure_layout(zk: LocalZooKeeper, root: Path, layout: str,
             return {size: (throughput(client, size, args.entries), *latencies[size]) for size in (1024, 100)}
 
 
+def stamps_only(args: argparse.Namespace) -> None:
+    from log_writer_rows import stamps_row
+
+    from pyspark_ledger.testing.message_batches import set_message_batches
+
+    with tempfile.TemporaryDirectory(prefix="client-bench-") as tmp, LocalZooKeeper(Path(tmp) / "zk") as zk, \
+            LocalCluster(3, metadata_uri=zk.uri("/bench-stamps"), work_dir=Path(tmp) / "log-writer") as cluster, \
+            LedgerClient(cluster.metadata_uri) as client:
+        set_message_batches(client, True)
+        row = stamps_row(client, args.log_messages, args.log_rounds)
+    print(machine_speed_line())
+    print(row)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--entries", type=int, default=100_000)
@@ -109,7 +124,12 @@ def main() -> None:
     ap.add_argument("--log-messages", type=int, default=300_000, help="messages per batched LogWriter run")
     ap.add_argument("--log-rounds", type=int, default=3, help="alternating batched/unbatched rounds")
     ap.add_argument("--no-log-writer", action="store_true", help="skip the LogWriter rows")
+    ap.add_argument("--stamps-only", action="store_true",
+                    help="only the LogWriter row of messages with and without an event time and a header (issue 32)")
     args = ap.parse_args()
+    if args.stamps_only:
+        stamps_only(args)
+        return
     layouts = ["data-dir", "journal-dir"] if args.journal_dir_layouts else ["data-dir"]
     rows = []
     with tempfile.TemporaryDirectory(prefix="client-bench-") as tmp:

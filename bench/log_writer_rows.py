@@ -6,7 +6,9 @@
 - latency: p50/p99 from append_async to the message's acknowledgement, paced at 10% and 90% of
   the measured peak (a burst every PACE_TICK_S);
 - compare: alternating rounds of batched and unbatched 100-byte messages from one producer, in
-  the same run, reported as medians and their ratio.
+  the same run, reported as medians and their ratio;
+- stamps (issue 32): alternating rounds of batched 100-byte messages without and with an event
+  time and one header (("trace", 16 bytes)), same run, medians and the cost of the stamps.
 Works against releases without batches too (batching=None: the call of those releases).
 """
 
@@ -30,17 +32,25 @@ def _writer(client: LedgerClient, batching: bool | None) -> Any:
     return client.open_log_writer(name) if batching is None else client.open_log_writer(name, batching=batching)
 
 
-def produce(client: LedgerClient, size: int, total: int, batching: bool | None) -> float:
-    """Messages/s of one producer: pipelined append_async, bounded window."""
+STAMP_HEADERS = [("trace", b"0123456789abcdef")]
+
+
+def produce(client: LedgerClient, size: int, total: int, batching: bool | None, stamped: bool = False) -> float:
+    """Messages/s of one producer: pipelined append_async, bounded window; `stamped`: each message
+    with an event time and STAMP_HEADERS."""
     w = _writer(client, batching)
     payload = b"p" * size
     window: deque[Any] = deque()
     append = w.append_async
+    event_ms = time.time_ns() // 1_000_000
     start = time.perf_counter()
     for _ in range(total):
         if len(window) >= WINDOW_MESSAGES:
             window.popleft().result(timeout=120)
-        window.append(append(payload))
+        if stamped:
+            window.append(append(payload, timestamp=event_ms, headers=STAMP_HEADERS))
+        else:
+            window.append(append(payload))
     if batching:
         w.flush()
     for h in window:
@@ -90,6 +100,28 @@ def paced_latency(client: LedgerClient, size: int, rate: float, seconds: float) 
     return statistics.median(samples) * 1000, samples[max(int(len(samples) * 0.99) - 1, 0)] * 1000
 
 
+def stamps_row(client: LedgerClient, messages: int, rounds: int) -> tuple[str, int, float, float, float, str]:
+    """Batched 100-byte messages without and with an event time and one header, alternating
+    rounds (each round in the other order), same run: the stamped rate and its cost, and the
+    client's CPU per message (this process: the producer, the linger and transport threads;
+    the steadier figure on a loaded machine)."""
+    rate: dict[bool, list[float]] = {False: [], True: []}
+    cpu_us: dict[bool, list[float]] = {False: [], True: []}
+    for r in range(rounds):
+        for with_stamps in ((False, True) if r % 2 == 0 else (True, False)):
+            cpu = time.process_time()
+            rate[with_stamps].append(produce(client, 100, messages, True, stamped=with_stamps))
+            cpu_us[with_stamps].append((time.process_time() - cpu) / messages * 1e6)
+    p, s = statistics.median(rate[False]), statistics.median(rate[True])
+    pc, sc = statistics.median(cpu_us[False]), statistics.median(cpu_us[True])
+    print(f"100 B batched, medians of {rounds} alternating rounds: plain {p:,.0f} msgs/s ({pc:.2f} us client CPU a "
+          f"message), with event time and one header {s:,.0f} msgs/s ({sc:.2f} us): rate {100 * (1 - s / p):.1f}% "
+          f"lower, client CPU {100 * (sc / pc - 1):.1f}% higher (rounds: plain {[round(x) for x in rate[False]]}, "
+          f"stamped {[round(x) for x in rate[True]]})")
+    return ("LogWriter batched+stamps x1", 100, s, float("nan"), float("nan"),
+            f"event time + 1 header; {100 * (1 - s / p):.1f}% below plain")
+
+
 def rows(client: LedgerClient, messages: int, rounds: int) -> list[tuple[str, int, float, float, float, str]]:
     """(system, size, msgs/s, p50 ms, p99 ms, note) rows for client_bench's table."""
     from pyspark_ledger.testing.message_batches import set_message_batches
@@ -101,6 +133,7 @@ def rows(client: LedgerClient, messages: int, rounds: int) -> list[tuple[str, in
         batched_100.append(produce(client, 100, messages, True))
         unbatched_100.append(produce(client, 100, max(messages // 10, 5_000), False))
     b, u = statistics.median(batched_100), statistics.median(unbatched_100)
+    out.append(stamps_row(client, messages, max(rounds, 3)))
     print(f"100 B from one producer, medians of {rounds} alternating rounds: batched {b:,.0f} msgs/s, "
           f"unbatched {u:,.0f} msgs/s, ratio {b / u:.1f}x")
     for size in (100, 1024):

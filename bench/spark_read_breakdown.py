@@ -167,13 +167,13 @@ def median_s(fn: Callable[[], Any], rounds: int, name: str = "") -> float:
 def reader_alone(uri: str, schema: StructType, work: Path, rounds: int, profile: bool) -> tuple[float, int, int]:
     """The reader in this process over the plan Spark would get: its median time, the ranges and
     the batches; the batches are saved (one file per range) for the replay source."""
-    from pyspark_ledger.datasource.source import _arrow_schema
+    from pyspark_ledger.datasource.read.spark_schema import spark_arrow_schema
 
     opts = parse_options({"metadataserviceuri": uri, "log": "bench"})
     with LedgerClient(uri) as client:
         shape = shape_of(client, opts)
         ranges = plan_ranges(client, opts, shape.payload_format)
-        spec = ReadSpec(shape.payload_format, _arrow_schema(schema), b"")
+        spec = ReadSpec(shape.payload_format, spark_arrow_schema(schema), b"")
 
         def read_all() -> int:
             return sum(b.num_rows for r in ranges for b in read_range(client, r, spec))

@@ -5,7 +5,14 @@
     ledger     string     the ledger's qualified name (32 hex digits)
     entry      bigint     the entry id in the ledger
     index      int        the row within the entry (Arrow entries hold many rows; 0 for raw)
-    timestamp  timestamp  when the ledger joined the log (read/planning.py: the granularity)
+    timestamp  timestamp  the row's own time: a batched message's append time (or, with option
+                          timestampSource=event, its event time where it has one); for an
+                          unbatched entry (no time of its own), when its ledger joined the log
+
+With option includeHeaders=true a last column follows (after the metadata columns):
+
+    headers    array<struct<key: string, value: binary>>   a batched message's headers, in
+                          order, duplicates kept (Kafka's includeHeaders); empty for an unbatched entry
 
 {"seq", "ledger", "entry", "index"} of a row is its position (options/positions.py); a written column of
 the same name keeps its name and the metadata column gets a leading underscore (`_timestamp`).
@@ -30,6 +37,27 @@ META_TYPES: tuple[tuple[str, pa.DataType], ...] = (
 )
 META_NAMES = tuple(name for name, _ in META_TYPES)
 PAYLOAD_FIELD = pa.field("payload", pa.binary())
+HEADERS_NAME = "headers"
+HEADER_FIELDS = (pa.field("key", pa.string()), pa.field("value", pa.binary()))
+HEADERS_TYPE = pa.list_(pa.struct(list(HEADER_FIELDS)))
+
+
+def no_headers(n: int) -> pa.ListArray:
+    """n rows without headers (empty lists), in bulk."""
+    pairs = pa.StructArray.from_arrays([pa.array([], pa.string()), pa.array([], pa.binary())], fields=list(HEADER_FIELDS))
+    return pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)), pairs)
+
+
+def as_headers_type(headers: pa.ListArray, typ: pa.DataType) -> pa.Array:
+    """`headers` as the exact type a read's schema names (Spark's list field is "element")."""
+    if headers.type == typ:
+        return headers
+    return pa.ListArray.from_arrays(headers.offsets, headers.values.cast(typ.value_type), type=typ)
+
+
+def stamp_array(times_ms: np.ndarray) -> pa.Array:
+    """Per-row times (ms) as the timestamp column (us, UTC)."""
+    return pa.array(times_ms.astype(np.int64) * 1000).cast(pa.timestamp("us", tz="UTC"))
 
 
 def meta_fields(taken: Iterable[str] = ()) -> list[pa.Field]:

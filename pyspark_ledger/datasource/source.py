@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,19 +23,24 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    Filter,
     InputPartition,
     WriterCommitMessage,
 )
-from pyspark.sql.pandas.types import from_arrow_schema, from_arrow_type, to_arrow_schema
+from pyspark.sql.pandas.types import from_arrow_schema, from_arrow_type
 from pyspark.sql.types import StructField, StructType
 
 from pyspark_ledger.datasource import SOURCE_NAME
 from pyspark_ledger.datasource.clients import lease_client
 from pyspark_ledger.datasource.errors import LedgerSourceError, OptionError, user_errors, user_errors_in_iterator
 from pyspark_ledger.datasource.options.source_options import LedgerSourceOptions, parse_options
-from pyspark_ledger.datasource.read.planning import LedgerRange, first_entry_range, plan_ranges, shape_of
-from pyspark_ledger.datasource.read.reader import ReadSpec, arrow_schema_of, read_partition
-from pyspark_ledger.datasource.rows import meta_fields, raw_read_schema
+from pyspark_ledger.datasource.read.columns import chosen_columns
+from pyspark_ledger.datasource.read.planning import LedgerRange, plan_ranges, shape_of
+from pyspark_ledger.datasource.read.pushdown import PushedFilters, claim
+from pyspark_ledger.datasource.read.reader import ReadSpec, read_partition
+from pyspark_ledger.datasource.read.spark_filters import conditions
+from pyspark_ledger.datasource.read.spark_schema import data_schema, read_columns, spark_arrow_schema
+from pyspark_ledger.datasource.rows import raw_read_schema
 from pyspark_ledger.datasource.write.columns import ROUTE_COLUMN, WriteLayout, plan_layout
 from pyspark_ledger.datasource.write.job import (
     TaskResult,
@@ -72,11 +77,6 @@ def log_schema_json(schema: StructType) -> str:
     return json.dumps(_all_nullable(schema.jsonValue()), sort_keys=True, separators=(",", ":"))
 
 
-def _arrow_schema(schema: StructType) -> pa.Schema:
-    # Exactly as Spark's Python data source worker derives the batch schema it checks against.
-    return to_arrow_schema(schema, timezone="UTC")
-
-
 class LedgerDataSource(DataSource):
     """`spark.read.format("ledger")` and `df.write.format("ledger")`; options in README "Spark"."""
 
@@ -94,15 +94,11 @@ class LedgerDataSource(DataSource):
     def schema(self) -> StructType:
         opts = self._options()
         with lease_client(opts) as client:
-            shape = shape_of(client, opts)
-            if shape.payload_format == "raw" and shape.schema_json is None:
-                return RAW_SCHEMA  # a keyed raw log records (key, payload) and goes on below
-            if shape.schema_json is not None:
-                data = StructType.fromJson(json.loads(shape.schema_json))
-            else:
-                data = from_arrow_schema(_single_ledger_arrow_schema(client, opts))
-        # The written columns as recorded, then the metadata columns (renamed where a written one shadows them).
-        meta = [StructField(f.name, from_arrow_type(f.type)) for f in meta_fields(data.fieldNames())]
+            data = data_schema(client, opts, shape_of(client, opts))
+        # The written columns as recorded, then the metadata columns metadataColumns keeps
+        # (renamed where a written one shadows them, read/columns.py), then headers (includeHeaders).
+        chosen = chosen_columns(spark_arrow_schema(data), opts.metadata_columns, opts.include_headers)
+        meta = [StructField(f.name, from_arrow_type(f.type)) for f in chosen.schema][len(data.fields):]
         return StructType(list(data.fields) + meta)
 
     @user_errors
@@ -110,7 +106,8 @@ class LedgerDataSource(DataSource):
         _no_subscription(self.options, "a batch read neither starts from nor moves a subscription (PySpark's batch "
                          "reader has no end-of-job hook): readStream takes it, or start a batch read at its position "
                          "(startingPosition from `ledger subscriptions list`)")
-        return LedgerReader(self._options(), schema)
+        opts = self._options()
+        return PushdownLedgerReader(opts, schema) if opts.push_filters else LedgerReader(opts, schema)
 
     @user_errors
     def writer(self, schema: StructType, overwrite: bool) -> LedgerWriter:
@@ -134,7 +131,7 @@ class LedgerDataSource(DataSource):
         from pyspark_ledger.datasource.stream.source import LedgerStreamReader
 
         opts, settings = parse_stream_options(dict(self.options))
-        return LedgerStreamReader(opts, settings, schema, _arrow_schema(schema))
+        return LedgerStreamReader(opts, settings, schema)
 
 
 DefaultSource = LedgerDataSource
@@ -143,17 +140,6 @@ DefaultSource = LedgerDataSource
 def _no_subscription(options: Any, why: str) -> None:
     if any(str(k).lower() == "subscription" for k in dict(options)):
         raise OptionError("subscription", why)
-
-
-def _single_ledger_arrow_schema(client: Any, opts: LedgerSourceOptions) -> pa.Schema:
-    """A lone Arrow ledger records no schema in a log: every entry is a full IPC stream, so
-    entry 0 says what the columns are."""
-    if opts.ledger is None:
-        raise LedgerSourceError("the schema of a single ledger needs option ledger")
-    rng = first_entry_range(client, opts)  # read as every entry is read: read/reader.py
-    if rng is None:
-        raise LedgerSourceError(f"ledger {opts.ledger} is empty: give the schema with spark.read.schema(...)")
-    return arrow_schema_of(client, rng, opts.password)
 
 
 # ---- reading -----------------------------------------------------------------------------------------
@@ -167,26 +153,49 @@ class LedgerPartition(InputPartition):
 
 
 class LedgerReader(DataSourceReader):
-    """Pickled to executors: holds options and the output schema only, never a client."""
+    """Pickled to executors: holds options, the output columns and the pushed filters only,
+    never a client. It does not override pushFilters (PySpark refuses a reader that does in a
+    session without filter pushdown): PushdownLedgerReader does, for option pushFilters=true."""
 
     def __init__(self, opts: LedgerSourceOptions, schema: StructType):
         self.opts = opts
         self.schema = schema
         with lease_client(opts) as client:
-            self.payload_format = shape_of(client, opts).payload_format
-        self.arrow_schema = _arrow_schema(schema)
+            shape = shape_of(client, opts)
+            self.columns = read_columns(client, opts, schema, shape)
+        self.payload_format = shape.payload_format
+        self.arrow_schema = self.columns.schema
+        self.pushed: PushedFilters | None = None
+        # Batched messages carry times of their own: a ledger does not share one timestamp, so
+        # planning cannot apply a timestamp filter exactly; Spark keeps those (pushFilters).
+        self.own_times = shape.batched
 
     @user_errors
     def partitions(self) -> list[InputPartition]:
         with lease_client(self.opts) as client:
-            return [LedgerPartition(r) for r in plan_ranges(client, self.opts, self.payload_format)]
+            return [LedgerPartition(r) for r in plan_ranges(client, self.opts, self.payload_format, self.pushed)]
 
     @user_errors_in_iterator
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, LedgerPartition):
             return  # Spark's placeholder partition for an empty plan
         yield from read_partition(self.opts, partition.range,
-                                  ReadSpec(self.payload_format, self.arrow_schema, self.opts.password))
+                                  ReadSpec(self.payload_format, self.arrow_schema, self.opts.password, self.columns))
+
+
+class PushdownLedgerReader(LedgerReader):
+    """A batch read with option pushFilters=true: it claims the filters on log, seq, ledger,
+    timestamp and entry that read/pushdown.py applies exactly at planning (Spark checks them no
+    more), and hands every other one back to Spark."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:  # noqa: N802 - Spark's API
+        found = conditions(filters, self.columns.output_names())
+        if self.own_times:
+            found = [None if c is not None and c.column == "timestamp" else c for c in found]
+        self.pushed, kept = claim(found)
+        log.info("filters pushed target=%s claimed=%d left_to_spark=%d", self.opts.target,
+                 len(self.pushed.conditions), len(kept))
+        return [filters[i] for i in kept]
 
 
 # ---- writing -----------------------------------------------------------------------------------------
@@ -206,7 +215,7 @@ class LedgerWriter(DataSourceArrowWriter):
         types = {f.name: f.dataType.simpleString() for f in schema.fields}
 
         def layout_of(fmt: str) -> WriteLayout:
-            return plan_layout(fmt, names, types, log_schema_json(schema), opts.log)
+            return plan_layout(fmt, names, types, log_schema_json(schema), opts.log, opts.event_time_column)
 
         self.routed = ROUTE_COLUMN in names
         prepare = prepare_routed_job if self.routed else prepare_job

@@ -27,6 +27,7 @@ from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.ledger.context import LedgerContext
 from pyspark_ledger.ledger.keys import Credentials, resolve_keys
 from pyspark_ledger.ledger.read_handle import ReadHandle
+from pyspark_ledger.protocol.entry_format import entry_format_of_ledger
 from pyspark_ledger.protocol.entry_runs import DecodedRun, decode_blob
 from pyspark_ledger.transport.run_response import Run, RunResponse
 
@@ -63,6 +64,9 @@ class RunReads:
         self._master_key = keys.master_key  # reads carry it (bookies with --require-read-auth)
         self._key = (metadata.ledger_id.scope_id, metadata.ledger_id.id)
         self._views = views
+        # The ledger's entry format (its custom metadata): every entry of a format-3 ledger is a
+        # message batch, and the run decoder checks each entry's header says so.
+        self._entry_format = entry_format_of_ledger(metadata.custom)
         self._max_bytes = max_bytes
         self._fast = metadata.write_quorum_size == metadata.ensemble_size
         self.replica = first_replica
@@ -155,7 +159,7 @@ class RunReads:
         if len(lengths) > room:
             return DecodedRun(run.first_entry_id, [], f"malformed answer: a run of {len(lengths)} entries, {room} asked for")
         return decode_blob(self._digest, self._key[0], self._key[1], run.first_entry_id, run.data, lengths,
-                           views=self._views)
+                           views=self._views, version=self._entry_format)
 
     def close(self) -> None:
         with self._handle_lock:

@@ -22,10 +22,12 @@ from pyspark_ledger.protocol.message_batch import (
     HEAD_BYTES,
     MESSAGES_PER_ENTRY_MAX,
     NO_TIME,
+    TIME_MS_MAX,
     Header,
-    check_headers,
     check_key,
+    checked_time_ms,
     encode_batch,
+    headers_bytes,
 )
 
 # Bounds of the writer's settings: a batch is one entry, and an entry is at most 4 MiB
@@ -69,12 +71,22 @@ class OpenBatch:
         self.future: Future[Place] = Future()
 
     def add(self, payload: bytes, key: bytes | None, event_ms: int | None, headers: Sequence[Header] | None) -> int:
-        """Add one message; returns its index in the batch."""
+        """Add one message; returns its index in the batch. A message over a bound is refused
+        before anything of it is added (the batch is unchanged). Runs once per message on the
+        producer's thread: the common cases take no call they do not need."""
+        hs: tuple[Header, ...] = ()
+        h_bytes = 2
+        if headers:
+            hs = tuple(headers)  # the caller's list may change after append
+            h_bytes = headers_bytes(hs)
+        if key is not None:
+            check_key(key)
+        if event_ms is not None and (type(event_ms) is not int or not NO_TIME < event_ms <= TIME_MS_MAX):
+            event_ms = checked_time_ms(event_ms)  # an int-like, or out of range: converted, or refused by name
         i = len(self.payloads)
         self.payloads.append(payload)
         self.size_bytes += len(payload) + MESSAGE_OVERHEAD_BYTES
         if key is not None or self.keys is not None:
-            check_key(key)
             if self.keys is None:
                 self.keys = [None] * i
             self.keys.append(key)
@@ -82,15 +94,13 @@ class OpenBatch:
         if event_ms is not None or self.event_ms is not None:
             if self.event_ms is None:
                 self.event_ms = [NO_TIME] * i
-            self.event_ms.append(NO_TIME if event_ms is None else int(event_ms))
+            self.event_ms.append(NO_TIME if event_ms is None else event_ms)
             self.size_bytes += 8
-        if headers or self.headers is not None:
-            hs = tuple(headers or ())
-            check_headers(hs)
+        if hs or self.headers is not None:
             if self.headers is None:
                 self.headers = [()] * i
             self.headers.append(hs)
-            self.size_bytes += 2 + sum(6 + len(k.encode()) + len(v) for k, v in hs)
+            self.size_bytes += h_bytes
         return i
 
     def encode(self, append_ms: int) -> bytes:
@@ -98,7 +108,7 @@ class OpenBatch:
         messages (as Kafka's LogAppendTime is per record batch)."""
         n = len(self.payloads)
         return encode_batch(self.payloads, [append_ms] * n, keys=self.keys, event_ms=self.event_ms,
-                            headers=self.headers)
+                            headers=self.headers, checked=True)  # add() checked every message
 
 
 class MessageHandle:

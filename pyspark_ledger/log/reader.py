@@ -11,18 +11,16 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from metadata import LedgerId
 from metadata.log_record import LogLedger, LogRecord
 from metadata.log_segments import LogHead
 from metadata.subscriptions import Subscription, SubscriptionStore
 from pyspark_ledger.log.errors import NotSubscribedError
-from pyspark_ledger.log.messages import check_readable, message_times, messages
+from pyspark_ledger.log.messages import check_readable, messages
 from pyspark_ledger.log.position import LogEntry, Position
 from pyspark_ledger.log.service import LedgerService
 from pyspark_ledger.log.subscription import resume_start, stored, subscribe
-from pyspark_ledger.log.time_search import first_entry_at_or_after, first_index_at_or_after, may_hold_at_or_after
+from pyspark_ledger.log.time_lookup import position_at_time
 
 if TYPE_CHECKING:
     from pyspark_ledger.ledger.read_handle import ReadHandle
@@ -178,36 +176,8 @@ class LogReader:
         their join and seal times, entries of the ledger that may hold t_ms bisected by their
         own times (log/time_search.py): a few entry reads, not a scan."""
         self.refresh()
-        ledgers = self._ledgers(0)
-        lg = next(ledgers, None)
-        for _ in range(self.head.record.next_seq + 1):  # bounded by the ledgers there are
-            if lg is None:
-                return None
-            nxt = next(ledgers, None)
-            if may_hold_at_or_after(lg, nxt, t_ms):
-                found = self._position_in_ledger(lg, t_ms)
-                if found is not None:
-                    return found
-            lg = nxt
-        raise AssertionError(f"log {self.name!r}: more ledgers than its next seq says")
-
-    def _position_in_ledger(self, lg: LogLedger, t_ms: int) -> Position | None:
-        h = self._handle(lg.ledger_id)
-        times: dict[int, np.ndarray] = {}  # each entry read once
-
-        def times_of(entry_id: int) -> np.ndarray:
-            if entry_id not in times:
-                times[entry_id] = message_times(next(iter(h.read_entries(entry_id, entry_id))), lg.ctime_ms)
-            return times[entry_id]
-
-        entry_id = first_entry_at_or_after(0, self._last_entry(lg), t_ms, lambda k: int(times_of(k).max()))
-        if entry_id is None:
-            return None
-        index = first_index_at_or_after(times_of(entry_id), t_ms)
-        if index is None:
-            raise AssertionError(f"entry {entry_id} of ledger {lg.ledger_id}: its latest time is at or after "
-                                 f"{t_ms} but no message's is")
-        return Position(lg.seq, entry_id, lg.ledger_id, index)
+        return position_at_time(self._ledgers(0), t_ms, lambda lg: self._handle(lg.ledger_id),
+                                self.head.record.next_seq)
 
     def tail(self, start: Position | None = None, *, idle_timeout_s: float | None = None) -> Iterator[LogEntry]:
         """Follow the log across rollovers, yielding every message once and in order (from

@@ -299,7 +299,7 @@ class LogWriter:
         """Send the open batch as one entry (under self._lock). Never raises: a failure settles
         the batch's messages with it (the linger thread calls this too)."""
         b, self._batch = self._batch, None
-        if b is None:
+        if b is None or not b.payloads:  # none, or opened by a message that was then refused
             return
         self._last_sent = out = b.future
         try:

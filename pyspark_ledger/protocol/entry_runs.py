@@ -76,9 +76,10 @@ def _record_dtype(digest: Digest) -> np.dtype:
     return np.dtype(fields)
 
 
-def fixed_prefix(digest: Digest, scope_id: int, ledger_id: int) -> bytes:
+def fixed_prefix(digest: Digest, scope_id: int, ledger_id: int, version: int = FORMAT_VERSION) -> bytes:
     """The first bytes of every entry of one ledger (flags, scope id, ledger id)."""
-    return np.array([(flags_byte(digest), scope_id, ledger_id, 0, 0, 0)], dtype=HEADER_DTYPE).tobytes()[:_FIXED_HEADER_BYTES]
+    header = np.array([(flags_byte(digest, version), scope_id, ledger_id, 0, 0, 0)], dtype=HEADER_DTYPE)
+    return header.tobytes()[:_FIXED_HEADER_BYTES]
 
 
 def check_run(data: bytes | memoryview, lengths: np.ndarray) -> str | None:
@@ -107,7 +108,8 @@ def decode_run(digest: Digest, scope_id: int, ledger_id: int, first_entry_id: in
 
 
 def decode_blob(digest: Digest, scope_id: int, ledger_id: int, first_entry_id: int,
-                data: bytes | memoryview, lengths: np.ndarray, *, views: bool = False) -> DecodedRun:
+                data: bytes | memoryview, lengths: np.ndarray, *, views: bool = False,
+                version: int = FORMAT_VERSION) -> DecodedRun:
     """Verify the entries first_entry_id.. laid end to end in `data` (entry i is lengths[i]
     bytes): the payloads of the longest valid prefix, contiguous or as views (module doc), and
     what was wrong with the first bad entry. A malformed run (check_run) verifies nothing."""
@@ -127,7 +129,7 @@ def decode_blob(digest: Digest, scope_id: int, ledger_id: int, first_entry_id: i
     starts = np.cumsum(lengths) - lengths
     headers = _headers(data, starts, lengths, hdr_size)
     rec = headers.view(_record_dtype(digest)).reshape(valid)
-    flags_ok = rec["flags"] == flags_byte(digest)
+    flags_ok = rec["flags"] == flags_byte(digest, version)  # the ledger's entry format (format 3: batches)
     ids_ok = (rec["scope"] == scope_id) & (rec["ledger"] == ledger_id) & (
         rec["entry"] == np.arange(first_entry_id, first_entry_id + valid, dtype=np.int64))
     good = flags_ok & ids_ok
@@ -137,24 +139,24 @@ def decode_blob(digest: Digest, scope_id: int, ledger_id: int, first_entry_id: i
         whole = pa.py_buffer(data)
         payloads = [whole.slice(s, z) for s, z in zip((starts + hdr_size).tolist(), sizes.tolist())]
         if digest.size:
-            good &= _digests_ok_each(digest, headers, rec, payloads, fixed_prefix(digest, scope_id, ledger_id))
+            good &= _digests_ok_each(digest, headers, rec, payloads, fixed_prefix(digest, scope_id, ledger_id, version))
     else:
         payloads, payload_data = _contiguous(data, lengths, hdr_size)
         if digest.size:
-            good &= _digests_ok(digest, headers, rec, payload_data, sizes, fixed_prefix(digest, scope_id, ledger_id))
+            good &= _digests_ok(digest, headers, rec, payload_data, sizes, fixed_prefix(digest, scope_id, ledger_id, version))
     if not good.all():
         bad = int(np.argmin(good))
-        error = f"entry {first_entry_id + bad}: {_why(digest, rec, bad, bool(flags_ok[bad]), bool(ids_ok[bad]))}"
+        error = f"entry {first_entry_id + bad}: {_why(digest, rec, bad, bool(flags_ok[bad]), bool(ids_ok[bad]), version)}"
         payloads = payloads[:bad] if isinstance(payloads, list) else payloads.slice(0, bad)
     return DecodedRun(first_entry_id, payloads, error)
 
 
-def _why(digest: Digest, rec: np.ndarray, bad: int, flags_ok: bool, ids_ok: bool) -> str:
+def _why(digest: Digest, rec: np.ndarray, bad: int, flags_ok: bool, ids_ok: bool, version: int) -> str:
     if not flags_ok and (int(rec["flags"][bad]) >> 4) & 0x7 == BATCH_FORMAT_VERSION:
-        return ("a batch of messages (entry format 3): this Spark source reads one message per entry; read the log "
-                "with LogReader or `ledger logs read`")
+        return ("a batch of messages (entry format 3) in a ledger whose metadata names format "
+                f"{version}: its entries must all be of its format")
     if not flags_ok:
-        return f"unsupported entry format or digest (flags 0x{int(rec['flags'][bad]):02x}, format {FORMAT_VERSION} expected)"
+        return f"unsupported entry format or digest (flags 0x{int(rec['flags'][bad]):02x}, format {version} expected)"
     if not ids_ok:
         return (f"bytes belong to entry {int(rec['entry'][bad])} of ledger "
                 f"{int(rec['scope'][bad]):016x}{int(rec['ledger'][bad]):016x}")

@@ -29,6 +29,7 @@ import sys
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -41,6 +42,7 @@ HEADERS_PER_MESSAGE_MAX = 64
 HEADER_KEY_BYTES_MAX = 256
 HEADER_VALUE_BYTES_MAX = 65_536
 NO_TIME = -(2**63)  # an event time that was not given
+TIME_MS_MAX = 2**63 - 1
 
 KEYS, EVENT_TIMES, HEADERS = 0x01, 0x02, 0x04
 _KNOWN_FLAGS = KEYS | EVENT_TIMES | HEADERS
@@ -67,6 +69,15 @@ def check_key(key: bytes | None) -> None:
         raise MessageBoundError(f"message key of {len(key)} bytes exceeds KEY_BYTES_MAX ({KEY_BYTES_MAX})")
 
 
+def checked_time_ms(ms: int) -> int:
+    """An event time given to a writer: an integer of milliseconds that fits the column (i64,
+    NO_TIME excluded), else MessageBoundError naming the bound."""
+    t = int(ms)
+    if not NO_TIME < t <= TIME_MS_MAX:
+        raise MessageBoundError(f"event time {t} ms is outside the i64 column's range (above NO_TIME, at most TIME_MS_MAX)")
+    return t
+
+
 def check_headers(headers: Sequence[Header]) -> None:
     """A message's headers: at most HEADERS_PER_MESSAGE_MAX (str, bytes) pairs, duplicates kept."""
     if len(headers) > HEADERS_PER_MESSAGE_MAX:
@@ -82,10 +93,52 @@ def check_headers(headers: Sequence[Header]) -> None:
                 f"header value of {len(pair[1])} bytes exceeds HEADER_VALUE_BYTES_MAX ({HEADER_VALUE_BYTES_MAX})")
 
 
+def headers_bytes(headers: tuple[Header, ...]) -> int:
+    """Check one message's headers (as check_headers) and return what they add to a batch: its
+    count (2), and per header two lengths (6) and its key and value bytes. The common case (a
+    few (str, bytes) pairs with ASCII keys, well within the bounds) costs no encoding and no
+    call: this runs once per message on the producer's thread."""
+    size = 2
+    try:
+        if len(headers) > HEADERS_PER_MESSAGE_MAX:
+            raise ValueError
+        for k, v in headers:
+            if type(v) is not bytes or type(k) is not str or len(v) > HEADER_VALUE_BYTES_MAX \
+                    or len(k) > HEADER_KEY_BYTES_MAX or not k.isascii():
+                raise ValueError
+            size += 6 + len(k) + len(v)
+    except (ValueError, TypeError):  # not the common case: the full check raises, naming the bound, or accepts
+        check_headers(headers)  # (bytearray values, non-ASCII keys within the bounds)
+        return 2 + sum(6 + len(k.encode()) + len(v) for k, v in headers)
+    return size
+
+
+def _header_columns(headers: Sequence[Sequence[Header]]) -> tuple[list[bytes], list[bytes]]:
+    """The header columns and bytes of a batch, in bulk (C-level passes: chain, zip, map, join);
+    ASCII keys are encoded as one string."""
+    flat = list(chain.from_iterable(headers))
+    names: Sequence[str] = ()
+    values: Sequence[bytes] = ()
+    if flat:
+        names, values = zip(*flat)
+    joined = "".join(names)
+    if joined.isascii():
+        name_lengths: Iterator[int] = map(len, names)
+        name_bytes = joined.encode()
+    else:
+        encoded = [k.encode() for k in names]
+        name_lengths, name_bytes = map(len, encoded), b"".join(encoded)
+    columns = [_packed("H", map(len, headers)), _packed("H", name_lengths), _packed("I", map(len, values))]
+    return columns, [name_bytes, b"".join(values)]
+
+
 def encode_batch(payloads: Sequence[bytes], append_ms: Sequence[int], *, keys: Sequence[bytes | None] | None = None,
-                 event_ms: Sequence[int] | None = None, headers: Sequence[Sequence[Header]] | None = None) -> bytes:
+                 event_ms: Sequence[int] | None = None, headers: Sequence[Sequence[Header]] | None = None,
+                 checked: bool = False) -> bytes:
     """One batch of len(payloads) messages. keys/event_ms/headers are None when no message has
-    one (the common case costs no column); else one value per message (None, NO_TIME, ())."""
+    one (the common case costs no column); else one value per message (None, NO_TIME, ()).
+    checked: the caller checked every key and header against the bounds already (a LogWriter
+    does, message by message, so that the message's own append fails)."""
     n = len(payloads)
     if not 1 <= n <= MESSAGES_PER_ENTRY_MAX:
         raise MessageBoundError(f"a batch holds 1..MESSAGES_PER_ENTRY_MAX ({MESSAGES_PER_ENTRY_MAX}) messages, not {n}")
@@ -99,17 +152,18 @@ def encode_batch(payloads: Sequence[bytes], append_ms: Sequence[int], *, keys: S
         parts.append(_packed("q", event_ms))
     data: list[bytes] = []
     if keys is not None:
-        for k in keys:
-            check_key(k)
+        if not checked:
+            for k in keys:
+                check_key(k)
         parts.append(_packed("i", (-1 if k is None else len(k) for k in keys)))
         data.append(b"".join(k for k in keys if k is not None))
     if headers is not None:
-        for hs in headers:
-            check_headers(hs)
-        flat = [pair for hs in headers for pair in hs]
-        names = [k.encode() for k, _ in flat]
-        parts += [_packed("H", map(len, headers)), _packed("H", map(len, names)), _packed("I", (len(v) for _, v in flat))]
-        data += [b"".join(names), b"".join(bytes(v) for _, v in flat)]
+        if not checked:
+            for hs in headers:
+                check_headers(hs)
+        columns, header_data = _header_columns(headers)
+        parts += columns
+        data += header_data
     return b"".join(parts + data + list(payloads))
 
 

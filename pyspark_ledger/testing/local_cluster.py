@@ -312,12 +312,18 @@ class LocalCluster:
 READER_EXECUTOR_ENV = {"spark.executorEnv.MALLOC_ARENA_MAX": "1"}
 
 
+# Spark's session setting without which no Python data source may take filters (PySpark 4.1+);
+# a data source cannot read it, so a read that asks for pushdown (pushFilters=true) needs both.
+SPARK_PUSHDOWN_SETTING = "spark.sql.python.filterPushdown.enabled"
+
+
 def local_spark_session(app_name: str, *, master: str = "local[2]", log_level: str = "WARN",
                         conf: dict[str, str] | None = None) -> SparkSession:
     """A local SparkSession on loopback only (by default Spark binds to the host's first
     non-loopback address), without the web UI, with small shuffles, with the executor settings
     recommended for reading ledgers (READER_EXECUTOR_ENV, unless the environment already sets
-    MALLOC_ARENA_MAX), plus `conf` (which wins), and with the `ledger` source registered by
+    MALLOC_ARENA_MAX), with Python data sources' filter pushdown on (SPARK_PUSHDOWN_SETTING: the
+    `ledger` source's option pushFilters=true needs it), plus `conf` (which wins), and with the `ledger` source registered by
     hand (works for every kind of install; see README "Spark"). Imports pyspark here, so the
     rest of this module stays usable without it."""
     from pyspark.sql import SparkSession
@@ -331,6 +337,7 @@ def local_spark_session(app_name: str, *, master: str = "local[2]", log_level: s
     # A variable already in the environment reaches the workers as it is: the operator's choice.
     settings = {key: value for key, value in READER_EXECUTOR_ENV.items()
                 if key.removeprefix("spark.executorEnv.") not in os.environ}
+    settings[SPARK_PUSHDOWN_SETTING] = "true"
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)

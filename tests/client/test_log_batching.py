@@ -151,13 +151,17 @@ def test_a_reader_refuses_a_message_format_it_does_not_know(client: LedgerClient
         LogReader(client, "future")
 
 
-def test_the_spark_source_refuses_a_batched_log_by_name(client: LedgerClient) -> None:
-    with client.open_log_writer("refused-by-spark") as w:  # its own log: tests run in any order
+def test_the_spark_source_reads_a_batched_log_as_raw_only(client: LedgerClient) -> None:
+    with client.open_log_writer("read-by-spark") as w:  # its own log: tests run in any order
         w.append(payload(0))
-    rec = client.describe_log("refused-by-spark")
-    opts = parse_options({"metadataserviceuri": "sqlite:///unused.db", "log": "refused-by-spark"})
-    with pytest.raises(LedgerSourceError, match="holds batched messages.*batching=False"):
-        log_shape(rec, opts)
+    rec = client.describe_log("read-by-spark")
+    opts = parse_options({"metadataserviceuri": "sqlite:///unused.db", "log": "read-by-spark"})
+    shape = log_shape(rec, opts)
+    assert (shape.payload_format, shape.batched) == ("raw", True)
+    as_arrow = parse_options({"metadataserviceuri": "sqlite:///unused.db", "log": "read-by-spark",
+                              "payloadformat": "arrow"})
+    with pytest.raises(LedgerSourceError, match="holds batched messages.*payloadFormat raw"):
+        log_shape(rec, as_arrow)
 
 
 def test_ledger_logs_read(client: LedgerClient, capsys: pytest.CaptureFixture[str]) -> None:

@@ -31,8 +31,17 @@ class FakeLog:
     def at_or_after(self, seq: int) -> LogLedger | None:
         return next((lg for lg in self.ledgers if lg.seq >= seq), None)
 
-    def first_at_or_after_time(self, ms: int) -> LogLedger | None:
-        return next((lg for lg in self.ledgers if lg.ctime_ms >= ms), None)
+    # Rows of ledger 5 carry their own times (a batch per entry, two messages each: 4000, 4000,
+    # 4500, 4600); the others are unbatched (their ledger's join time).
+    own_times = {5: [[4000, 4000], [4500, 4600]]}
+
+    def position_at_time(self, ms: int) -> Position | None:
+        for lg in self.ledgers:
+            for entry, times in enumerate(self.own_times.get(lg.seq, [[lg.ctime_ms]])):
+                for index, t in enumerate(times):
+                    if t >= ms:
+                        return Position(lg.seq, entry, lg.ledger_id, index)
+        return None
 
 
 def at(seq: int, entry: int, index: int = 0) -> Bound:
@@ -56,6 +65,9 @@ def test_times_cut_before_the_first_ledger_that_joined_at_or_after_them() -> Non
     assert start_cut(log, "startingTimestamp", parse_timestamp("9000"), True) is None
     assert end_cut(log, "endingTimestamp", parse_timestamp("4000")) == Cut(5, 0)
     assert end_cut(log, "endingTimestamp", parse_timestamp("9000")) is None  # after every ledger: no bound
+    # Inside a ledger whose rows have times of their own: the first row at or after T, as Kafka.
+    assert start_cut(log, "startingTimestamp", parse_timestamp("4550"), True) == Cut(5, 1, 1)
+    assert end_cut(log, "endingTimestamp", parse_timestamp("4001")) == Cut(5, 1, 0)
 
 
 def test_a_trimmed_or_deleted_start_fails_saying_what_is_gone_or_skips() -> None:

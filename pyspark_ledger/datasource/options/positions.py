@@ -35,7 +35,7 @@ class Bound:
 
     kind: str  # "earliest" | "latest" | "position" | "timestamp"
     position: Position | None = None
-    index: int = 0  # row within the position's entry (Arrow); 0 for raw entries
+    index: int = 0  # row within the position's entry (Arrow, or a batched raw entry); 0 for other raw entries
     timestamp_ms: int | None = None
 
     def __str__(self) -> str:

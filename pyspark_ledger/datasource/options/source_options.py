@@ -27,9 +27,12 @@ from metadata.errors import InvalidUriError
 from metadata.paths import check_name
 from metadata.uri import MetadataSettings, TlsFiles, parse_metadata_uri, parse_zk_auth
 from pyspark_ledger.datasource.errors import OptionError, did_you_mean
+from pyspark_ledger.datasource.options.metadata_columns import parse_metadata_columns
 from pyspark_ledger.datasource.options.positions import Bound
 from pyspark_ledger.datasource.options.read import ReadOptions, parse_read_options
 from pyspark_ledger.datasource.options.values import int_option, text_option
+from pyspark_ledger.datasource.rows import META_NAMES
+from pyspark_ledger.protocol.message_batch import MESSAGES_PER_ENTRY_MAX
 
 __all__ = ["Bound", "LedgerSourceOptions", "OptionError", "ReadOptions", "parse_options"]
 
@@ -39,6 +42,10 @@ MAX_ENTRIES_PER_PARTITION_MAX = 100_000_000
 ARROW_BATCH_ROWS_DEFAULT = 8_192
 ARROW_BATCH_ROWS_MAX = 1_000_000
 TEST_FAIL_ATTEMPTS_MAX = 1_000
+# Raw writes' message batches (entry format 3): a batch holds at most this many rows and bytes.
+BATCH_MAX_MESSAGES_DEFAULT = MESSAGES_PER_ENTRY_MAX
+BATCH_MAX_BYTES_DEFAULT = 1 * 2**20
+BATCH_MAX_BYTES_MAX = 2 * 2**20  # far below the client's 4 MiB entry limit
 
 PAYLOAD_FORMATS = ("raw", "arrow")
 ARROW_COMPRESSIONS = ("none", "lz4", "zstd")
@@ -50,6 +57,10 @@ TEST_FAIL_MODES = ("raise", "exit")
 # the URI string, which each executor process parses once).
 CLIENT_URI_OPTIONS = ("tls_ca", "tls_cert", "tls_key", "zk_auth")
 
+# Option timestampSource: a row's `timestamp` is its message's append time, or its event time
+# (where the message has none, its append time).
+TIMESTAMP_SOURCES = ("append", "event")
+
 # lower-cased key -> documented spelling (Spark lower-cases keys before we see them).
 KNOWN_OPTIONS: dict[str, str] = {
     name.lower(): name
@@ -58,20 +69,23 @@ KNOWN_OPTIONS: dict[str, str] = {
         "startingPositions", "endingPositions", "startingTimestamp", "endingTimestamp", "minPartitions",
         "failOnDataLoss", "maxEntriesPerPartition", "password", "digestType", "ensembleSize", "writeQuorumSize",
         "ackQuorumSize", "payloadFormat", "arrowBatchRows", "arrowCompression", "dataSet", "owner",
-        "testFailAttempts", "testFailMode", "password_file", *CLIENT_URI_OPTIONS,
+        "testFailAttempts", "testFailMode", "password_file", "metadataColumns", "pushFilters", "batching",
+        "batchMaxMessages", "batchMaxBytes", "includeHeaders", "timestampSource", "eventTimeColumn",
+        *CLIENT_URI_OPTIONS,
     )
 }
 
 # Taken by the streaming classes before parse_options (streaming.STREAM_OPTIONS): named here so
 # that a misspelling of one gets its "did you mean".
-STREAM_OPTION_NAMES = ("maxEntriesPerTrigger", "maxBytesPerTrigger", "testFailCommit", "checkpointLocation",
-                       "subscription")
+STREAM_OPTION_NAMES = ("maxEntriesPerTrigger", "maxBytesPerTrigger", "minEntriesPerTrigger", "maxTriggerDelay",
+                       "testFailCommit", "checkpointLocation", "subscription")
 # What Spark's Kafka source calls an option -> ours (a Kafka user's first guess gets the answer).
 KAFKA_OPTION_NAMES = {
     "subscribe": "logs", "assign": "startingPositions", "subscribepattern": "logPattern",
     "startingoffsets": "startingPosition or startingPositions", "endingoffsets": "endingPosition or endingPositions",
     "startingoffsetsbytimestamp": "startingTimestamp", "endingoffsetsbytimestamp": "endingTimestamp",
-    "maxoffsetspertrigger": "maxEntriesPerTrigger", "kafka.bootstrap.servers": "metadataServiceUri",
+    "maxoffsetspertrigger": "maxEntriesPerTrigger", "minoffsetspertrigger": "minEntriesPerTrigger",
+    "kafka.bootstrap.servers": "metadataServiceUri",
 }
 
 
@@ -99,6 +113,14 @@ class LedgerSourceOptions:
     owner: Party | None = None
     test_fail_attempts: int = 0
     test_fail_mode: str = "raise"
+    metadata_columns: tuple[str, ...] = META_NAMES  # option metadataColumns (read/columns.py)
+    push_filters: bool = False  # option pushFilters (read/pushdown.py; needs Spark's session setting)
+    batching: bool = True  # raw writes pack rows into message batches (when the cluster allows them)
+    batch_max_messages: int = BATCH_MAX_MESSAGES_DEFAULT
+    batch_max_bytes: int = BATCH_MAX_BYTES_DEFAULT
+    include_headers: bool = False  # option includeHeaders: a `headers` column (read/columns.py)
+    timestamp_source: str = "append"  # option timestampSource: append or event (rows' `timestamp`)
+    event_time_column: str | None = None  # option eventTimeColumn: raw writes' event time per row
 
     @property
     def metadata_uri(self) -> str:
@@ -266,7 +288,31 @@ def parse_options(options: Mapping[str, str], target_required: bool = True) -> L
         owner=None if owner_text is None else _owner(owner_text),
         test_fail_attempts=_int_set(opts, "testFailAttempts", 0, 0, TEST_FAIL_ATTEMPTS_MAX),
         test_fail_mode=mode,
+        metadata_columns=parse_metadata_columns(text_option(opts, "metadataColumns")),
+        push_filters=_bool(opts, "pushFilters", False),
+        batching=_bool(opts, "batching", True),
+        batch_max_messages=_int_set(opts, "batchMaxMessages", BATCH_MAX_MESSAGES_DEFAULT, 1, MESSAGES_PER_ENTRY_MAX),
+        batch_max_bytes=_int_set(opts, "batchMaxBytes", BATCH_MAX_BYTES_DEFAULT, 64, BATCH_MAX_BYTES_MAX),
+        include_headers=_bool(opts, "includeHeaders", False),
+        timestamp_source=_timestamp_source(opts),
+        event_time_column=text_option(opts, "eventTimeColumn"),
     )
+
+
+def _timestamp_source(opts: Mapping[str, str]) -> str:
+    raw = (text_option(opts, "timestampSource") or "append").lower()
+    if raw not in TIMESTAMP_SOURCES:
+        raise OptionError("timestampSource", f"expected one of {', '.join(TIMESTAMP_SOURCES)}, got {raw!r}")
+    return raw
+
+
+def _bool(opts: Mapping[str, str], key: str, default: bool) -> bool:
+    raw = text_option(opts, key)
+    if raw is None:
+        return default
+    if raw.lower() not in ("true", "false"):
+        raise OptionError(key, f"expected true or false, got {raw!r}")
+    return raw.lower() == "true"
 
 
 def _password(opts: Mapping[str, str]) -> bytes:

@@ -2,10 +2,11 @@
 
 A cut is a point between two rows of a log: before row `index` of entry `entry` of the ledger
 with sequence number `seq`. A read covers [start cut, end cut): a starting position is
-inclusive, an ending one exclusive. A time T cuts before the first ledger (in log order) that
-joined the log at or after T: rows carry their ledger's time (rows.py `timestamp`), so a read
-from startingTimestamp T returns the rows whose timestamp is at least T, provided times do not
-step back along the log (one writer's clock).
+inclusive, an ending one exclusive. A time T cuts, as in Kafka, before the first row (in log
+order) whose time is at or after T (log/time_search.py): a batched message's own append time,
+an unbatched entry's ledger join time; so a read from startingTimestamp T starts at the first
+row with a timestamp of at least T and takes everything after it, and endingTimestamp T stops
+before that row.
 
 Data loss: a starting position whose ledger was trimmed or is no longer in the log fails the
 read, naming what is gone (failOnDataLoss=true, the default), or starts at the first ledger
@@ -21,6 +22,7 @@ from typing import Protocol
 from metadata.log_record import LogLedger
 from pyspark_ledger.datasource.errors import LedgerUserError, OptionError
 from pyspark_ledger.datasource.options.positions import Bound
+from pyspark_ledger.log.position import Position
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +52,8 @@ class LogLedgers(Protocol):
     def at_or_after(self, seq: int) -> LogLedger | None:
         """The first ledger of the log with seq >= `seq`."""
 
-    def first_at_or_after_time(self, ms: int) -> LogLedger | None:
-        """The first ledger (in log order) that joined the log at or after `ms`."""
+    def position_at_time(self, ms: int) -> Position | None:
+        """The first row (in log order) whose time is at or after `ms` (log/time_lookup.py)."""
 
 
 def _checked_position(view: LogLedgers, option: str, bound: Bound) -> Cut:
@@ -76,8 +78,8 @@ def start_cut(view: LogLedgers, option: str, bound: Bound, fail_on_data_loss: bo
         return None  # a batch read that starts at the end is empty
     if bound.kind == "timestamp":
         assert bound.timestamp_ms is not None
-        found = view.first_at_or_after_time(bound.timestamp_ms)
-        return None if found is None else Cut(found.seq, 0)
+        at = view.position_at_time(bound.timestamp_ms)
+        return None if at is None else Cut(at.seq, at.entry_id, at.index)
     cut = _checked_position(view, option, bound)
     if cut.seq >= view.next_seq:
         return cut  # the end of the log: nothing to read, nothing lost
@@ -110,6 +112,6 @@ def end_cut(view: LogLedgers, option: str, bound: Bound) -> Cut | None:
         return Cut(0, 0)
     if bound.kind == "timestamp":
         assert bound.timestamp_ms is not None
-        found = view.first_at_or_after_time(bound.timestamp_ms)
-        return None if found is None else Cut(found.seq, 0)
+        at = view.position_at_time(bound.timestamp_ms)
+        return None if at is None else Cut(at.seq, at.entry_id, at.index)
     return _checked_position(view, option, bound)

@@ -31,9 +31,11 @@ from pyspark_ledger.datasource.errors import LedgerSourceError, OptionError, did
 from pyspark_ledger.datasource.options.source_options import LedgerSourceOptions
 from pyspark_ledger.datasource.read.cuts import Cut, DataLossError, end_cut, start_cut
 from pyspark_ledger.datasource.read.log_view import HeadView
+from pyspark_ledger.datasource.read.pushdown import PushedFilters
 from pyspark_ledger.datasource.read.ranges import LedgerRange, Span, add_fragment_ranges, split_to_min_partitions
 from pyspark_ledger.datasource.rows import RowPlace
 from pyspark_ledger.ledger.read_handle import ReadHandle
+from pyspark_ledger.protocol.entry_format import BATCH_FORMAT_VERSION, entry_format_of_ledger
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -97,30 +99,31 @@ def select_logs(client: LedgerClient, opts: LedgerSourceOptions) -> list[str]:
 
 class SourceShape:
     """What a read returns: the payload format and, for Arrow logs, the written columns' Spark
-    schema as JSON (None for raw, or for a single Arrow ledger whose schema comes from entry 0)."""
+    schema as JSON (None for raw, or for a single Arrow ledger whose schema comes from entry 0);
+    `batched`: the log may hold message batches (entry format 3, raw logs only)."""
 
-    __slots__ = ("payload_format", "schema_json")
+    __slots__ = ("batched", "payload_format", "schema_json")
 
-    def __init__(self, payload_format: str, schema_json: str | None):
+    def __init__(self, payload_format: str, schema_json: str | None, batched: bool = False):
         self.payload_format = payload_format
         self.schema_json = schema_json
+        self.batched = batched
 
 
 def log_shape(rec: LogRecord, opts: LedgerSourceOptions) -> SourceShape:
-    if rec.message_format != MESSAGE_FORMAT_SINGLE:
-        # Batched messages (entry format 3) are read by LogReader and `ledger logs read`; this
-        # source reads one message per entry and must not hand a batch's framing over as a row.
-        raise LedgerSourceError(
-            f"log {rec.name!r} holds batched messages (message format {rec.message_format!r}): this Spark source "
-            "reads logs of one message per entry only; read it with LogReader or `ledger logs read`, or write it "
-            "with open_log_writer(..., batching=False)")
     fmt = opts.payload_format or rec.payload_format
+    batched = rec.message_format != MESSAGE_FORMAT_SINGLE
+    if batched and fmt != "raw":
+        # Batches (entry format 3) hold raw messages: a LogWriter's or a raw Spark write's.
+        raise LedgerSourceError(
+            f"log {rec.name!r} holds batched messages (message format {rec.message_format!r}), which are raw "
+            "messages: read it with payloadFormat raw (or without the option)")
     if fmt == "arrow" and rec.payload_format != "arrow":
         raise LedgerSourceError(f"log {rec.name!r} holds raw entries, not Arrow (option payloadFormat)")
     if fmt == "arrow" and rec.schema is None:
         raise LedgerSourceError(f"Arrow log {rec.name!r} has no recorded schema yet (nothing was written)")
-    # A raw log records a schema only when its entries carry keys (key, payload: write/columns.py).
-    return SourceShape(fmt, rec.schema if fmt == "arrow" or rec.payload_format == "raw" else None)
+    # A raw log records a schema only when its entries carry keys (key, payload: write_columns.py).
+    return SourceShape(fmt, rec.schema if fmt == "arrow" or rec.payload_format == "raw" else None, batched)
 
 
 def shape_of(client: LedgerClient, opts: LedgerSourceOptions) -> SourceShape:
@@ -139,7 +142,7 @@ def shape_of(client: LedgerClient, opts: LedgerSourceOptions) -> SourceShape:
                                     f"({first[1].schema_json or first[1].payload_format} and "
                                     f"{shape.schema_json or shape.payload_format}): read them in separate queries")
     assert first is not None  # select_logs returns at least one log
-    return first[1]
+    return first[1]  # (a read of several logs plans each by its own message format: plan_log)
 
 
 def last_readable(client: LedgerClient, meta: LedgerMetadata, version: int, opts: LedgerSourceOptions) -> int:
@@ -186,22 +189,39 @@ def _ledger_meta(client: LedgerClient, opts: LedgerSourceOptions, name: str | No
     return meta, version
 
 
+def _raw_span(span: Span, batched: bool) -> Span | None:
+    """A raw ledger's span as read: a format-2 entry is one row, so a cut inside one (a
+    position's index, from a batched log's other ledgers) is the cut after it."""
+    if batched:
+        return span
+    first = span.first + 1 if span.skip_rows else span.first
+    return Span(first, span.last) if first <= span.last else None
+
+
 def ranges_of(client: LedgerClient, opts: LedgerSourceOptions, name: str | None, ledgers: Iterator[LogLedger],
-               start: Cut, end: Cut | None, out: list[LedgerRange]) -> None:
+              start: Cut, end: Cut | None, out: list[LedgerRange], fmt: str = "arrow",
+              pushed: PushedFilters | None = None) -> None:
     for lg in ledgers:
         if lg.seq < start.seq:
             continue
         if end is not None and (lg.seq > end.seq or (lg.seq == end.seq and end.entry == 0 and end.index == 0)):
             break
+        if name is not None and pushed is not None and not pushed.keeps_ledger(
+                RowPlace(name, lg.seq, lg.ledger_id.qualified_name, lg.ctime_ms)):
+            continue  # filtered out whole, before its metadata is even read
         found = _ledger_meta(client, opts, name, lg)
         if found is None:
             continue
         meta, version = found
-        span = _span(lg.seq, last_readable(client, meta, version, opts), start, end)
-        if span is None:
-            continue
         place = RowPlace(name, lg.seq if name is not None else None, lg.ledger_id.qualified_name,
                          lg.ctime_ms if name is not None else meta.ctime_ms)
+        span = _span(lg.seq, last_readable(client, meta, version, opts), start, end)
+        if span is not None and fmt == "raw":
+            span = _raw_span(span, entry_format_of_ledger(meta.custom) == BATCH_FORMAT_VERSION)
+        if span is not None and pushed is not None:
+            span = pushed.cut_span(span) if pushed.keeps_ledger(place) else None
+        if span is None:
+            continue
         add_fragment_ranges(out, lg.seq, lg.ledger_id, meta, version, span, opts.max_entries_per_partition, place,
                             limit=PARTITIONS_MAX)
 
@@ -215,21 +235,27 @@ def bound_option(opts: LedgerSourceOptions, which: str, name: str) -> str:
     return f"{which}Timestamp" if bound.kind == "timestamp" else f"{which}Position"
 
 
-def plan_log(client: LedgerClient, opts: LedgerSourceOptions, name: str, fmt: str, out: list[LedgerRange]) -> None:
-    """Append the ranges of one log's read. Of a log, only the segments covering it are fetched."""
-    view = HeadView(client, read_log_head(client, opts, name))
+def plan_log(client: LedgerClient, opts: LedgerSourceOptions, name: str, fmt: str, out: list[LedgerRange],
+             pushed: PushedFilters | None = None) -> None:
+    """Append the ranges of one log's read. Of a log, only the segments covering it are fetched
+    (from the pushed filters' lowest seq on, when they have one)."""
+    view = HeadView(client, read_log_head(client, opts, name), opts.password)
     start = start_cut(view, bound_option(opts, "starting", name), opts.read.starting_for(name),
                       opts.read.fail_on_data_loss)
     end = end_cut(view, bound_option(opts, "ending", name), opts.read.ending_for(name))
-    if fmt == "raw":
+    batched = view.head.record.message_format != MESSAGE_FORMAT_SINGLE
+    if fmt == "raw" and not batched:  # every entry one row (a batched log's ledgers: ranges_of)
         start = start.for_raw() if start is not None else None
         end = end.for_raw() if end is not None else None
+    if start is not None and pushed is not None and pushed.seq_floor() > start.seq:
+        start = Cut(pushed.seq_floor(), 0)
     if start is None or (end is not None and end <= start):
         return  # starts after the end (latest, a later time) or ends before the start: empty
-    ranges_of(client, opts, name, view.ledgers(start.seq), start, end, out)
+    ranges_of(client, opts, name, view.ledgers(start.seq), start, end, out, fmt, pushed)
 
 
-def _plan_ledger(client: LedgerClient, opts: LedgerSourceOptions, fmt: str, out: list[LedgerRange]) -> None:
+def _plan_ledger(client: LedgerClient, opts: LedgerSourceOptions, fmt: str, out: list[LedgerRange],
+                 pushed: PushedFilters | None = None) -> None:
     """One ledger outside any log: positions in it use seq 0."""
     assert opts.ledger is not None
     if opts.starting.kind == "latest" or opts.ending.kind == "earliest":
@@ -240,7 +266,7 @@ def _plan_ledger(client: LedgerClient, opts: LedgerSourceOptions, fmt: str, out:
                                                         opts.ending.index)
     if fmt == "raw":
         start, end = start.for_raw(), (end.for_raw() if end is not None else None)
-    ranges_of(client, opts, None, iter([LogLedger(0, opts.ledger, 0)]), start, end, out)
+    ranges_of(client, opts, None, iter([LogLedger(0, opts.ledger, 0)]), start, end, out, pushed=pushed)
 
 
 def first_entry_range(client: LedgerClient, opts: LedgerSourceOptions) -> LedgerRange | None:
@@ -252,16 +278,17 @@ def first_entry_range(client: LedgerClient, opts: LedgerSourceOptions) -> Ledger
     return out[0] if out else None
 
 
-def plan_ranges(client: LedgerClient, opts: LedgerSourceOptions, payload_format: str | None = None) -> list[LedgerRange]:
+def plan_ranges(client: LedgerClient, opts: LedgerSourceOptions, payload_format: str | None = None,
+                pushed: PushedFilters | None = None) -> list[LedgerRange]:
     """The ranges a batch read covers: log by log (in the order named, or sorted for a pattern),
-    each in log order; then cut to at least minPartitions."""
+    each in log order, without what the pushed filters rule out; then cut to at least minPartitions."""
     fmt = payload_format or shape_of(client, opts).payload_format
     ranges: list[LedgerRange] = []
     if opts.ledger is not None:
-        _plan_ledger(client, opts, fmt, ranges)
+        _plan_ledger(client, opts, fmt, ranges, pushed)
     else:
         for name in select_logs(client, opts):
-            plan_log(client, opts, name, fmt, ranges)
+            plan_log(client, opts, name, fmt, ranges, pushed)
     ranges = split_to_min_partitions(ranges, opts.read.min_partitions)
     if len(ranges) > PARTITIONS_MAX:
         raise OptionError("minPartitions", f"the read would need more than {PARTITIONS_MAX} partitions; lower it")

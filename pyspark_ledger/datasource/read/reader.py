@@ -27,10 +27,13 @@ import pyarrow as pa
 from bookie.malloc_tuning import tune_malloc
 from pyspark_ledger.datasource.clients import lease_client
 from pyspark_ledger.datasource.read import codec
+from pyspark_ledger.datasource.read.batch_unpack import grouped, unpack_entry
+from pyspark_ledger.datasource.read.columns import ReadColumns
 from pyspark_ledger.datasource.read.meta_columns import MetaColumns
 from pyspark_ledger.datasource.read.planning import LedgerRange
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.ledger.run_reads import RunReads
+from pyspark_ledger.protocol.entry_format import BATCH_FORMAT_VERSION, entry_format_of_ledger
 from pyspark_ledger.protocol.entry_runs import DecodedRun
 
 if TYPE_CHECKING:
@@ -57,6 +60,11 @@ class ReadSpec:
     payload_format: str  # "raw" | "arrow"
     schema: pa.Schema  # the exact output schema Spark expects
     password: bytes
+    columns: ReadColumns | None = None  # which of the schema's columns are data, which metadata (None: all six)
+
+    @property
+    def read_columns(self) -> ReadColumns:
+        return codec.all_columns(self.schema, self.columns)
 
 
 def _window_entries(rng: LedgerRange) -> int:
@@ -76,23 +84,39 @@ class RangeReader:
     def __init__(self, client: LedgerClient, rng: LedgerRange, spec: ReadSpec):
         self.rng = rng
         self.spec = spec
-        # Concurrent partitions start at different replicas (rng.index spreads them).
+        self.columns = spec.read_columns
+        # The ledger's entry format (its custom metadata): format 3 holds message batches.
+        self.batched = entry_format_of_ledger(rng.metadata.custom) == BATCH_FORMAT_VERSION
+        if self.batched and spec.payload_format != "raw":
+            raise LedgerError(f"ledger {rng.ledger_id} holds message batches (entry format 3), not Arrow entries")
+        # Concurrent partitions start at different replicas (rng.index spreads them). Raw payloads
+        # come out contiguous (the payload column as it is); Arrow entries and batches as
+        # zero-copy views, each opened on its own.
         self.reads = RunReads(client.context, rng.metadata, rng.metadata_version, spec.password,
-                              views=spec.payload_format != "raw", first_replica=rng.index % len(rng.ensemble),
-                              max_bytes=2 * WINDOW_BYTES_TARGET)
+                              views=spec.payload_format != "raw" or self.batched,
+                              first_replica=rng.index % len(rng.ensemble), max_bytes=2 * WINDOW_BYTES_TARGET)
         self.meta = MetaColumns(rng.place)  # the rows' metadata columns, made once (consumer thread only)
 
     # ---- output (the consumer thread) ----------------------------------------------------------------
 
     def _batches(self, run: DecodedRun) -> Iterator[pa.RecordBatch]:
         place = self.rng.place
+        if self.batched:
+            where = f"ledger {self.rng.ledger_id} entry"
+            entries = (unpack_entry(buf, run.first_entry_id + i, *self.rng.rows_of(run.first_entry_id + i),
+                                    where=f"{where} {run.first_entry_id + i}")
+                       for i, buf in enumerate(run.buffers()))
+            for rows in grouped(entries):
+                yield codec.batched_raw_batch(place, rows, self.columns, meta=self.meta)
+            return
         if self.spec.payload_format == "raw":
-            yield codec.raw_batch(place, run.first_entry_id, run.payloads, self.spec.schema, meta=self.meta)
+            yield codec.raw_batch(place, run.first_entry_id, run.payloads, self.spec.schema, meta=self.meta,
+                                  columns=self.columns)
             return
         for i, buf in enumerate(run.buffers()):
             entry_id = run.first_entry_id + i
             yield from codec.decode_arrow_entry(buf, place, entry_id, self.spec.schema, *self.rng.rows_of(entry_id),
-                                                meta=self.meta)
+                                                meta=self.meta, columns=self.columns)
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         for run in self.runs():

@@ -6,6 +6,8 @@ micro-batch can be given to a batch read as is:
 
     {"orders": {"seq": 3, "ledger": "<32 hex digits>", "entry": 120}, "refunds": {...}}
 
+(with "index" too when a query starts inside a batched entry: message `index` of that entry).
+
 A position names the next entry to read: entry `entry` of the ledger with sequence number
 `seq`. `ledger` is that ledger's qualified name, or "" while the log has no ledger at that seq
 yet (the stream waits for the next ledger appended). Checkpoints written before issue 22 hold
@@ -29,17 +31,23 @@ class LogOffset:
     seq: int
     entry: int
     ledger: str = ""  # qualified name of that ledger when known (for people and checks)
+    # The next message inside a batched entry (entry format 3): only a query's first start can
+    # be inside an entry (a startingPosition taken from a row); micro-batches end between entries.
+    index: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"seq": self.seq, "ledger": self.ledger, "entry": self.entry}
+        d: dict[str, Any] = {"seq": self.seq, "ledger": self.ledger, "entry": self.entry}
+        if self.index:
+            d["index"] = self.index  # absent when 0: offsets between entries read as before batches
+        return d
 
     @classmethod
     def from_dict(cls, d: Any) -> LogOffset:
         try:
-            offset = cls(int(d["seq"]), int(d["entry"]), str(d.get("ledger", "")))
+            offset = cls(int(d["seq"]), int(d["entry"]), str(d.get("ledger", "")), int(d.get("index", 0)))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise LedgerSourceError(f"not a ledger stream position: {d!r}") from exc
-        if offset.seq < 0 or offset.entry < 0:
+        if offset.seq < 0 or offset.entry < 0 or offset.index < 0:
             raise LedgerSourceError(f"not a ledger stream position (negative seq or entry): {d!r}")
         return offset
 

@@ -25,6 +25,7 @@ from pyspark_ledger.datasource.options.source_options import LedgerSourceOptions
 from pyspark_ledger.datasource.read.cuts import Cut, DataLossError, start_cut
 from pyspark_ledger.datasource.read.log_view import HeadView
 from pyspark_ledger.datasource.read.planning import (
+    log_shape,  # a log's payload format, as a batch read takes it
     ranges_of,  # a batch read's ranges for one log: stream and batch read alike
 )
 from pyspark_ledger.datasource.read.ranges import LedgerRange, split_to_min_partitions
@@ -70,7 +71,7 @@ def _start(view: HeadView, at: LogOffset, new: bool, fail_on_data_loss: bool) ->
         return None if first is None else Cut(first.seq, 0)
     lid = found.ledger_id if here and found is not None else \
         (LedgerId.from_qualified_name(at.ledger) if at.ledger else LedgerId(0, 0))
-    bound = Bound("position", Position(at.seq, at.entry, lid))
+    bound = Bound("position", Position(at.seq, at.entry, lid), index=at.index)
     return start_cut(view, NEW_LOG if new else POSITION, bound, fail_on_data_loss)
 
 
@@ -92,5 +93,6 @@ def plan_batch(client: LedgerClient, opts: LedgerSourceOptions, start: Mapping[s
         cut = _start(view, at, name not in start, opts.read.fail_on_data_loss)
         if cut is None:
             continue
-        ranges_of(client, opts, name, view.ledgers(cut.seq), cut, Cut(stop.seq, stop.entry), ranges)
+        fmt = log_shape(view.head.record, opts).payload_format
+        ranges_of(client, opts, name, view.ledgers(cut.seq), cut, Cut(stop.seq, stop.entry), ranges, fmt)
     return split_to_min_partitions(ranges, opts.read.min_partitions)

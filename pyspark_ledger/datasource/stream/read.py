@@ -16,10 +16,11 @@ starts at an entry: `latest` is the log's readable end when the query starts.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from metadata.log_record import MESSAGE_FORMAT_SINGLE
 from metadata.log_segments import LogHead
 from metadata.logs import NoSuchLogError
 from pyspark_ledger.datasource.errors import LedgerSourceError, OptionError
@@ -49,14 +50,14 @@ def _start_of(client: LedgerClient, opts: LedgerSourceOptions, head: LogHead, fm
     bound = opts.read.starting_for(name)
     if bound.kind == "latest":
         return tail_of(client, opts, head)
-    view = HeadView(client, head)
+    view = HeadView(client, head, opts.password)
     option = bound_option(opts, "starting", name)
     if bound.kind == "position" and bound.index and fmt != "raw":
         raise OptionError(option, f"log {name!r}: a stream of Arrow entries starts at an entry (index 0), "
                           f"not inside one (index {bound.index})")
     cut = start_cut(view, option, bound, opts.read.fail_on_data_loss)
-    if cut is not None and fmt == "raw":
-        cut = cut.for_raw()
+    if cut is not None and fmt == "raw" and head.record.message_format == MESSAGE_FORMAT_SINGLE:
+        cut = cut.for_raw()  # every entry one row (a batched log's format-2 ledgers: planning.ranges_of)
     if cut is None:  # a time after every ledger, or nothing remains: the next ledger appended
         return LogOffset(view.next_seq, 0)
     first = view.at_or_after(cut.seq)
@@ -64,7 +65,7 @@ def _start_of(client: LedgerClient, opts: LedgerSourceOptions, head: LogHead, fm
         return LogOffset(max(cut.seq, view.next_seq), 0)
     if first.seq != cut.seq:  # earliest: the first ledger that remains
         return LogOffset(first.seq, 0, first.ledger_id.qualified_name)
-    return LogOffset(cut.seq, cut.entry, first.ledger_id.qualified_name)
+    return LogOffset(cut.seq, cut.entry, first.ledger_id.qualified_name, cut.index)
 
 
 def initial_offsets(client: LedgerClient, opts: LedgerSourceOptions, fmt: str,
@@ -141,9 +142,11 @@ def _clamped(end: LogOffset, start: LogOffset, target: LogOffset | None) -> LogO
 
 
 def next_batch(client: LedgerClient, opts: LedgerSourceOptions, shape: SourceShape, start: Mapping[str, LogOffset],
-               limit: Limit, target: Mapping[str, LogOffset] | None) -> NextBatch:
+               limit: Limit, target: Mapping[str, LogOffset] | None,
+               gate: Callable[[int], bool] | None = None) -> NextBatch:
     """The end of the next micro-batch, per log, within the limit (and Trigger.AvailableNow's
-    target); a log it takes nothing of keeps its position, so no data means end == start."""
+    target); a log it takes nothing of keeps its position, so no data means end == start.
+    `gate` (stream/trigger_gate.py) may hold the batch back given the entries readable in all."""
     heads = _heads(client, opts, start, shape)
     if target is not None:  # AvailableNow reads nothing of logs that appeared after it began
         heads = {name: got for name, got in heads.items() if name in target}
@@ -151,6 +154,8 @@ def next_batch(client: LedgerClient, opts: LedgerSourceOptions, shape: SourceSha
     # What this run may read; the lag reported stays the distance to each log's readable end.
     readable = scans if target is None else {name: _within(scan, target[name]) for name, scan in scans.items()}
     taken = admit(readable, limit)
+    if gate is not None and not gate(sum(scan.entries for scan in readable.values())):
+        taken = {}  # held back (minEntriesPerTrigger): every log keeps its position
     end: StreamOffset = {}
     for name, (_, at) in heads.items():
         n = taken.get(name, 0)

@@ -33,6 +33,7 @@ from pyspark_ledger.datasource.options.source_options import LedgerSourceOptions
 from pyspark_ledger.datasource.options.values import int_option
 from pyspark_ledger.datasource.stream.sink_epoch import hold_query_epoch
 from pyspark_ledger.datasource.stream.sink_progress import record_batch
+from pyspark_ledger.datasource.stream.trigger_gate import MAX_TRIGGER_DELAY_MS_DEFAULT, TriggerDelay, duration_ms
 from pyspark_ledger.datasource.write.columns import STREAM_REMEDY, check_against_log
 from pyspark_ledger.datasource.write.job import (
     JOB_COMMITTED,
@@ -41,6 +42,7 @@ from pyspark_ledger.datasource.write.job import (
     WriteJob,
     _clean_staging,
     _job_value,
+    with_batches,
 )
 from pyspark_ledger.datasource.write.task import write_task
 from pyspark_ledger.errors import LedgerError
@@ -52,7 +54,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STREAM_OPTIONS = ("maxentriespertrigger", "maxbytespertrigger", "testfailcommit", "subscription",
+STREAM_OPTIONS = ("maxentriespertrigger", "maxbytespertrigger", "minentriespertrigger", "maxtriggerdelay", "testfailcommit",
+                  "subscription",
                   # Spark passes the query's checkpoint location to sinks as an option: not ours.
                   "checkpointlocation")
 
@@ -70,6 +73,7 @@ class StreamSettings:
     # A durable subscription of each log read (stream/subscription.py): where a query without a
     # checkpoint starts, moved by every committed micro-batch.
     subscription: str | None = None
+    trigger_delay: TriggerDelay | None = None  # minEntriesPerTrigger and maxTriggerDelay (stream/trigger_gate.py)
 
 
 _TRIGGER_MAX = 2**62  # the per-trigger limits: any positive integer
@@ -84,12 +88,14 @@ def parse_stream_options(raw: Mapping[str, str]) -> tuple[LedgerSourceOptions, S
     fail_commit = lower.get("testfailcommit")
     if fail_commit is not None and fail_commit not in ("before", "after"):
         raise OptionError("testFailCommit", f"expected before or after, got {fail_commit!r}")
+    max_entries = int_option(lower, "maxEntriesPerTrigger", None, 1, _TRIGGER_MAX)
     settings = StreamSettings(
-        int_option(lower, "maxEntriesPerTrigger", None, 1, _TRIGGER_MAX),
+        max_entries,
         int_option(lower, "maxBytesPerTrigger", None, 1, _TRIGGER_MAX),
         opts.read.fail_on_data_loss,
         fail_commit,
-        _subscription(lower.get("subscription")),
+        subscription=_subscription(lower.get("subscription")),
+        trigger_delay=_trigger_delay(lower, max_entries),
     )
     return opts, settings
 
@@ -101,6 +107,20 @@ def _subscription(name: str | None) -> str | None:
         return check_name("subscription", name)
     except InvalidMetadataError as exc:
         raise OptionError("subscription", str(exc)) from None
+
+
+def _trigger_delay(lower: Mapping[str, str], max_entries: int | None) -> TriggerDelay | None:
+    """minEntriesPerTrigger (Kafka's minOffsetsPerTrigger) and maxTriggerDelay (default 15m, as
+    Kafka's); the delay alone means nothing, as in Kafka."""
+    min_entries = int_option(lower, "minEntriesPerTrigger", None, 1, _TRIGGER_MAX)
+    delay_text = lower.get("maxtriggerdelay")
+    delay_ms = MAX_TRIGGER_DELAY_MS_DEFAULT if delay_text is None else duration_ms("maxTriggerDelay", delay_text)
+    if min_entries is None:
+        return None
+    if max_entries is not None and max_entries < min_entries:
+        raise OptionError("minEntriesPerTrigger", f"{min_entries} is more than maxEntriesPerTrigger ({max_entries}): "
+                          "a micro-batch could never hold enough")
+    return TriggerDelay(min_entries, delay_ms)
 
 
 # ---- sink --------------------------------------------------------------------------------------------
@@ -206,8 +226,8 @@ def commit_stream_batch(base: WriteJob, run_id: str, messages: list[StreamTaskRe
                 return None
             replayed[0] = False
             check_against_log(rec, base.layout, STREAM_REMEDY)  # changed since the query started (an overwrite): refuse
-            return (rec.with_ledgers_appended(ids, sizes).with_schema(base.schema_json, base.payload_format)
-                    .with_committed_batch(query_id, batch_id))
+            return with_batches(rec.with_ledgers_appended(ids, sizes).with_schema(base.schema_json, base.payload_format)
+                                .with_committed_batch(query_id, batch_id), base)
 
         _maybe_fail(client, base, "before", fail_commit)
         try:

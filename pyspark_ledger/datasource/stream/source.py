@@ -6,6 +6,7 @@ Translation only; the protocol lives in sink.py (no pyspark there).
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from pyspark_ledger.datasource.options.read import check_stream_read
 from pyspark_ledger.datasource.options.source_options import LedgerSourceOptions
 from pyspark_ledger.datasource.read.planning import LedgerRange, shape_of
 from pyspark_ledger.datasource.read.reader import ReadSpec, read_partition
+from pyspark_ledger.datasource.read.spark_schema import read_columns
 from pyspark_ledger.datasource.stream.admission import Limit
 from pyspark_ledger.datasource.stream.offsets import StreamOffset, offset_from_json, offset_to_json
 from pyspark_ledger.datasource.stream.plan import plan_batch
@@ -49,6 +51,7 @@ from pyspark_ledger.datasource.stream.sink import (
     stream_write_task,
 )
 from pyspark_ledger.datasource.stream.subscription import commit_subscription
+from pyspark_ledger.datasource.stream.trigger_gate import TriggerGate
 from pyspark_ledger.datasource.write.columns import (
     ROUTE_COLUMN,
     STREAM_REMEDY,
@@ -56,7 +59,7 @@ from pyspark_ledger.datasource.write.columns import (
     check_against_log,
     plan_layout,
 )
-from pyspark_ledger.datasource.write.job import WriteJob
+from pyspark_ledger.datasource.write.job import WriteJob, batches_allowed
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +92,7 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
             rec = existing[0] if existing is not None else None
             fmt = opts.payload_format or (rec.payload_format if rec is not None and rec.ledgers else "raw")
             # The same columns, key and schema rules as a batch append (write/columns.py).
-            layout = plan_layout(fmt, names, types, schema_json or "{}", opts.log)
+            layout = plan_layout(fmt, names, types, schema_json or "{}", opts.log, opts.event_time_column)
             if rec is not None:
                 check_against_log(rec, layout, STREAM_REMEDY)
             else:
@@ -97,7 +100,9 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
                     client.logs.create(LogRecord(name))
                 except LogExistsError:
                     pass
-        self.job = WriteJob(opts, name, "stream", fmt, layout.schema_json, False, key_type=layout.key_type)
+            batched = batches_allowed(client, opts, fmt)
+        self.job = WriteJob(opts, name, "stream", fmt, layout.schema_json, False, key_type=layout.key_type,
+                            batched=batched)
         self.run_id = uuid.uuid4().hex[:12]
         self.fail_commit = settings.test_fail_commit
 
@@ -151,13 +156,15 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Lives in one Python process on the driver for the whole query run: the AvailableNow target
     and the last lag report stay in memory between Spark's calls."""
 
-    def __init__(self, opts: LedgerSourceOptions, settings: StreamSettings, schema: StructType, arrow_schema: pa.Schema):
+    def __init__(self, opts: LedgerSourceOptions, settings: StreamSettings, schema: StructType):
         self.opts = opts
         self.settings = settings
         self.schema = schema
-        self.arrow_schema = arrow_schema
         self._target: StreamOffset | None = None  # Trigger.AvailableNow's end
         self._report: dict[str, Any] | None = None  # the last latestOffset's lag, for the progress
+        # minEntriesPerTrigger / maxTriggerDelay: the delay is kept here, on the driver, for the run.
+        self._gate = None if settings.trigger_delay is None else \
+            TriggerGate(settings.trigger_delay, lambda: time.monotonic() * 1000)
         # Spark's stream runner (pyspark 4.2-4.3) masks an error raised while the reader is made
         # (its `finally: reader.stop()` then fails on the unbound name): a user mistake found
         # here is raised by the first call instead, where it reaches the user as one line.
@@ -166,6 +173,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             check_stream_read(opts.read)
             with lease_client(opts) as client:
                 self.shape = shape_of(client, opts)
+                self.columns = read_columns(client, opts, schema, self.shape)  # metadataColumns, a user schema
         except LedgerUserError as exc:
             self._error = exc
             return
@@ -197,7 +205,9 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802 - Spark's API
         self._ready()
         with lease_client(self.opts) as client:
-            batch = next_batch(client, self.opts, self.shape, self._offset(start), _limit(limit, self.settings), self._target)
+            gate = None if self._gate is None or self._target is not None else self._gate.admit  # AvailableNow: all
+            batch = next_batch(client, self.opts, self.shape, self._offset(start), _limit(limit, self.settings),
+                               self._target, gate)
         self._report = batch.report()
         return offset_to_json(batch.end)
 
@@ -221,7 +231,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, StreamPartition)
         yield from read_partition(self.opts, partition.range,
-                                  ReadSpec(self.payload_format, self.arrow_schema, self.opts.password))
+                                  ReadSpec(self.payload_format, self.columns.schema, self.opts.password, self.columns))
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark committed the micro-batch ending at `end` (late or twice, maybe). Offsets live in

@@ -8,7 +8,12 @@ the type names and the schema as JSON).
     key      binary or string, optional. Raw writes frame it into each entry (keyed_entries.py)
              and the log records (key, payload) as its schema; Arrow writes store it as a column
              like any other. Either way it comes back on read.
-    payload  binary: raw writes store it as the entry (one row = one entry).
+    payload  binary: raw writes store it as the entry (one row = one entry), or as one message
+             of a batch (batched raw writes, the default).
+    headers  array<struct<key: string, value: binary>>, optional, batched raw writes: each row's
+             message headers (docs/entry-format.md).
+    (option eventTimeColumn) timestamp or bigint (ms), optional, batched raw writes: each row's
+             event time (null: none); not stored as data.
 
 A raw write ignores the other columns a read adds (seq, ledger, entry, index, timestamp), so a
 DataFrame read from a raw log can be written back.
@@ -28,6 +33,9 @@ ROUTE_COLUMN = "log"
 KEY_COLUMN = "key"
 PAYLOAD_COLUMN = "payload"
 KEY_TYPES = ("binary", "string")
+HEADERS_COLUMN = "headers"
+HEADERS_TYPE_NAME = "array<struct<key:string,value:binary>>"
+EVENT_TIME_TYPES = ("timestamp", "bigint")
 # Columns a raw write ignores: the ones a read adds, besides `log` (which routes).
 RAW_IGNORED = tuple(n for n in META_NAMES if n != ROUTE_COLUMN)
 
@@ -75,8 +83,9 @@ def raw_keyed_schema_json(key_type: str) -> str:
                   {"metadata": {}, "name": PAYLOAD_COLUMN, "nullable": True, "type": "binary"}])
 
 
-def _check_raw(names: list[str], types: dict[str, str]) -> str | None:
-    """Raw writes: a binary payload, an optional binary/string key; returns the key's type."""
+def _check_raw(names: list[str], types: dict[str, str], event_time_column: str | None = None) -> str | None:
+    """Raw writes: a binary payload, an optional binary/string key, optional headers and event
+    time columns; returns the key's type."""
     if PAYLOAD_COLUMN not in names:
         raise OptionError("payloadFormat", f"raw writes store one binary column named payload per entry; the DataFrame "
                           f"has {names}. Select a binary payload column, or write with payloadFormat=arrow")
@@ -87,15 +96,27 @@ def _check_raw(names: list[str], types: dict[str, str]) -> str | None:
     if key_type is not None and key_type not in KEY_TYPES:
         raise WriteSchemaError(f"column `key` is {key_type} but raw keys are binary or string: cast it, or write with "
                                "payloadFormat=arrow")
-    extra = [n for n in names if n not in (PAYLOAD_COLUMN, KEY_COLUMN, ROUTE_COLUMN, *RAW_IGNORED)]
+    if HEADERS_COLUMN in names and types[HEADERS_COLUMN] != HEADERS_TYPE_NAME:
+        raise WriteSchemaError(f"column `headers` is {types[HEADERS_COLUMN]} but message headers are "
+                               f"{HEADERS_TYPE_NAME}: build it with array(struct(lit(k).alias(\"key\"), "
+                               "v.cast(\"binary\").alias(\"value\")), ...)")
+    if event_time_column is not None:
+        if event_time_column not in names:
+            raise OptionError("eventTimeColumn", f"names column {event_time_column!r}, which the DataFrame does not "
+                              f"have (its columns: {names})")
+        if types[event_time_column] not in EVENT_TIME_TYPES:
+            raise OptionError("eventTimeColumn", f"column `{event_time_column}` is {types[event_time_column]}: an "
+                              "event time is a timestamp or a bigint of ms since the epoch")
+    stamps = (HEADERS_COLUMN, *((event_time_column,) if event_time_column else ()))
+    extra = [n for n in names if n not in (PAYLOAD_COLUMN, KEY_COLUMN, ROUTE_COLUMN, *stamps, *RAW_IGNORED)]
     if extra:
-        raise OptionError("payloadFormat", f"raw writes store only the payload (and key) column; drop {extra} or "
-                          "write with payloadFormat=arrow")
+        raise OptionError("payloadFormat", f"raw writes store only the payload (and key, headers, event time) columns; "
+                          f"drop {extra} or write with payloadFormat=arrow")
     return key_type
 
 
 def plan_layout(payload_format: str, names: list[str], types: dict[str, str], schema_json: str,
-                log_option: str | None) -> WriteLayout:
+                log_option: str | None, event_time_column: str | None = None) -> WriteLayout:
     """The layout of a write of a DataFrame with these columns (schema_json: its whole schema)."""
     routed = ROUTE_COLUMN in names
     if routed:
@@ -107,7 +128,7 @@ def plan_layout(payload_format: str, names: list[str], types: dict[str, str], sc
                                "(df.drop(\"log\")) to write every row to that log, or leave out option log to send each "
                                "row to the log its `log` column names")
     if payload_format == "raw":
-        key_type = _check_raw(names, types)
+        key_type = _check_raw(names, types, event_time_column)
         stored = raw_keyed_schema_json(key_type) if key_type is not None else None
         return WriteLayout("raw", routed, key_type, stored)
     fields = [f for f in _schema_fields(schema_json) if not (routed and f.get("name") == ROUTE_COLUMN)]

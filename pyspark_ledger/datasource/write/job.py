@@ -46,7 +46,7 @@ from metadata import (
     OutcomeUnknownError,
 )
 from metadata.context import now_ms
-from metadata.log_record import LogRecord
+from metadata.log_record import MESSAGE_FORMAT_BATCHED, LogRecord
 from metadata.logs import NoSuchLogError
 from metadata.paths import staging_job_path, staging_ledger_path, staging_log_path
 from pyspark_ledger.datasource.clients import lease_client
@@ -90,6 +90,9 @@ class WriteJob:
     # A routed write (a `log` column): the job-wide node whose state tasks check, instead of
     # this log's staging node (routed.py). None: an ordinary one-log job.
     gate_path: str | None = None
+    # Raw rows packed into message batches (entry format 3; batches_allowed): its ledgers are
+    # created as format-3 ledgers and its commit marks the log "batched".
+    batched: bool = False
 
     @property
     def staging_path(self) -> str:
@@ -149,6 +152,18 @@ def _job_state(value: bytes) -> str | None:
         return None
 
 
+def batches_allowed(client: LedgerClient, opts: LedgerSourceOptions, payload_format: str) -> bool:
+    """Whether a raw write packs rows into message batches: option batching (default true), and
+    the cluster setting message_batches on (clients of release 0.1.0 cannot read batches:
+    docs/upgrading.md), as for a LogWriter. Arrow entries hold many rows already."""
+    return payload_format == "raw" and opts.batching and client.cluster_settings.message_batches
+
+
+def with_batches(rec: LogRecord, job: WriteJob) -> LogRecord:
+    """The log record once the job's ledgers are in it: "batched" when they hold batches."""
+    return rec.with_message_format(MESSAGE_FORMAT_BATCHED) if job.batched else rec
+
+
 def prepare_job(opts: LedgerSourceOptions, job_id: str, layout_of: Callable[[str], WriteLayout],
                 overwrite: bool) -> WriteJob:
     """Driver side, when Spark creates the writer: validate, create the log and the job node.
@@ -159,7 +174,8 @@ def prepare_job(opts: LedgerSourceOptions, job_id: str, layout_of: Callable[[str
         rec = existing[0] if existing is not None else None
         fmt = opts.payload_format or (rec.payload_format if rec is not None and rec.ledgers else "raw")
         layout = layout_of(fmt)
-        job = WriteJob(opts, name, job_id, fmt, layout.schema_json, overwrite, key_type=layout.key_type)
+        job = WriteJob(opts, name, job_id, fmt, layout.schema_json, overwrite, key_type=layout.key_type,
+                       batched=batches_allowed(client, opts, fmt))
         if rec is not None:
             _check_compatible(rec, job)
             if overwrite:
@@ -261,7 +277,7 @@ def _append_change(job: WriteJob, ids: list[LedgerId], sizes: list[tuple[int, in
             rec = rec.without_ledgers({lg.ledger_id for lg in rec.ledgers})
         else:
             _check_compatible(rec, job)
-        return rec.with_ledgers_appended(ids, sizes).with_schema(job.schema_json, job.payload_format)
+        return with_batches(rec.with_ledgers_appended(ids, sizes).with_schema(job.schema_json, job.payload_format), job)
 
     return change
 

@@ -48,6 +48,7 @@ from pyspark_ledger.datasource.write.job import (
     _job_state,
     _job_value,
     abort_job,
+    batches_allowed,
     commit_job,
 )
 from pyspark_ledger.errors import LedgerError
@@ -63,9 +64,10 @@ def prepare_routed_job(opts: LedgerSourceOptions, job_id: str, layout_of: Callab
                        overwrite: bool) -> WriteJob:
     """Driver side: the job every task derives its per-log jobs from (log_name is filled per log)."""
     layout = layout_of(opts.payload_format or "raw")
-    base = WriteJob(opts, "", job_id, layout.payload_format, layout.schema_json, overwrite, key_type=layout.key_type,
-                    gate_path=staging_routes_path(job_id))
     with lease_client(opts) as client:
+        base = WriteJob(opts, "", job_id, layout.payload_format, layout.schema_json, overwrite,
+                        key_type=layout.key_type, gate_path=staging_routes_path(job_id),
+                        batched=batches_allowed(client, opts, layout.payload_format))
         client.store.create(staging_routes_path(job_id), _job_value(JOB_OPEN, base))
     log.info("routed write job prepared job=%s format=%s overwrite=%s", job_id, layout.payload_format, overwrite)
     return base

@@ -33,6 +33,7 @@ from pyspark_ledger.datasource.clients import lease_client
 from pyspark_ledger.datasource.errors import LedgerSourceError
 from pyspark_ledger.datasource.options.source_options import this_host
 from pyspark_ledger.datasource.write import encode
+from pyspark_ledger.datasource.write.batch_pack import BatchLimits
 from pyspark_ledger.datasource.write.columns import RoutingError, check_against_log
 from pyspark_ledger.datasource.write.job import (
     JOB_OPEN,
@@ -45,6 +46,7 @@ from pyspark_ledger.datasource.write.job import (
 )
 from pyspark_ledger.datasource.write.packer import ArrowEntryPacker
 from pyspark_ledger.errors import LedgerError
+from pyspark_ledger.protocol.entry_format import BATCH_FORMAT_VERSION, ENTRY_FORMAT_KEY
 
 if TYPE_CHECKING:
     from pyspark_ledger.client import LedgerClient
@@ -81,6 +83,8 @@ class _TaskLedger:
         self.handle: WriteHandle = client.create_ledger(
             o.ensemble_size, o.write_quorum_size, o.ack_quorum_size, o.digest_type, o.password,
             create_context=ctx.build(),
+            # A batched job's ledger is a format-3 ledger: every entry a message batch (entry_format.py).
+            custom={ENTRY_FORMAT_KEY: str(BATCH_FORMAT_VERSION).encode()} if job.batched else None,
         )
         self.ledger_id = self.handle.ledger_id
         self.node = staging_ledger_path(job.log_name, job.job_id, self.ledger_id)
@@ -219,6 +223,7 @@ class _LogOutput:
         self.ids = ids  # partition id, attempt number, task attempt id
         self.ledger: _TaskLedger | None = None
         self.packer: ArrowEntryPacker | None = None
+        self.batcher: encode.RawBatcher | None = None  # batched raw writes (job.batched)
         self.rows = 0
 
     def write(self, batch: pa.RecordBatch) -> _TaskLedger:
@@ -227,8 +232,14 @@ class _LogOutput:
             self.ledger = _TaskLedger(self.client, job, *self.ids)
         ledger = self.ledger
         self.rows += batch.num_rows
+        if job.payload_format == "raw" and job.batched:
+            if self.batcher is None:
+                limits = BatchLimits(job.opts.batch_max_messages, job.opts.batch_max_bytes)
+                self.batcher = encode.RawBatcher(job.key_type is not None, limits, job.opts.event_time_column)
+            ledger.add_all(self.batcher.add(batch, now_ms()))
+            return ledger
         if job.payload_format == "raw":
-            ledger.add_all(encode.raw_entries(batch, job.key_type is not None))
+            ledger.add_all(encode.raw_entries(batch, job.key_type is not None, job.opts.event_time_column))
             return ledger
         if self.packer is None:
             self.packer = ArrowEntryPacker(batch.schema, job.opts.arrow_batch_rows, job.opts.arrow_compression)
@@ -245,6 +256,8 @@ class _LogOutput:
         if self.packer is not None:
             for entry in self.packer.flush():
                 ledger.add(entry.to_pybytes())
+        if self.batcher is not None:
+            ledger.add_all(self.batcher.flush(now_ms()))
         entries, size = ledger.seal()
         log.info("task wrote ledger=%s log=%s partition=%d attempt=%d rows=%d entries=%d bytes=%d", ledger.ledger_id,
                  self.job.log_name, partition_id, attempt_number, self.rows, entries, size)
