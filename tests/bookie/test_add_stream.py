@@ -97,7 +97,7 @@ def test_a_request_the_bookie_sits_on_times_out_and_the_stream_is_replaced(
 def test_encoded_batch_is_a_valid_add_request_and_frames_concatenate() -> None:
     a = EncodedAddBatch((0, 7), KEY, [(0, -1, b"x"), (1, -1, b"yy")])
     b = EncodedAddBatch((3, 9), KEY, [(5, 4, b"z" * 300)], recovery=True)
-    request = pb.AddRequest.FromString(a.frame + b.frame)
+    request = pb.AddRequest.FromString(a.frame_for(1) + b.frame_for(1))
     assert [(x.ledger.scope_id, x.ledger.ledger_id) for x in request.batches] == [(0, 7), (3, 9)]
     assert list(request.batches[0].entries) == [b"x", b"yy"] and request.batches[1].recovery
     assert [x.request_id for x in request.batches] == [a.request_id, b.request_id] and a.request_id != b.request_id
