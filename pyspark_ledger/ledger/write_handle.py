@@ -24,8 +24,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from operator import attrgetter
+from collections.abc import Callable, Sequence
 from typing import cast
 
 from bookie.status import Status
@@ -37,17 +36,17 @@ from pyspark_ledger.errors import (
     LedgerFencedError,
     NotEnoughBookiesError,
 )
+from pyspark_ledger.ledger.add_batches import BatchAnswer, batches
 from pyspark_ledger.ledger.context import LedgerContext
 from pyspark_ledger.ledger.read_handle import ReadHandle
 from pyspark_ledger.ledger.run_payloads import RunPayloads, run_payloads
 from pyspark_ledger.ledger.writer_metadata import record_fragment, write_close
 from pyspark_ledger.protocol.digest import Digest, master_key
-from pyspark_ledger.protocol.distribution import byte_bounded_chunks
 from pyspark_ledger.protocol.entry_format import entry_encoder, entry_format_of_ledger
 from pyspark_ledger.protocol.pending_adds import PendingAdd
 from pyspark_ledger.protocol.writer_machine import ChangeDone, Phase, Stop, StopKind, WriteFragment, WriterMachine
 from pyspark_ledger.transport.add_future import AddFuture, AddFutureGroup, complete_run
-from pyspark_ledger.transport.add_streams import EncodedAddBatch
+from pyspark_ledger.transport.encoded_batch import EncodedAddBatch
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +55,6 @@ PENDING_ENTRIES_MAX = 20_000
 PENDING_BYTES_MAX = 64 * 2**20
 ENTRY_BYTES_MAX = 4 * 2**20
 BACKPRESSURE_TIMEOUT_S = 60.0
-BATCH_ENTRIES_MAX = 2_000
-BATCH_BYTES_MAX = 4 * 2**20
 CLOSE_DRAIN_TIMEOUT_S = 60.0
 
 
@@ -74,45 +71,6 @@ class _Pending(PendingAdd):
         self.lac = lac  # the LAC carried in `data`
         self.future = future
         self.started = started  # time.monotonic() at submit, for the client's add latency metric
-
-
-_data_of = attrgetter("data")
-
-
-def _batches(entries: list[_Pending]) -> Iterator[list[_Pending]]:
-    """Consecutive runs of at most BATCH_ENTRIES_MAX entries and (past the first entry)
-    BATCH_BYTES_MAX encoded bytes: one add batch each, well inside a transport message."""
-    if not entries:
-        return
-    if len(entries) <= BATCH_ENTRIES_MAX and sum(map(len, map(_data_of, entries))) <= BATCH_BYTES_MAX:
-        yield entries  # the common case, checked with C-level loops
-        return
-    yield from byte_bounded_chunks(entries, _encoded_size, BATCH_ENTRIES_MAX, BATCH_BYTES_MAX)
-
-
-def _encoded_size(p: _Pending) -> int:
-    return len(p.data)
-
-
-class _BatchAnswer:
-    """One bookie's answer to one batch, handed to WriteHandle._on_batch. A run the bookie refused
-    from one of its entries on (wire version 2) comes with the count of entries before it that are
-    durable all the same: those count as acks, the refusal fails the rest."""
-
-    __slots__ = ("handle", "bookie_id", "ids", "stored")
-
-    def __init__(self, handle: WriteHandle, bookie_id: str, ids: tuple[int, ...]):
-        self.handle, self.bookie_id, self.ids, self.stored = handle, bookie_id, ids, 0
-
-    def on_stored(self, count: int) -> None:
-        self.stored = min(count, len(self.ids))
-
-    def __call__(self, status: Status, message: str) -> None:
-        ids, stored = self.ids, self.stored
-        if stored and status != Status.OK:
-            self.handle._on_batch(self.bookie_id, ids[:stored], Status.OK, "")
-            ids = ids[stored:]
-        self.handle._on_batch(self.bookie_id, ids, status, message)
 
 
 _WRITING = Phase.WRITING  # a module global: cheaper than the enum's attribute on the per-entry path
@@ -382,7 +340,7 @@ class WriteHandle(ReadHandle):
         with self._lock:
             groups = self._machine.sends(outbox)
         for targets, entries in groups.items():
-            for chunk in _batches(_ours(entries)):
+            for chunk in batches(_ours(entries)):
                 ids = tuple(p.entry_id for p in chunk)
                 batch = EncodedAddBatch(self._key, self._master_key, [(p.entry_id, p.lac, p.data) for p in chunk])
                 # Claim every bookie's stream first, then send to all of them back to back: the
@@ -397,7 +355,7 @@ class WriteHandle(ReadHandle):
             return None  # lost on the way; the add timeout will notice
         try:
             client = self._ctx.pool.get(bookie_id)
-            answer = _BatchAnswer(self, bookie_id, ids)
+            answer = BatchAnswer(self._on_batch, bookie_id, ids)
             return client.submit_encoded(batch, answer, timeout_s=self._add_timeout_s, on_stored=answer.on_stored)
         except LedgerError as exc:
             self._on_batch(bookie_id, ids, Status.INTERNAL_ERROR, f"transport: {exc}")

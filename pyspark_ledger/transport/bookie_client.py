@@ -26,15 +26,13 @@ from pyspark_ledger.transport.add_poller import AddPoller
 from pyspark_ledger.transport.add_streams import (
     AddCallback,
     AddStream,
-    EncodedAddBatch,
     GrpcAddStream,
-    LedgerKey,
     SocketAddStream,
     StoredCallback,
     StreamedAdd,
-    ledger_ref,
 )
 from pyspark_ledger.transport.credentials import with_operator_secret
+from pyspark_ledger.transport.encoded_batch import EncodedAddBatch, LedgerKey, ledger_ref
 from pyspark_ledger.transport.run_response import RunResponse, parse_run_response
 from pyspark_ledger.transport.tls import TlsSettings, grpc_failure_hint
 

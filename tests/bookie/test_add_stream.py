@@ -19,8 +19,8 @@ from bookie.proto import bookie_pb2 as pb
 from bookie.proto import bookie_pb2_grpc as pb_grpc
 from bookie.status import Status
 from pyspark_ledger.testing.local_cluster import LocalBookie
-from pyspark_ledger.transport.add_streams import EncodedAddBatch
 from pyspark_ledger.transport.bookie_client import BookieClient, channel_options
+from pyspark_ledger.transport.encoded_batch import EncodedAddBatch
 from tests.bookie.server_helpers import KEY, Acks, check_mixed_answers, mixed_add_requests
 
 WAIT_S = 20.0

@@ -17,7 +17,7 @@ from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.protocol.digest import master_key
 from pyspark_ledger.protocol.distribution import write_sets
 from pyspark_ledger.testing.local_cluster import LocalCluster
-from pyspark_ledger.transport.add_streams import EncodedAddBatch
+from pyspark_ledger.transport.encoded_batch import EncodedAddBatch
 
 WAIT_S = 120.0
 

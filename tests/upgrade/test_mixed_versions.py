@@ -172,6 +172,8 @@ def test_clients_of_this_release_on_bookies_of_the_last(old: OldRelease, tmp_pat
         probe = client.create_ledger(3, 3, 2)
         _an_old_bookie_refuses_runs_cleanly(uri, probe.ledger_id.id)
         probe.close()
+        # A fleet whose logs clients of the last release read keeps batches off (docs/upgrading.md).
+        set_message_batches(client, False)
         with client.open_log_writer("mixed") as log:
             positions = [log.append(b"new-log-%d" % i) for i in range(100)]
         assert read_log(client, "mixed") == [(p, b"new-log-%d" % i) for i, p in enumerate(positions)]
@@ -219,6 +221,7 @@ def test_clients_of_the_last_release_on_bookies_of_this_one(old: OldRelease, tmp
     old_positions = [Position.from_json(p) for p in appended]
     with LedgerClient(uri, add_timeout_s=ADD_TIMEOUT_S) as client:
         assert [e.payload.hex() for e in client.open_ledger(ledger).read_entries(0, 149)] == expected
+        set_message_batches(client, False)  # the last release's clients read this log (docs/upgrading.md)
         with client.open_log_writer("mixed") as log:  # this release's writer takes the log over
             new_positions = [log.append(b"new-log-%d" % i) for i in range(50)]
         written = ([(p, b"old-log-%d" % i) for i, p in enumerate(old_positions)]
@@ -243,8 +246,7 @@ def test_a_client_of_the_last_release_refuses_batched_messages(old: OldRelease, 
     uri = f"sqlite://{tmp_path / 'metadata.db'}"
     started.append(Bookies(tmp_path, uri, NEW, RELEASE))
     with LedgerClient(uri, add_timeout_s=ADD_TIMEOUT_S) as client:
-        set_message_batches(client, True)
-        with client.open_log_writer("batched") as log:
+        with client.open_log_writer("batched") as log:  # message_batches is on by default
             handles = [log.append_async(b"batched-%d" % i) for i in range(10)]
             log.flush()
         assert {h.result(WAIT_S).entry_id for h in handles} == {0}  # one entry, ten messages

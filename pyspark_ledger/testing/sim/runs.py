@@ -13,8 +13,8 @@ bookie), which must fail that entry and every later one while the LAC never pass
 from __future__ import annotations
 
 import random
-from functools import partial
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from pyspark_ledger.testing.sim.bookie import FENCED, OK, SimBookie, SimEntry
 
