@@ -162,7 +162,7 @@ class AddHandler:
         count = len(lengths)
         if max(lengths) > limit:
             count = next(i for i, n in enumerate(lengths) if n > limit)
-            s.refused_from = count
+            s.refused_from = s.entries = count  # the metrics count what is stored
             s.refusal = (Status.TOO_LARGE, f"entry {batch.entry_ids[count]} is {lengths[count]} bytes, "
                                            f"over this bookie's limit of {limit}")
             if count == 0:
