@@ -279,6 +279,14 @@ class LedgerClient:
         return self.registry.list(writable=writable, read_only=read_only)
 
     def close(self) -> None:
+        self.close_handles()
+        self._settings_watch.close()
+        self.pool.close()
+        self.store.close()
+
+    def close_handles(self) -> None:
+        """Close and forget every handle this client opened (the client stays open): a client that
+        outlives its users (the Spark data source's per-worker cache) does this after each use."""
         for h in self._handles:
             try:
                 if isinstance(h, WriteHandle):
@@ -288,9 +296,6 @@ class LedgerClient:
             except Exception:
                 log.debug("handle close failed", exc_info=True)
         self._handles.clear()
-        self._settings_watch.close()
-        self.pool.close()
-        self.store.close()
 
     def __enter__(self) -> LedgerClient:
         return self

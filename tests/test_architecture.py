@@ -101,12 +101,12 @@ def imported_modules(path: Path, known: set[str]) -> set[str]:
     return out
 
 
-def client_import_graph() -> dict[str, set[str]]:
-    """Module -> the client modules it imports. Left out: a package __init__'s imports of its own
+def client_import_graph(packages: tuple[str, ...] = (CLIENT,)) -> dict[str, set[str]]:
+    """Module -> the modules of `packages` it imports. Left out: a package __init__'s imports of its own
     submodules, which are re-exports (pyspark_ledger.datasource loads .source on first use of
     DefaultSource, and source imports SOURCE_NAME from the package): Python runs the __init__
     first either way, so such a pair is no circle a caller could trip over."""
-    files = {module_name(f): f for f in py_files(CLIENT)}
+    files = {module_name(f): f for package in packages for f in py_files(package)}
     known = set(files)
     graph = {}
     for m, f in files.items():
@@ -146,6 +146,14 @@ def test_find_cycle_finds_one() -> None:
 def test_no_import_circles_in_the_client() -> None:
     cycle = find_cycle(client_import_graph())
     assert cycle is None, "import circle: " + " -> ".join(cycle or [])
+
+
+def test_no_import_circles_in_metadata_or_the_bookie() -> None:
+    """Lazy imports inside functions count too: metadata.logs <-> metadata.log_lookup was one
+    (issue 32 item 1); the lookup now takes what it reads as a protocol."""
+    for package in ("metadata", "bookie"):
+        cycle = find_cycle(client_import_graph((package,)))
+        assert cycle is None, "import circle: " + " -> ".join(cycle or [])
 
 
 # The protocol room is pure (docs/architecture.md): no I/O, threads, clocks or metadata store, so the
@@ -281,3 +289,52 @@ def test_no_mixin_classes() -> None:
         for name in mixin_classes(f.read_text())
     ]
     assert not bad, "mixin classes (build objects with narrow interfaces instead):\n" + "\n".join(bad)
+
+
+# ---- the Spark room's four parts (docs/architecture.md "The Spark room") -------------------------
+# Ranks, bottom up: a datasource module imports datasource modules only of a lower rank or of its
+# own part. read/ and write/ share rank 3 and so never import each other; stream/ builds on both.
+DATASOURCE = f"{CLIENT}.datasource"
+DATASOURCE_SHARED_LEAVES = ("errors", "rows", "keyed_entries", "worker_gc")
+DATASOURCE_RANKS = {"options": 1, "clients": 2, "read": 3, "write": 3, "stream": 4}
+DATASOURCE_TOP_RANK = 5  # the package itself and source.py (the pyspark-facing registration)
+
+
+def datasource_part(module: str) -> tuple[str, int] | None:
+    """(part, rank) of a datasource module, or None for a module outside the data source."""
+    if module == DATASOURCE:  # the package's __init__ and source.py are one part: SOURCE_NAME, DefaultSource
+        return "source", DATASOURCE_TOP_RANK
+    if not module.startswith(DATASOURCE + "."):
+        return None
+    part = module[len(DATASOURCE) + 1:].split(".")[0]
+    if part in DATASOURCE_SHARED_LEAVES:
+        return part, 0
+    if part in DATASOURCE_RANKS:
+        return part, DATASOURCE_RANKS[part]
+    assert part == "source", f"{module}: a datasource module outside the four parts and the shared modules"
+    return part, DATASOURCE_TOP_RANK
+
+
+def datasource_layer_breaks(graph: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for m, deps in sorted(graph.items()):
+        if (here := datasource_part(m)) is None:
+            continue
+        for d in sorted(deps):
+            there = datasource_part(d)
+            if there is not None and there[0] != here[0] and there[1] >= here[1]:
+                bad.append(f"{m} imports {d}")
+    return bad
+
+
+def test_datasource_parts_import_only_downwards() -> None:
+    bad = datasource_layer_breaks(client_import_graph())
+    assert not bad, "\n".join(bad)
+
+
+def test_datasource_layer_check_catches_read_importing_write() -> None:
+    planted = {f"{DATASOURCE}.read.codec": {f"{DATASOURCE}.write.packer", f"{DATASOURCE}.rows"},
+               f"{DATASOURCE}.options.values": {f"{DATASOURCE}.clients"},
+               f"{DATASOURCE}.stream.sink": {f"{DATASOURCE}.write.job", f"{DATASOURCE}.errors"}}
+    assert datasource_layer_breaks(planted) == [f"{DATASOURCE}.options.values imports {DATASOURCE}.clients",
+                                                f"{DATASOURCE}.read.codec imports {DATASOURCE}.write.packer"]

@@ -32,10 +32,11 @@ import pyarrow as pa
 
 from bookie.malloc_tuning import tune_malloc
 from bookie.status import Status
-from pyspark_ledger.datasource import codec
-from pyspark_ledger.datasource.entry_decode import DecodedRun, decode_blob
-from pyspark_ledger.datasource.meta_columns import MetaColumns
-from pyspark_ledger.datasource.planning import LedgerRange, open_client
+from pyspark_ledger.datasource.clients import lease_client
+from pyspark_ledger.datasource.read import codec
+from pyspark_ledger.datasource.read.entry_decode import DecodedRun, decode_blob
+from pyspark_ledger.datasource.read.meta_columns import MetaColumns
+from pyspark_ledger.datasource.read.planning import LedgerRange
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.ledger.read_handle import ReadHandle
 from pyspark_ledger.protocol.digest import Digest, master_key
@@ -43,7 +44,7 @@ from pyspark_ledger.transport.run_response import Run, RunResponse
 
 if TYPE_CHECKING:
     from pyspark_ledger.client import LedgerClient
-    from pyspark_ledger.datasource.options import LedgerSourceOptions
+    from pyspark_ledger.datasource.options.source_options import LedgerSourceOptions
 
 log = logging.getLogger(__name__)
 
@@ -258,13 +259,10 @@ def arrow_schema_of(client: LedgerClient, rng: LedgerRange, password: bytes) -> 
 
 
 def read_partition(opts: LedgerSourceOptions, rng: LedgerRange, spec: ReadSpec) -> Iterator[pa.RecordBatch]:
-    """An executor task's read of one range (batch or streaming), with a client of its own that
-    is closed when the iterator ends."""
-    client = open_client(opts)
-    try:
+    """An executor task's read of one range (batch or streaming), with the worker's client
+    (clients.py: leased until the iterator ends)."""
+    with lease_client(opts) as client:
         yield from read_range(client, rng, spec)
-    finally:
-        client.close()
 
 
 @functools.cache
