@@ -10,13 +10,14 @@ from collections.abc import Callable
 import pyarrow as pa
 import pytest
 
-from bookie.proto.versions import RUN_ADDS_VERSION
+from bookie.proto.versions import OUR_RANGE, RUN_ADDS_VERSION
 from bookie.status import Status
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.protocol.digest import master_key
 from pyspark_ledger.protocol.distribution import write_sets
 from pyspark_ledger.testing.local_cluster import LocalCluster
+from pyspark_ledger.transport.bookie_client import BookieClient
 from pyspark_ledger.transport.encoded_batch import EncodedAddBatch
 
 WAIT_S = 120.0
@@ -60,20 +61,27 @@ def test_an_entry_refused_inside_a_run_fails_it_and_every_later_one(make_cluster
     cluster = make_cluster(3, bookie_args=["--max-entry-size-bytes", "4096"])
     run = [_payload(i) for i in range(5)] + [b"L" * 8000] + [_payload(i) for i in range(6, 9)]
     with LedgerClient(cluster.metadata_uri, add_timeout_s=10) as client:
-        # The wire: one answer for the run, TOO_LARGE with the durable prefix counted.
-        bookie = cluster.bookies[0].bookie_id
-        answered = threading.Event()
-        seen: list[object] = []
+        # The wire, over the add listener and over gRPC's Add stream: one answer for the run,
+        # TOO_LARGE with the durable prefix counted.
+        bookie = cluster.bookies[0]
         probe = client.create_ledger(3, 3, 2)
         key = (probe.ledger_id.scope_id, probe.ledger_id.id)
-        batch = EncodedAddBatch(key, master_key(b""), [(i, -1, data) for i, data in enumerate(run)])
-        send = client.pool.get(bookie).submit_encoded(
-            batch, lambda status, message: (seen.extend([status, message]), answered.set()), on_stored=seen.append)
-        if send is not None:
-            send()
-        assert answered.wait(WAIT_S)
-        assert seen[0] == 5 and seen[1] == Status.TOO_LARGE and "entry 5 is 8000 bytes" in str(seen[2]), seen
-        got = client.pool.get(bookie).read(key, 0, 8)
+        grpc_only = BookieClient(bookie.bookie_id, bookie.address, wire_range=lambda: OUR_RANGE)
+        try:
+            for bc in (client.pool.get(bookie.bookie_id), grpc_only):
+                answered = threading.Event()
+                seen: list[object] = []
+                batch = EncodedAddBatch(key, master_key(b""), [(i, -1, data) for i, data in enumerate(run)])
+                send = bc.submit_encoded(batch, lambda status, message: (seen.extend([status, message]), answered.set()),
+                                         on_stored=seen.append)
+                if send is not None:
+                    send()
+                assert answered.wait(WAIT_S)
+                assert seen[0] == 5 and seen[1] == Status.TOO_LARGE and "entry 5 is 8000 bytes" in str(seen[2]), seen
+                assert bc.wire_version() == RUN_ADDS_VERSION
+        finally:
+            grpc_only.close()
+        got = client.pool.get(bookie.bookie_id).read(key, 0, 8)
         assert [e for e, st in zip(got.entry_ids, got.entry_status) if st == Status.OK] == [0, 1, 2, 3, 4]
 
         # The writer: the run's future fails, the LAC stops before the refused entry.
