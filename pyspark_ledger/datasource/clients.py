@@ -8,7 +8,7 @@ calls the data source many times per query (every partition of every micro-batch
 trigger's planning on the driver), so each Python worker process keeps a small bounded cache of
 clients, keyed by
 
-    (process id, metadata settings with their credentials, add timeout)
+    (process id, metadata settings with their credentials)
 
 PySpark forks its workers from a daemon, and a gRPC channel or a ZooKeeper connection must never
 be used on both sides of a fork: the key carries the process id, a child forgets the parent's
@@ -57,13 +57,17 @@ CACHE_CLIENTS_MAX = 4
 # its session back (ZooKeeper counts sessions per client address, maxClientCnxns).
 IDLE_CLOSE_S = 120.0
 IDLE_CHECK_S = 15.0
+# The add timeout of every data source client (one client serves a task's reads and writes): task
+# writers tolerate slow bookies longer than the client default, as with E == W there is no spare
+# bookie and an add timeout fails the task. Nothing else of the data source adds entries.
+ADD_TIMEOUT_S = 30.0
 
 
 def cache_enabled() -> bool:
     return os.environ.get(CACHE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def open_client(opts: LedgerSourceOptions, *, add_timeout_s: float = 10.0) -> LedgerClient:
+def open_client(opts: LedgerSourceOptions, *, add_timeout_s: float = ADD_TIMEOUT_S) -> LedgerClient:
     """A new client for this job's metadata service (the caller closes it); an unreachable store
     fails within its connect timeout with a message naming the option. Every client of the data
     source is made here, so this is also where a reused worker freezes what its imports made
@@ -252,13 +256,13 @@ os.register_at_fork(after_in_child=_CACHE.after_fork_in_child)
 
 
 @contextlib.contextmanager
-def lease_client(opts: LedgerSourceOptions, *, add_timeout_s: float = 10.0) -> Iterator[LedgerClient]:
+def lease_client(opts: LedgerSourceOptions) -> Iterator[LedgerClient]:
     """This process's client for the job's metadata service, for the length of a with block:
     the cached one (module doc), or with LEDGER_SPARK_CLIENT_CACHE=0 a new one closed at the end."""
     if not cache_enabled():
-        with open_client(opts, add_timeout_s=add_timeout_s) as client:
+        with open_client(opts) as client:
             yield client
         return
-    key = (os.getpid(), opts.metadata.uri_with_secrets(), add_timeout_s)  # credentials and TLS files included
-    with _CACHE.lease(key, lambda: open_client(opts, add_timeout_s=add_timeout_s)) as client:
+    key = (os.getpid(), opts.metadata.uri_with_secrets())  # credentials and TLS files included
+    with _CACHE.lease(key, lambda: open_client(opts)) as client:
         yield client

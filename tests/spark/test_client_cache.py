@@ -5,10 +5,13 @@ one test leases real clients of the test cluster and counts their metadata sessi
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import pytest
 
+from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.datasource import clients
 from pyspark_ledger.datasource.clients import ClientCache, lease_client
 from pyspark_ledger.datasource.errors import OptionError
@@ -36,9 +39,12 @@ class FakeClient:
         self.close()
 
 
+FAKE = cast(Callable[[], LedgerClient], FakeClient)  # the cache only opens, closes and clears handles
+
+
 def lease(cache: ClientCache, key: object) -> FakeClient:
-    with cache.lease(key, FakeClient) as c:  # type: ignore[arg-type]
-        return c  # type: ignore[return-value]
+    with cache.lease(key, FAKE) as c:
+        return cast(FakeClient, c)
 
 
 def test_one_client_per_key_reused_and_its_handles_closed_after_each_lease() -> None:
@@ -52,18 +58,19 @@ def test_one_client_per_key_reused_and_its_handles_closed_after_each_lease() -> 
 
 def test_a_failed_lease_retires_its_client_but_a_users_mistake_does_not() -> None:
     cache = ClientCache()
-    with pytest.raises(OptionError), cache.lease("k", FakeClient) as c:  # type: ignore[arg-type]
+    with pytest.raises(OptionError), cache.lease("k", FAKE) as c:
         raise OptionError("log", "a mistake of the user")
-    assert lease(cache, "k") is c and c.closed == 0
-    with pytest.raises(RuntimeError), cache.lease("k", FakeClient):  # type: ignore[arg-type]
+    assert lease(cache, "k") is c and cast(FakeClient, c).closed == 0
+    with pytest.raises(RuntimeError), cache.lease("k", FAKE):
         raise RuntimeError("the session broke")
-    assert c.closed == 1 and lease(cache, "k") is not c
+    assert cast(FakeClient, c).closed == 1 and lease(cache, "k") is not c
 
 
 def test_idle_clients_close_and_clients_in_use_do_not() -> None:
     cache = ClientCache(idle_close_s=60)
     idle = lease(cache, "idle")
-    with cache.lease("busy", FakeClient) as busy:  # type: ignore[arg-type]
+    with cache.lease("busy", FAKE) as busy_client:
+        busy = cast(FakeClient, busy_client)
         assert cache.close_idle(now=clients.time.monotonic() + 61) == 1
         assert idle.closed == 1 and busy.closed == 0
     assert lease(cache, "idle") is not idle
@@ -73,7 +80,7 @@ def test_the_cache_is_bounded() -> None:
     cache = ClientCache(max_clients=2)
     first, second = lease(cache, 1), lease(cache, 2)
     assert lease(cache, 3) and first.closed == 1 and second.closed == 0 and len(cache) == 2  # LRU goes
-    with cache.lease(2, FakeClient), cache.lease(3, FakeClient):  # type: ignore[arg-type]
+    with cache.lease(2, FAKE), cache.lease(3, FAKE):
         extra = lease(cache, 4)  # every cached client in use: one of its own, closed at the end
         assert extra.closed == 1 and len(cache) == 2
 

@@ -59,9 +59,6 @@ INFLIGHT_ENTRIES_MAX = 4_096
 INFLIGHT_BYTES_MAX = 32 * 2**20
 ADD_RUN_ENTRIES = 256  # raw entries added between two looks at the bounds
 ADD_WAIT_TIMEOUT_S = 120.0
-# Task writers tolerate slow bookies longer than the client default: with E == W there is no
-# spare bookie, so an add timeout fails the task.
-TASK_ADD_TIMEOUT_S = 30.0
 # BP-44 hints for a task's ledger: an attempt that is open longer than this is an orphan.
 TASK_LEDGER_MAX_OPEN = timedelta(hours=24)
 # A routed task keeps one ledger open per log it meets (each with its adds in flight).
@@ -262,7 +259,7 @@ class _LogOutput:
 def write_task(job: WriteJob, batches: Iterator[pa.RecordBatch], partition_id: int, attempt_number: int,
                task_attempt_id: int) -> TaskResult:
     """Executor side: write this attempt's rows to a new ledger and seal it."""
-    with lease_client(job.opts, add_timeout_s=TASK_ADD_TIMEOUT_S) as client:
+    with lease_client(job.opts) as client:
         out = _LogOutput(client, job, (partition_id, attempt_number, task_attempt_id))
         try:
             for batch in batches:
@@ -295,7 +292,7 @@ def write_routed_task(base: WriteJob, batches: Iterator[pa.RecordBatch], partiti
                       task_attempt_id: int) -> list[TaskResult]:
     """Executor side of a routed write (a `log` column): one ledger per log this attempt meets,
     each sealed at the end; at most ROUTED_LOGS_PER_TASK_MAX logs."""
-    with lease_client(base.opts, add_timeout_s=TASK_ADD_TIMEOUT_S) as client:
+    with lease_client(base.opts) as client:
         outs: dict[str, _LogOutput] = {}
         ids = (partition_id, attempt_number, task_attempt_id)
         try:
