@@ -11,8 +11,12 @@ LogWriter rows (bench/log_writer_rows.py): batched and unbatched messages of 100
 one producer and four, p50/p99 of a batched message at 10% and 90% of peak, and medians of
 alternating batched/unbatched rounds of 100-byte messages (issue 30).
 
+Run rows (bench/run_rows.py): WriteHandle.add_entries_async runs of 256 entries against single
+adds, 100 B and 1 KiB, alternating rounds, medians (issue 30 item 2).
+
     python bench/client_bench.py [--entries 100000] [--latency-adds 2000] [--no-nats]
                                  [--log-messages 300000] [--log-rounds 3] [--no-log-writer]
+                                 [--run-entries 200000] [--run-rounds 3] [--no-runs]
     python bench/client_bench.py --journal-dir-layouts [--rounds 3] --no-nats
     python bench/client_bench.py --stamps-only [--log-messages 300000] [--log-rounds 5]
 
@@ -126,6 +130,9 @@ def main() -> None:
     ap.add_argument("--no-log-writer", action="store_true", help="skip the LogWriter rows")
     ap.add_argument("--stamps-only", action="store_true",
                     help="only the LogWriter row of messages with and without an event time and a header (issue 32)")
+    ap.add_argument("--run-entries", type=int, default=200_000, help="entries per add_entries_async round")
+    ap.add_argument("--run-rounds", type=int, default=3, help="alternating runs/singles rounds")
+    ap.add_argument("--no-runs", action="store_true", help="skip the add_entries_async rows")
     args = ap.parse_args()
     if args.stamps_only:
         stamps_only(args)
@@ -154,6 +161,12 @@ def main() -> None:
                 with LocalCluster(3, metadata_uri=zk.uri("/bench-log-writer"), work_dir=Path(tmp) / "log-writer") as cluster:
                     with LedgerClient(cluster.metadata_uri) as client:
                         rows += log_writer_rows(client, args.log_messages, args.log_rounds)
+            if not args.no_runs:
+                from run_rows import rows as run_rows
+
+                with LocalCluster(3, metadata_uri=zk.uri("/bench-runs"), work_dir=Path(tmp) / "runs") as cluster:
+                    with LedgerClient(cluster.metadata_uri) as client:
+                        rows += run_rows(client, args.run_entries, args.run_rounds)
     if not args.no_nats:
         try:
             from nats_baseline import NatsCluster, measure

@@ -126,7 +126,7 @@ def rows(client: LedgerClient, messages: int, rounds: int) -> list[tuple[str, in
     """(system, size, msgs/s, p50 ms, p99 ms, note) rows for client_bench's table."""
     from pyspark_ledger.testing.message_batches import set_message_batches
 
-    set_message_batches(client, True)  # batches wait for the cluster setting (docs/upgrading.md)
+    set_message_batches(client, True)  # on by default; a cluster may have turned it off (docs/upgrading.md)
     out = []
     batched_100, unbatched_100 = [], []
     for _ in range(rounds):  # alternating rounds, same run: the ratio the issue asks for

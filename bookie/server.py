@@ -123,7 +123,8 @@ class BookieServer:
             service = BookieService(self.storage, self.bookie_id, installed_version(), cookie.instance_id, self.metrics,
                                     data_dir=cfg.journal_directory, auth=auth,
                                     long_polls=LongPolls(cfg.max_long_polls, cfg.max_long_polls_per_client, self.metrics),
-                                    owners=LedgerOwners(self.store) if cfg.verify_ledger_keys else None)
+                                    owners=LedgerOwners(self.store) if cfg.verify_ledger_keys else None,
+                                    entry_bytes_max=cfg.max_entry_size_bytes)
             pb_grpc.add_BookieServicer_to_server(service, server)
             server.start()
             self.grpc_server = server

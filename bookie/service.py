@@ -22,7 +22,7 @@ import grpc
 
 from bookie import admin
 from bookie import config as limits
-from bookie.add_handler import MASTER_KEY_BYTES_MAX, AddHandler
+from bookie.add_handler import ENTRY_BYTES_MAX_DEFAULT, MASTER_KEY_BYTES_MAX, AddHandler
 from bookie.add_handler import ledger_key as _ledger_key
 from bookie.auth import Authorizer, AuthPolicy, AuthRefusals
 from bookie.ledger_owner import LedgerOwners, Verdict
@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 class BookieService(pb_grpc.BookieServicer):
     def __init__(self, storage: BookieStorage, bookie_id: str, version: str, instance_id: str, metrics: Metrics,
                  data_dir: Path | None = None, auth: AuthPolicy | None = None, long_polls: LongPolls | None = None,
-                 owners: LedgerOwners | None = None):
+                 owners: LedgerOwners | None = None, entry_bytes_max: int = ENTRY_BYTES_MAX_DEFAULT):
         self.storage = storage
         self.data_dir = data_dir  # for the admin RPCs; None: they report no directories
         self.journal_reopens: Callable[[], int] = lambda: 0  # set by the server (bookie/writable_again.py)
@@ -51,7 +51,7 @@ class BookieService(pb_grpc.BookieServicer):
         refusals = AuthRefusals(metrics)
         self.auth = Authorizer(auth or AuthPolicy(), refusals)
         self.owners = owners  # None: trust on first write (in-process tests without metadata)
-        self.adds = AddHandler(storage, metrics, refusals, owners)
+        self.adds = AddHandler(storage, metrics, refusals, owners, entry_bytes_max)
         self.long_polls = long_polls or LongPolls()  # bookie/long_polls.py: bounded, so Info never starves
 
     # ---- add ----------------------------------------------------------------------------------
@@ -61,7 +61,8 @@ class BookieService(pb_grpc.BookieServicer):
         refused): bookie.add_handler, shared with the plain-TCP add listener."""
         try:
             for request in request_iterator:
-                yield pb.AddResponse(results=[pb.AddResult(request_id=o.request_id, status=int(o.status), message=o.message)
+                yield pb.AddResponse(results=[pb.AddResult(request_id=o.request_id, status=int(o.status), message=o.message,
+                                                           stored_count=o.stored)
                                               for o in self.adds.handle(request)])
         except grpc.RpcError:
             return  # the client went away; what it sent still completes durably

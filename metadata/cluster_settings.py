@@ -82,8 +82,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "downgraded (docs/upgrading.md)", minimum=1),
     Setting("salted_password_digests", bool, False, "new ledgers keep a per-ledger salted password digest; turn on "
             "once no client of release 0.1.0 will open ledgers (docs/security.md, docs/upgrading.md)"),
-    Setting("message_batches", bool, False, "log writers batch messages (entry format 3, docs/entry-format.md); turn "
-            "on once no client of release 0.1.0 will read logs (docs/upgrading.md)"),
+    Setting("message_batches", bool, True, "log writers batch messages (entry format 3, docs/entry-format.md); a "
+            "fleet upgraded from release 0.1.0 sets it false first, until no such client reads logs (docs/upgrading.md)"),
     Setting("ledger_key_verifiers", bool, True, "new ledgers keep a verifier of their master key in their custom "
             "metadata, and bookies take no other key for them (docs/security.md; older releases ignore it)"),
 )}

@@ -26,7 +26,12 @@ from bookie.errors import BookieError
 RELEASE = "0.2.0.dev0"
 
 WIRE_VERSION_MIN = 1
-WIRE_VERSION_MAX = 1
+WIRE_VERSION_MAX = 2
+# The versions, by what each added (docs/add-transport.md):
+# 1: the add transport's AddBatch of per-entry `entries`, one status per batch (release 0.1.0).
+# 2: run-encoded add batches (AddBatch.run_lengths + run_body) and AddResult.stored_count, the
+#    entries of a run stored before the entry it was refused from.
+RUN_ADDS_VERSION = 2
 # The add transport's hello carries a u32.
 WIRE_VERSION_LIMIT = 2**32 - 1
 

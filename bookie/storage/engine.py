@@ -209,7 +209,7 @@ class BookieStorage:
 
     # ---- writes (write_path.py) ---------------------------------------------------------
 
-    def add_batch(self, ledger: LedgerKey, master_key: bytes, entries: Sequence[tuple[int, int, bytes]],
+    def add_batch(self, ledger: LedgerKey, master_key: bytes, entries: Sequence[tuple[int, int, bytes | memoryview]],
                   recovery: bool, on_done: Callable[[Status], None], allow_inline: bool = True) -> None:
         """Refusals call on_done at once; else on_done(OK) once the batch is durable and
         readable (WritePath.add_batch says on which thread)."""

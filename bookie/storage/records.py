@@ -79,7 +79,7 @@ def frame(body: bytes) -> tuple[bytes, bytes]:
 def encode_add_batch(
     scope: int,
     ledger: int,
-    entries: Sequence[tuple[int, int, bytes]],
+    entries: Sequence[tuple[int, int, bytes | memoryview]],
     entry_bytes_max: int,
     entry_id_max: int,
     version: int = 0,
@@ -90,7 +90,7 @@ def encode_add_batch(
     if count == 0:
         raise BatchRejected("empty batch")
     pack = ENTRY_HEADER.pack
-    parts: list[bytes] = [ADD_HEADER.pack(ADD_BATCH, version, scope, ledger, count)]
+    parts: list[bytes | memoryview] = [ADD_HEADER.pack(ADD_BATCH, version, scope, ledger, count)]
     append = parts.append
     ids: list[int] = []
     lens = array("i")

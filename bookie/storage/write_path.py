@@ -56,7 +56,7 @@ class WritePath:
             return Status.READ_ONLY
         return None
 
-    def add_batch(self, ledger: LedgerKey, master_key: bytes, entries: Sequence[tuple[int, int, bytes]],
+    def add_batch(self, ledger: LedgerKey, master_key: bytes, entries: Sequence[tuple[int, int, bytes | memoryview]],
                   recovery: bool, on_done: Callable[[Status], None], allow_inline: bool = True) -> None:
         """Validate synchronously (on_done called at once with the refusal), otherwise queue;
         on_done(OK) comes from the journal thread once the batch is durable and readable. With

@@ -24,8 +24,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from operator import attrgetter
+from collections.abc import Callable, Sequence
 from typing import cast
 
 from bookie.status import Status
@@ -37,16 +36,17 @@ from pyspark_ledger.errors import (
     LedgerFencedError,
     NotEnoughBookiesError,
 )
+from pyspark_ledger.ledger.add_batches import BatchAnswer, batches
 from pyspark_ledger.ledger.context import LedgerContext
 from pyspark_ledger.ledger.read_handle import ReadHandle
+from pyspark_ledger.ledger.run_payloads import RunPayloads, run_payloads
 from pyspark_ledger.ledger.writer_metadata import record_fragment, write_close
 from pyspark_ledger.protocol.digest import Digest, master_key
-from pyspark_ledger.protocol.distribution import byte_bounded_chunks
 from pyspark_ledger.protocol.entry_format import entry_encoder, entry_format_of_ledger
 from pyspark_ledger.protocol.pending_adds import PendingAdd
 from pyspark_ledger.protocol.writer_machine import ChangeDone, Phase, Stop, StopKind, WriteFragment, WriterMachine
 from pyspark_ledger.transport.add_future import AddFuture, AddFutureGroup, complete_run
-from pyspark_ledger.transport.add_streams import EncodedAddBatch
+from pyspark_ledger.transport.encoded_batch import EncodedAddBatch
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +55,6 @@ PENDING_ENTRIES_MAX = 20_000
 PENDING_BYTES_MAX = 64 * 2**20
 ENTRY_BYTES_MAX = 4 * 2**20
 BACKPRESSURE_TIMEOUT_S = 60.0
-BATCH_ENTRIES_MAX = 2_000
-BATCH_BYTES_MAX = 4 * 2**20
 CLOSE_DRAIN_TIMEOUT_S = 60.0
 
 
@@ -73,24 +71,6 @@ class _Pending(PendingAdd):
         self.lac = lac  # the LAC carried in `data`
         self.future = future
         self.started = started  # time.monotonic() at submit, for the client's add latency metric
-
-
-_data_of = attrgetter("data")
-
-
-def _batches(entries: list[_Pending]) -> Iterator[list[_Pending]]:
-    """Consecutive runs of at most BATCH_ENTRIES_MAX entries and (past the first entry)
-    BATCH_BYTES_MAX encoded bytes: one add batch each, well inside a transport message."""
-    if not entries:
-        return
-    if len(entries) <= BATCH_ENTRIES_MAX and sum(map(len, map(_data_of, entries))) <= BATCH_BYTES_MAX:
-        yield entries  # the common case, checked with C-level loops
-        return
-    yield from byte_bounded_chunks(entries, _encoded_size, BATCH_ENTRIES_MAX, BATCH_BYTES_MAX)
-
-
-def _encoded_size(p: _Pending) -> int:
-    return len(p.data)
 
 
 _WRITING = Phase.WRITING  # a module global: cheaper than the enum's attribute on the per-entry path
@@ -125,6 +105,10 @@ class WriteHandle(ReadHandle):
         self._sender_idle = False  # the sender waits for work (under the lock): adds must wake it
         self._poller = context.pool.poller
         self._futures = AddFutureGroup(self._poller)  # one condition for all of this handle's adds
+        # The future of a run's entries before its last: settled already, so completing or failing
+        # them touches nothing (the run's own future is its last entry's).
+        self._settled = AddFuture(self._futures)
+        self._settled.set_result(-1)
         # The protocol's decisions (protocol.writer_machine): where entries go, acks in, ordered
         # completions and the LAC out, ensemble changes, close. Touched only under self._lock.
         self._machine = WriterMachine(metadata.segments[-1].bookies, write_quorum_size=metadata.write_quorum_size,
@@ -207,6 +191,61 @@ class WriteHandle(ReadHandle):
             if direct:
                 self._send([p])
         return fut
+
+    def add_entries_async(self, payloads: Sequence[bytes] | RunPayloads) -> AddFuture:
+        """Queue a run of entries (a list of bytes, or a pyarrow binary / large_binary array without
+        nulls) as consecutive ids; the one future resolves to the run's LAST entry id once every
+        entry of it is acknowledged (in order; the first is that id minus len(payloads) plus
+        one). One submit step, one future and one send per bookie for the run; bookies speaking
+        wire version 2 get it run-encoded (transport.add_streams.EncodedAddBatch). A failure
+        inside the run (a bookie refusing an entry) fails that entry and every later one: the
+        future fails and the LAC stops before it."""
+        datas = run_payloads(payloads, ENTRY_BYTES_MAX)
+        n, size = len(datas), sum(map(len, datas))
+        if n > PENDING_ENTRIES_MAX or size > PENDING_BYTES_MAX:
+            raise LedgerError(f"a run of {n} entries and {size} bytes exceeds the bounds of adds in flight "
+                              f"({PENDING_ENTRIES_MAX} entries, {PENDING_BYTES_MAX} bytes): split it")
+        fut = AddFuture(self._futures)
+        machine, adds = self._machine, self._machine.adds
+        with self._submit_lock:
+            first, lac, length = self._next_entry_id, adds.lac, self._length_sent
+            encoded: list[tuple[bytes, int, int]] = []
+            for i, data in enumerate(datas):
+                length += len(data)
+                encoded.append((self._encode(first + i, lac, length, data), len(data), first + i))
+            with self._lock:
+                now = self._wait_for_room(n, size)
+                self._next_entry_id, self._length_sent = first + n, length
+                settled = self._settled
+                run = [_Pending(eid, data, lac, nbytes, settled, adds.write_set_for(eid), now)
+                       for data, nbytes, eid in encoded]
+                run[-1].future = fut  # the run's future settles with its last entry
+                idle = self._sender_idle
+                direct = machine.append_run(run, lac, now, idle)
+                if not direct and idle:
+                    self._sender_wake.notify()
+            if direct:
+                self._send(run)
+        return fut
+
+    def _wait_for_room(self, count: int, size: int) -> float:
+        """Under the lock: wait (bounded) until `count` more entries of `size` bytes fit in flight;
+        raises if the writer stopped or closed. Returns the time the wait ended."""
+        machine, adds = self._machine, self._machine.adds
+        now = time.monotonic()
+        deadline = now + BACKPRESSURE_TIMEOUT_S
+        while (len(adds.entries) + count > PENDING_ENTRIES_MAX or adds.pending_bytes + size > PENDING_BYTES_MAX) \
+                and adds.entries and machine.stopped is None and machine.phase is Phase.WRITING:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AddTimeoutError(f"ledger {self.ledger_id}: too many adds in flight for {BACKPRESSURE_TIMEOUT_S:g} s")
+            self._cond.wait(left)
+            now = time.monotonic()
+        if self._error is not None:
+            raise self._error
+        if machine.phase is not _WRITING or self._closed:
+            raise LedgerClosedError(f"ledger {self.ledger_id} is closed for adds")
+        return now
 
     def close(self, close_context: CloseContext | None = None) -> None:
         """Wait (bounded) for outstanding adds, then seal the ledger at the last acknowledged entry."""
@@ -301,7 +340,7 @@ class WriteHandle(ReadHandle):
         with self._lock:
             groups = self._machine.sends(outbox)
         for targets, entries in groups.items():
-            for chunk in _batches(_ours(entries)):
+            for chunk in batches(_ours(entries)):
                 ids = tuple(p.entry_id for p in chunk)
                 batch = EncodedAddBatch(self._key, self._master_key, [(p.entry_id, p.lac, p.data) for p in chunk])
                 # Claim every bookie's stream first, then send to all of them back to back: the
@@ -316,8 +355,8 @@ class WriteHandle(ReadHandle):
             return None  # lost on the way; the add timeout will notice
         try:
             client = self._ctx.pool.get(bookie_id)
-            return client.submit_encoded(batch, lambda status, message: self._on_batch(bookie_id, ids, status, message),
-                                         timeout_s=self._add_timeout_s)
+            answer = BatchAnswer(self._on_batch, bookie_id, ids)
+            return client.submit_encoded(batch, answer, timeout_s=self._add_timeout_s, on_stored=answer.on_stored)
         except LedgerError as exc:
             self._on_batch(bookie_id, ids, Status.INTERNAL_ERROR, f"transport: {exc}")
             return None

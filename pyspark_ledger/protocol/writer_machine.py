@@ -27,11 +27,13 @@ simulated ones) owns all I/O, timing and waiting; this machine owns every decisi
 Hot path: `append`, `sends` and `on_acks` allocate nothing per entry beyond what PendingAdds
 does; commands are one object per decision (a batch of sends is one dict per call).
 
-Multi-entry runs (one pending record, one future and one ack step per run) slot in as a
-PendingAdd that spans entry ids [first, last]: `sends` already groups by targets, so a run is
-split only where consecutive entries' targets differ (E > W: per-bookie runs are not
-consecutive, a bookie gets the entries of its stripe); `on_acks` then counts acks per entry of
-the run and PendingAdds completes a run's prefix in order. docs/protocol.md says more.
+Runs (WriteHandle.add_entries_async: one future and one submit step per run) enter through
+`append_run`, one decision for the run, but each entry keeps its own PendingAdd: the ack rules
+are per entry (A answers from its write set, completions in order, an entry refused inside a run
+never completes, so the LAC never passes it), and `sends` groups by targets, so a run is split
+only where consecutive entries' targets differ (E > W: a bookie gets the entries of its stripe,
+in sub-runs); ensemble changes re-queue each unacknowledged entry as before, splitting a run at
+the new fragment. docs/protocol.md says more.
 """
 
 from __future__ import annotations
@@ -187,6 +189,27 @@ class WriterMachine:
         if direct and len(adds.entries) == 1 and not self.outbox and not adds.changing:
             return True
         self.outbox.append(p)
+        return False
+
+    def append_run(self, run: Sequence[PendingAdd], lac: int, now_s: float, direct: bool = False) -> bool:
+        """A run of new entries (consecutive ids from the next one), all carrying `lac`: one
+        decision for the run. Each entry keeps its own write set and acks, so the ack rules are
+        exactly `append`'s (a run completes entry by entry, in order; `sends` splits it where
+        consecutive entries need different bookies, E > W). With `direct`, True if the whole run
+        may go out now, ahead of nothing; otherwise it is queued in the outbox."""
+        if self.phase is not _WRITING or self.stopped is not None:
+            raise InvariantError("adds are accepted only while writing")
+        ensure(len(run) >= 1, "a run holds at least one entry")
+        adds = self.adds
+        was_idle = not adds.entries and not self.outbox and not adds.changing
+        for p in run:
+            adds.append(p)  # ensures each id is the next one
+        self.last_add_s = now_s
+        if lac > self.last_lac_sent:
+            self.last_lac_sent = lac
+        if direct and was_idle:
+            return True
+        self.outbox.extend(run)
         return False
 
     def take_outbox(self) -> list[PendingAdd]:

@@ -25,7 +25,6 @@ order: nothing behind that request would move).
 """
 from __future__ import annotations
 
-import itertools
 import logging
 import queue
 import select
@@ -44,10 +43,10 @@ from google.protobuf.message import DecodeError
 from bookie.proto import bookie_pb2 as pb
 from bookie.proto.add_framing import RECV_BYTES, FramingError, frame, split_frames
 from bookie.proto.versions import WireRange
-from bookie.proto.wire import encode_varint
 from bookie.status import Status
 from pyspark_ledger.errors import BookieUnavailableError
 from pyspark_ledger.transport.add_hello import open_add_connection
+from pyspark_ledger.transport.encoded_batch import EncodedAddBatch
 from pyspark_ledger.transport.tls_socket import TlsSocketIO
 
 log = logging.getLogger(__name__)
@@ -63,7 +62,6 @@ _SLOT_POLL_S = 0.5
 REQUESTS_IN_FLIGHT_MAX = 2
 
 AddCallback = Callable[[Status, str], None]
-LedgerKey = tuple[int, int]
 
 _STATUS_BY_CODE = {int(s): s for s in Status}
 
@@ -76,43 +74,6 @@ class StreamPoller(Protocol):
 
     def unregister(self, stream: SocketAddStream) -> None: ...
 
-# Request ids are unique per process, not per stream, so one encoded batch can go to every bookie
-# of a write set: the same id is unique on each of their streams.
-_request_ids = itertools.count(1)
-
-
-class EncodedAddBatch:
-    """An AddBatch serialized once, already framed as one `batches` element of an AddRequest:
-    requests are the concatenation of such frames (protobuf's encoding of a repeated field), so
-    coalescing batches costs a join and sending one to three bookies costs one serialization."""
-
-    __slots__ = ("request_id", "frame", "payload_bytes", "_request")
-
-    def __init__(self, ledger: LedgerKey, master_key: bytes, entries: Sequence[tuple[int, int, bytes]],
-                 *, recovery: bool = False):
-        self.request_id = next(_request_ids)
-        body = pb.AddBatch(
-            request_id=self.request_id, ledger=ledger_ref(ledger), master_key=master_key, recovery=recovery,
-            entry_ids=[e[0] for e in entries], lacs=[e[1] for e in entries], entries=[e[2] for e in entries],
-        ).SerializeToString()
-        self.frame = _BATCHES_TAG + encode_varint(len(body)) + body
-        self.payload_bytes = sum(len(e[2]) for e in entries)
-        self._request: bytes | None = None
-
-    def request(self) -> bytes:
-        """This batch alone as one framed request (add transport), built once for all bookies."""
-        if self._request is None:
-            self._request = frame([self.frame])
-        return self._request
-
-
-_BATCHES_TAG = bytes([(pb.AddRequest.DESCRIPTOR.fields_by_name["batches"].number << 3) | 2])
-
-
-def ledger_ref(ledger: LedgerKey) -> pb.LedgerRef:
-    return pb.LedgerRef(scope_id=ledger[0], ledger_id=ledger[1])
-
-
 @dataclass(slots=True)
 class StreamedAdd:
     callback: AddCallback
@@ -120,6 +81,12 @@ class StreamedAdd:
     timeout_s: float
     batch: EncodedAddBatch
     resent: bool = False  # sent once more after the bookie closed its connection (never twice)
+    on_stored: StoredCallback | None = None  # told a refused run's durable prefix, before `callback`
+
+
+# Told, before a refusal's AddCallback, how many leading entries of the batch the bookie stored
+# all the same (wire version 2: a run refused from one of its entries on).
+StoredCallback = Callable[[int], None]
 
 
 # A SocketAddStream's owner, given the adds a connection the bookie closed still owed answers for.
@@ -137,9 +104,10 @@ class AddStream:
         self.room = threading.Condition(self.lock)
         self.room_waiters = 0
         self.dead = False
+        self.wire_version = 1  # the version the stream speaks (batches are encoded for it)
 
     def _admit(self, batch: EncodedAddBatch, callback: AddCallback, timeout_s: float,
-               previous: StreamedAdd | None = None) -> None:
+               previous: StreamedAdd | None = None, on_stored: StoredCallback | None = None) -> None:
         """Under the lock: record the batch as pending (`previous`: a resent one, its deadline
         kept), waiting (bounded) for room."""
         if len(self.pending) >= OUTBOUND_BATCHES_MAX:
@@ -153,7 +121,8 @@ class AddStream:
                 raise BookieUnavailableError(self.bookie_id, "outbound add queue stayed full")
         if self.dead:
             raise BookieUnavailableError(self.bookie_id, "add stream is closed")
-        self.pending[batch.request_id] = previous or StreamedAdd(callback, time.monotonic() + timeout_s, timeout_s, batch)
+        self.pending[batch.request_id] = previous or StreamedAdd(callback, time.monotonic() + timeout_s, timeout_s, batch,
+                                                                 on_stored=on_stored)
 
     def _complete(self, results: Sequence[pb.AddResult]) -> None:
         with self.lock:  # one acquisition for a whole response
@@ -166,10 +135,12 @@ class AddStream:
                 if status is None:  # a newer bookie's code: this batch failed, the stream is fine
                     p.callback(Status.INTERNAL_ERROR, f"unknown add status {r.status}: {r.message}")
                 else:
+                    if r.stored_count and status != Status.OK and p.on_stored is not None:
+                        p.on_stored(r.stored_count)
                     p.callback(status, r.message)
 
     def submit(self, batch: EncodedAddBatch, callback: AddCallback, timeout_s: float,
-               previous: StreamedAdd | None = None) -> Callable[[], None] | None:
+               previous: StreamedAdd | None = None, on_stored: StoredCallback | None = None) -> Callable[[], None] | None:
         """Queue `batch`; if the caller must send it itself, the send is returned to be run as soon
         as possible (a writer claims every bookie of a write set first, then sends to all of them
         back to back), otherwise None. `previous`: the batch is resent (Resend), its record kept."""
@@ -225,8 +196,11 @@ class AddStream:
 class GrpcAddStream(AddStream):
     """One live gRPC Add stream."""
 
-    def __init__(self, bookie_id: str, add_method: Callable[[Iterator[bytes]], grpc.Call]):
+    def __init__(self, bookie_id: str, add_method: Callable[[Iterator[bytes]], grpc.Call], wire_version: int = 1):
+        """wire_version: what the bookie advertised both speak (1 when it advertised nothing: a
+        bookie of version 1 would ignore a run's fields and refuse the empty batch)."""
         super().__init__(bookie_id)
+        self.wire_version = wire_version
         # A SimpleQueue (C, no Python-level locking) on the per-add path; its bound is enforced
         # on `pending`, which holds every queued and in-flight batch.
         self.outbound: queue.SimpleQueue[EncodedAddBatch | None] = queue.SimpleQueue()
@@ -246,7 +220,8 @@ class GrpcAddStream(AddStream):
             while not self.slot.acquire(timeout=_SLOT_POLL_S):
                 if self.dead:
                     return  # the stream broke; its pending adds were failed
-            frames = [item.frame]
+            version = self.wire_version
+            frames = [item.frame_for(version)]
             size = item.payload_bytes
             # Greedily coalesce whatever else is queued into the same stream message.
             while size < STREAM_MESSAGE_BYTES_MAX:
@@ -257,7 +232,7 @@ class GrpcAddStream(AddStream):
                 if nxt is None:
                     yield b"".join(frames)
                     return
-                frames.append(nxt.frame)
+                frames.append(nxt.frame_for(version))
                 size += nxt.payload_bytes
             yield frames[0] if len(frames) == 1 else b"".join(frames)
 
@@ -274,9 +249,9 @@ class GrpcAddStream(AddStream):
             self.fail(f"add stream receiver crashed: {exc!r}")
 
     def submit(self, batch: EncodedAddBatch, callback: AddCallback, timeout_s: float,
-               previous: StreamedAdd | None = None) -> Callable[[], None] | None:
+               previous: StreamedAdd | None = None, on_stored: StoredCallback | None = None) -> Callable[[], None] | None:
         with self.lock:
-            self._admit(batch, callback, timeout_s, previous)
+            self._admit(batch, callback, timeout_s, previous, on_stored)
         self.outbound.put(batch)  # gRPC's own thread sends it
         return None
 
@@ -344,9 +319,9 @@ class SocketAddStream(AddStream):
         return bool(readable)
 
     def submit(self, batch: EncodedAddBatch, callback: AddCallback, timeout_s: float,
-               previous: StreamedAdd | None = None) -> Callable[[], None] | None:
+               previous: StreamedAdd | None = None, on_stored: StoredCallback | None = None) -> Callable[[], None] | None:
         with self.lock:
-            self._admit(batch, callback, timeout_s, previous)
+            self._admit(batch, callback, timeout_s, previous, on_stored)
             if self.requests_in_flight >= REQUESTS_IN_FLIGHT_MAX or self.queued:
                 self.queued.append(batch)  # the reader sends it, in order, as answers arrive
                 return None
@@ -373,7 +348,9 @@ class SocketAddStream(AddStream):
     def _send(self, batches: list[EncodedAddBatch]) -> None:
         """Send one request (the caller counted itself in `_senders` under the lock)."""
         try:
-            data = batches[0].request() if len(batches) == 1 else frame([b.frame for b in batches])
+            version = self.wire_version
+            data = (batches[0].request(version) if len(batches) == 1
+                    else frame([b.frame_for(version) for b in batches]))
             with self._send_lock:
                 if self._tls is not None:
                     self._tls.sendall(data)

@@ -26,14 +26,13 @@ from pyspark_ledger.transport.add_poller import AddPoller
 from pyspark_ledger.transport.add_streams import (
     AddCallback,
     AddStream,
-    EncodedAddBatch,
     GrpcAddStream,
-    LedgerKey,
     SocketAddStream,
+    StoredCallback,
     StreamedAdd,
-    ledger_ref,
 )
 from pyspark_ledger.transport.credentials import with_operator_secret
+from pyspark_ledger.transport.encoded_batch import EncodedAddBatch, LedgerKey, ledger_ref
 from pyspark_ledger.transport.run_response import RunResponse, parse_run_response
 from pyspark_ledger.transport.tls import TlsSettings, grpc_failure_hint
 
@@ -128,13 +127,14 @@ class BookieClient:
         if send is not None:
             send()
 
-    def submit_encoded(self, batch: EncodedAddBatch, callback: AddCallback, *,
-                       timeout_s: float | None = None) -> Callable[[], None] | None:
+    def submit_encoded(self, batch: EncodedAddBatch, callback: AddCallback, *, timeout_s: float | None = None,
+                       on_stored: StoredCallback | None = None) -> Callable[[], None] | None:
         """Queue a batch already encoded (possibly shared with other bookies), and return the send
         the caller must run (soon: the stream waits for it) when the caller is the one to send it
-        (AddStream.submit)."""
+        (AddStream.submit). on_stored: told a refused run's durable prefix (StoredCallback)."""
         stream = self._add_stream()
-        return stream.submit(batch, callback, self.add_timeout_s if timeout_s is None else timeout_s)
+        return stream.submit(batch, callback, self.add_timeout_s if timeout_s is None else timeout_s,
+                             on_stored=on_stored)
 
     def _add_stream(self) -> AddStream:
         stream = self._stream  # every add asks: no lock while the stream lives
@@ -153,7 +153,9 @@ class BookieClient:
                                                    self._wire_range() if self._wire_range else None,
                                                    resend=self._resend)
                 else:
-                    self._stream = GrpcAddStream(self.bookie_id, self._add_method)
+                    advertised = self._wire_range() if self._wire_range else None
+                    version = 1 if advertised is None else negotiate(OUR_RANGE, advertised)
+                    self._stream = GrpcAddStream(self.bookie_id, self._add_method, version)
             return self._stream
 
     def _resend(self, adds: list[StreamedAdd]) -> None:

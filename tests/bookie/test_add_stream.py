@@ -19,8 +19,8 @@ from bookie.proto import bookie_pb2 as pb
 from bookie.proto import bookie_pb2_grpc as pb_grpc
 from bookie.status import Status
 from pyspark_ledger.testing.local_cluster import LocalBookie
-from pyspark_ledger.transport.add_streams import EncodedAddBatch
 from pyspark_ledger.transport.bookie_client import BookieClient, channel_options
+from pyspark_ledger.transport.encoded_batch import EncodedAddBatch
 from tests.bookie.server_helpers import KEY, Acks, check_mixed_answers, mixed_add_requests
 
 WAIT_S = 20.0
@@ -97,7 +97,7 @@ def test_a_request_the_bookie_sits_on_times_out_and_the_stream_is_replaced(
 def test_encoded_batch_is_a_valid_add_request_and_frames_concatenate() -> None:
     a = EncodedAddBatch((0, 7), KEY, [(0, -1, b"x"), (1, -1, b"yy")])
     b = EncodedAddBatch((3, 9), KEY, [(5, 4, b"z" * 300)], recovery=True)
-    request = pb.AddRequest.FromString(a.frame + b.frame)
+    request = pb.AddRequest.FromString(a.frame_for(1) + b.frame_for(1))
     assert [(x.ledger.scope_id, x.ledger.ledger_id) for x in request.batches] == [(0, 7), (3, 9)]
     assert list(request.batches[0].entries) == [b"x", b"yy"] and request.batches[1].recovery
     assert [x.request_id for x in request.batches] == [a.request_id, b.request_id] and a.request_id != b.request_id

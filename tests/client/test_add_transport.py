@@ -1,7 +1,7 @@
 """The client's plain-TCP add stream (pyspark_ledger.transport.add_streams.SocketAddStream) against a fake
 add listener in this process: one request in flight with the rest coalesced, timeouts and broken
 connections fail the pending adds and the next add reconnects, an unreachable listener fails fast.
-Also the writer's split of a bookie's entries into bounded batches (write_handle._batches)."""
+Also the writer's split of a bookie's entries into bounded batches (ledger/add_batches.py)."""
 
 from __future__ import annotations
 
@@ -18,11 +18,12 @@ from bookie.proto.add_framing import HELLO_BYTES, FrameReader, FramingError, fra
 from bookie.proto.versions import OUR_RANGE, WireRange
 from bookie.status import Status
 from pyspark_ledger.errors import BookieUnavailableError
-from pyspark_ledger.ledger import write_handle
+from pyspark_ledger.ledger import add_batches
 from pyspark_ledger.testing.zookeeper_server import free_port
 from pyspark_ledger.transport import add_hello
-from pyspark_ledger.transport.add_streams import EncodedAddBatch, SocketAddStream
+from pyspark_ledger.transport.add_streams import SocketAddStream
 from pyspark_ledger.transport.bookie_client import BookieClient
+from pyspark_ledger.transport.encoded_batch import EncodedAddBatch
 from tests.bookie.server_helpers import KEY, Acks
 
 WAIT_S = 20.0
@@ -449,11 +450,11 @@ def test_a_listener_that_is_not_an_add_listener_fails_the_add() -> None:
 # ---- the writer's batches -----------------------------------------------------------------------
 
 def test_a_bookies_entries_are_split_into_batches_within_both_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(write_handle, "BATCH_ENTRIES_MAX", 4)
-    monkeypatch.setattr(write_handle, "BATCH_BYTES_MAX", 1000)
+    monkeypatch.setattr(add_batches, "BATCH_ENTRIES_MAX", 4)
+    monkeypatch.setattr(add_batches, "BATCH_BYTES_MAX", 1000)
     sizes = [400, 400, 400, 100, 100, 100, 100, 100, 1500, 10]
     entries = [SimpleNamespace(entry_id=i, data=b"x" * n) for i, n in enumerate(sizes)]
-    batches = [[p.entry_id for p in chunk] for chunk in write_handle._batches(entries)]
+    batches = [[p.entry_id for p in chunk] for chunk in add_batches.batches(entries)]
     assert batches == [
         [0, 1],  # 800 bytes: a third 400 would pass 1000
         [2, 3, 4, 5],  # 700 bytes, but four entries
@@ -465,12 +466,12 @@ def test_a_bookies_entries_are_split_into_batches_within_both_bounds(monkeypatch
 
 
 def test_batches_of_entries_at_the_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(write_handle, "BATCH_ENTRIES_MAX", 3)
-    monkeypatch.setattr(write_handle, "BATCH_BYTES_MAX", 300)
+    monkeypatch.setattr(add_batches, "BATCH_ENTRIES_MAX", 3)
+    monkeypatch.setattr(add_batches, "BATCH_BYTES_MAX", 300)
 
     def split(sizes: list[int]) -> list[list[int]]:
         entries = [SimpleNamespace(entry_id=i, data=b"x" * n) for i, n in enumerate(sizes)]
-        return [[p.entry_id for p in chunk] for chunk in write_handle._batches(entries)]
+        return [[p.entry_id for p in chunk] for chunk in add_batches.batches(entries)]
 
     assert split([100, 100, 100]) == [[0, 1, 2]]  # exactly both bounds
     assert split([100, 100]) == [[0, 1]]

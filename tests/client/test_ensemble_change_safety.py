@@ -34,7 +34,8 @@ class ScriptedBookie:
         self.sent: list[tuple[list[int], Callable[[Status, str], None]]] = []
         self.arrived = threading.Condition()
 
-    def submit_encoded(self, batch: object, callback: Callable[[Status, str], None], *, timeout_s: float):
+    def submit_encoded(self, batch: object, callback: Callable[[Status, str], None], *, timeout_s: float,
+                       on_stored: object = None):
         ids = list(batch._entry_ids)  # set by the test's batch spy below
         with self.arrived:
             self.sent.append((ids, callback))

@@ -31,7 +31,7 @@ WAIT_S = 120.0
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LedgerClient]:
     with LocalCluster(3, work_dir=tmp_path_factory.mktemp("batching")) as cluster, \
             LedgerClient(cluster.metadata_uri, add_timeout_s=10) as c:
-        set_message_batches(c, True)
+        assert c.cluster_settings.message_batches  # on by default: a new cluster has only new clients
         yield c
 
 

@@ -19,7 +19,6 @@ from pyspark_ledger.cli.app import main
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.testing.fault_check import FaultCounters
 from pyspark_ledger.testing.local_cluster import LocalCluster
-from pyspark_ledger.testing.message_batches import set_message_batches
 from pyspark_ledger.testing.takeover import run_takeover
 from tests.faults.harness import ROUNDS, report
 
@@ -34,7 +33,7 @@ def test_new_writer_takes_over_from_a_writer_killed_with_entries_in_flight(
     with LocalCluster(3, metadata_uri=zk_uri, work_dir=tmp_path / "cluster") as cluster, \
             LedgerClient(zk_uri) as client:
         rows: dict[str, FaultCounters] = {}
-        set_message_batches(client, True)  # the writer process's client reads it when it starts
+        assert client.cluster_settings.message_batches  # on by default: the writer process batches
         for i in range(ROUNDS):
             r = run_takeover(client, cluster.bookies, f"takeover-{i}", count=count, size=size,
                              acked_first=acked_first, linger_ms=60_000 if size < 1000 else 1)

@@ -238,3 +238,48 @@ def test_random_answers_keep_completions_ordered_and_on_a_of_the_final_write_set
                     check(cmd.completed)
         m.sends(m.take_outbox())
     assert completed == list(range(len(completed)))
+
+
+# ---- runs (WriteHandle.add_entries_async) ------------------------------------------------------------
+
+def run_of(m: WriterMachine, first: int, count: int) -> list[PendingAdd]:
+    return [PendingAdd(e, 10, m.write_set_for(e)) for e in range(first, first + count)]
+
+
+def test_a_run_is_one_decision_and_goes_direct_only_when_nothing_is_in_flight() -> None:
+    m = WriterMachine(("b0", "b1", "b2"), write_quorum_size=3, ack_quorum_size=2)
+    first = run_of(m, 0, 4)
+    assert m.append_run(first, -1, 0.0, direct=True)  # idle: the caller sends it at once
+    assert m.sends(first) == {("b0", "b1", "b2"): first}  # E == W: the run goes whole to each bookie
+    second = run_of(m, 4, 3)
+    assert not m.append_run(second, -1, 0.0, direct=True)  # the first is in flight: queued
+    assert sent(m) == {("b0", "b1", "b2"): [4, 5, 6]}
+    with pytest.raises(InvariantError):
+        m.append_run(run_of(m, 9, 2), -1, 0.0)  # ids must follow on
+
+
+def test_a_run_over_e_greater_than_w_is_cut_into_each_bookies_sub_runs() -> None:
+    m = WriterMachine(("b0", "b1", "b2", "b3"), write_quorum_size=2, ack_quorum_size=2)
+    m.append_run(run_of(m, 0, 6), -1, 0.0)
+    groups = sent(m)
+    assert groups == {("b0", "b1"): [0, 4], ("b1", "b2"): [1, 5], ("b2", "b3"): [2], ("b0", "b3"): [3]}
+    per_bookie = {b: sorted(e for targets, es in groups.items() if b in targets for e in es) for b in m.ensemble}
+    assert per_bookie == {"b0": [0, 3, 4], "b1": [0, 1, 4, 5], "b2": [1, 2, 5], "b3": [2, 3]}
+
+
+def test_a_run_refused_inside_completes_its_prefix_and_the_lac_never_passes_the_refusal() -> None:
+    """Every bookie stores entries 0-2 of a run of 6 and refuses 3 on (TOO_LARGE: stored 3): the
+    prefix completes, entry 3 and later never do, the writer stops without a quorum for them."""
+    m = WriterMachine(("b0", "b1", "b2"), write_quorum_size=3, ack_quorum_size=2)
+    m.append_run(run_of(m, 0, 6), -1, 0.0)
+    sent(m)
+    assert ids(m.on_acks("b0", [0, 1, 2])) == []  # one ack each: A = 2 not reached
+    assert ids(m.on_acks("b1", [0, 1, 2])) == [0, 1, 2]
+    assert m.lac == 2
+    assert m.on_add_failed("b0", [3, 4, 5])  # the refusal: a change is due
+    assert m.on_acks("b2", [0, 1, 2]) == []  # nothing past 2 to complete
+    m.on_add_failed("b1", [3, 4, 5])
+    m.on_add_failed("b2", [3, 4, 5])
+    cmd = m.begin_change([], first_candidate)  # no replacement for anyone: no quorum
+    assert isinstance(cmd, Stop) and cmd.kind is StopKind.NO_QUORUM
+    assert ids(cmd.victims) == [3, 4, 5] and m.lac == 2

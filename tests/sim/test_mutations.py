@@ -185,3 +185,22 @@ def test_a_placement_blind_to_racks_is_caught(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(racks.SimPlacement, "__init__", blind)
     seeds, r = first_violation(lambda v: "racks" in v and "new ensemble" in v, seeds_max=AUTORECOVERY_SEEDS_MAX)
     print(f"rack-blind placement caught after {seeds} seeds: {r.violation}")
+
+
+def test_a_refused_run_counted_whole_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Defect (runs, issue 30): the writer takes a run's answer as an ack of every entry of the
+    run, ignoring how many the bookie stored before it refused the rest: the refused entries
+    count a bookie that does not hold them toward A, and one is acknowledged on too few."""
+    from pyspark_ledger.testing.sim import writer
+
+    real_reply = writer.SimWriter._on_run_reply
+
+    def whole_run(self: writer.SimWriter, b: str, ids: list[int], answer: tuple[str, int]) -> None:
+        status, _stored = answer
+        real_reply(self, b, ids, ("OK", len(ids)) if status == "REFUSED" else answer)
+
+    monkeypatch.setattr(writer.SimWriter, "_on_run_reply", whole_run)
+    needed, r = first_violation(lambda v: "bookies" in v or "LAC" in v or "lost" in v,
+                                also_allowed=lambda v: "operations still running" in v)
+    print(f"\nrefused run counted whole: caught after {needed} seeds (seed {r.seed}): {r.violation}")
+    assert needed <= SEEDS_MAX

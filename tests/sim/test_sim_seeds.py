@@ -21,10 +21,12 @@ FAULTS_EXPECTED = ("crash", "partition", "read_only", "fsync_failure", "corrupt"
                    "worker_crash_after_prepared", "worker_crash_after_copying", "worker_crash_after_copied",
                    "worker_crash_after_committed", "worker_crash_anytime", "worker_pause", "replacement_read_only",
                    # the leader-change family: the lost bookie back and gone again while no auditor leads
-                   "leader_change_bounce")
+                   "leader_change_bounce",
+                   # run-encoded adds: a bookie refusing a run from one of its entries on
+                   "run_refused")
 ACTIVITY_EXPECTED = ("autorecovery_histories", "marks_written", "marks_cleared", "swaps_committed",
                      "swaps_resumed_from_record", "swap_records_of_dead_workers_cleared", "swaps_rolled_back",
-                     "audit_scans_resumed")
+                     "audit_scans_resumed", "runs")
 
 
 def test_thousands_of_seeds_keep_every_invariant() -> None:

@@ -20,6 +20,7 @@ python) are checked to import the old code, not the checkout's.
 from __future__ import annotations
 
 import json
+import queue
 import subprocess
 import time
 from collections.abc import Iterator
@@ -29,17 +30,20 @@ from typing import Any
 import pytest
 
 import pyspark_ledger
-from bookie.proto.versions import OUR_RANGE, RELEASE
+from bookie.proto.versions import OLDEST_PEER_RANGE, OUR_RANGE, RELEASE, RUN_ADDS_VERSION
+from bookie.status import Status
 from bookie.storage.format_version import FORMAT_VERSION_MAX, read_format
 from metadata import BookieRegistry, log_settings, open_store
 from metadata.cluster_settings import update_cluster_settings
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.log import Position
+from pyspark_ledger.protocol.digest import master_key
 from pyspark_ledger.testing.local_cluster import BookieLauncher, LocalBookie
 from pyspark_ledger.testing.message_batches import set_message_batches
 from pyspark_ledger.testing.old_release import OldRelease, Release, ReleaseBuildError, build_release, last_release
 from pyspark_ledger.testing.process_lines import ProcessLines
 from pyspark_ledger.testing.zookeeper_server import free_port
+from pyspark_ledger.transport.bookie_client import BookieClient
 
 CLIENT_SCRIPT = Path(__file__).with_name("release_client.py")
 WAIT_S = 120.0  # progress waits: generous, the machine is shared
@@ -160,15 +164,49 @@ def test_clients_of_this_release_on_bookies_of_the_last(old: OldRelease, tmp_pat
         assert [f.result(timeout=WAIT_S) for f in futures] == list(range(200))
         # Over the add connections just used (or, for one a slow moment reset, the registrations).
         assert [client.pool.get(f"bookie-{i}").wire_version() for i in range(3)] == [1, 1, 1]
+        # Runs fall back to per-entry batches with bookies that speak version 1 only.
+        assert w.add_entries_async([b"new-client-%d" % i for i in range(200, 260)]).result(timeout=WAIT_S) == 259
         w.close()
         ledger = w.ledger_id.qualified_name
-        assert [e.payload for e in client.open_ledger(ledger).read_entries(0, 199)] == [b"new-client-%d" % i for i in range(200)]
+        assert [e.payload for e in client.open_ledger(ledger).read_entries(0, 259)] == [b"new-client-%d" % i for i in range(260)]
+        probe = client.create_ledger(3, 3, 2)
+        _an_old_bookie_refuses_runs_cleanly(uri, probe.ledger_id.id)
+        probe.close()
+        # A fleet whose logs clients of the last release read keeps batches off (docs/upgrading.md).
+        set_message_batches(client, False)
         with client.open_log_writer("mixed") as log:
             positions = [log.append(b"new-log-%d" % i) for i in range(100)]
         assert read_log(client, "mixed") == [(p, b"new-log-%d" % i) for i, p in enumerate(positions)]
     # And the old release's own client reads what this one wrote through its bookies.
-    assert run_old_client(old, "ledger-read", uri, ledger)["payloads"] == [(b"new-client-%d" % i).hex() for i in range(200)]
+    assert run_old_client(old, "ledger-read", uri, ledger)["payloads"] == [(b"new-client-%d" % i).hex() for i in range(260)]
     assert old_read_log(old, uri, "mixed") == [(p, b"new-log-%d" % i) for i, p in enumerate(positions)]
+
+
+def _an_old_bookie_refuses_runs_cleanly(uri: str, ledger_id: int) -> None:
+    """A client that believes an old bookie speaks wire version 2 (a registration that claimed
+    more, say) is put right: at the add listener's hello the bookie answers version 1 and the
+    client connects again asking for it; over gRPC, where no hello settles it, a run the bookie
+    cannot read is refused INVALID_REQUEST and the stream goes on."""
+    store = open_store(uri)
+    try:
+        info = next(i for i in BookieRegistry(store).list() if i.bookie_id == "bookie-0")
+    finally:
+        store.close()
+    key, entry = (0, ledger_id), [(0, -1, b"probe")]
+    for add_address, status in ((info.add_address, Status.OK), ("", Status.INVALID_REQUEST)):
+        bc = BookieClient("bookie-0", info.address, add_address=add_address, wire_range=lambda: OUR_RANGE)
+        try:
+            answers: queue.SimpleQueue[Status] = queue.SimpleQueue()
+            bc.add_batch(key, master_key(b""), entry, lambda st, _msg: answers.put(st))
+            assert answers.get(timeout=WAIT_S) == status, add_address
+            assert bc.wire_version() == (1 if add_address else RUN_ADDS_VERSION)
+            if not add_address:  # a client that knows the bookie's range falls back, and is served
+                bc.close()
+                bc = BookieClient("bookie-0", info.address, wire_range=lambda: OLDEST_PEER_RANGE)
+                bc.add_batch(key, master_key(b""), entry, lambda st, _msg: answers.put(st))
+                assert answers.get(timeout=WAIT_S) == Status.OK
+        finally:
+            bc.close()
 
 
 def test_clients_of_the_last_release_on_bookies_of_this_one(old: OldRelease, tmp_path: Path,
@@ -183,6 +221,7 @@ def test_clients_of_the_last_release_on_bookies_of_this_one(old: OldRelease, tmp
     old_positions = [Position.from_json(p) for p in appended]
     with LedgerClient(uri, add_timeout_s=ADD_TIMEOUT_S) as client:
         assert [e.payload.hex() for e in client.open_ledger(ledger).read_entries(0, 149)] == expected
+        set_message_batches(client, False)  # the last release's clients read this log (docs/upgrading.md)
         with client.open_log_writer("mixed") as log:  # this release's writer takes the log over
             new_positions = [log.append(b"new-log-%d" % i) for i in range(50)]
         written = ([(p, b"old-log-%d" % i) for i, p in enumerate(old_positions)]
@@ -215,8 +254,7 @@ def test_a_client_of_the_last_release_refuses_batched_messages(old: OldRelease, 
     uri = f"sqlite://{tmp_path / 'metadata.db'}"
     started.append(Bookies(tmp_path, uri, NEW, RELEASE))
     with LedgerClient(uri, add_timeout_s=ADD_TIMEOUT_S) as client:
-        set_message_batches(client, True)
-        with client.open_log_writer("batched") as log:
+        with client.open_log_writer("batched") as log:  # message_batches is on by default
             handles = [log.append_async(b"batched-%d" % i) for i in range(10)]
             log.flush()
         assert {h.result(WAIT_S).entry_id for h in handles} == {0}  # one entry, ten messages

@@ -18,6 +18,7 @@ from pyspark_ledger.testing.sim.metastore import MetaStore
 from pyspark_ledger.testing.sim.network import Network
 from pyspark_ledger.testing.sim.racks import SimPlacement, draw_racks, places_by_rack
 from pyspark_ledger.testing.sim.recoverer import SimRecovery
+from pyspark_ledger.testing.sim.runs import uses_runs
 from pyspark_ledger.testing.sim.tailer import SimTailer
 from pyspark_ledger.testing.sim.world import Violation, World
 
@@ -46,13 +47,14 @@ class SeedResult:
 
 
 def run_seed(seed: int, *, trace: bool = False, autorecovery: bool | None = None,
-             racks: bool | None = None) -> SeedResult:
+             racks: bool | None = None, runs: bool | None = None) -> SeedResult:
     """autorecovery: None runs it when the seed's own draw says so (autorecovery.py); False
     replays the seed's history as it was before autorecovery joined the simulator. racks: the
-    same for rack-aware placement (racks.py)."""
+    same for rack-aware placement (racks.py); runs: for run-encoded adds (runs.py)."""
     world = World(seed, trace_all=trace)
     world.autorecovery = runs_autorecovery(seed) if autorecovery is None else autorecovery
     world.racks = places_by_rack(seed) if racks is None else racks
+    world.runs = uses_runs(seed) if runs is None else runs
     rng = world.rng
     violation: str | None = None
     checker: Checker | None = None

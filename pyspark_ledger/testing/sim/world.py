@@ -43,6 +43,7 @@ class World:
         self.stats: Counter[str] = Counter()  # what the history exercised (not faults)
         self.autorecovery = False  # whether auditors and replication workers run (runner.py)
         self.racks = False  # whether bookies have racks and placement follows them (racks.py)
+        self.runs = False  # whether writers append runs of entries (runs.py)
 
     # ---- scheduling ---------------------------------------------------------------------------
 

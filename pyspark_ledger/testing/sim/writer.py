@@ -11,6 +11,7 @@ to reach the ack quorum stops it with a clear error. It closes at its LAC.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Sequence
 from typing import cast
 
@@ -30,6 +31,7 @@ from pyspark_ledger.testing.sim.actor import Actor, Cluster
 from pyspark_ledger.testing.sim.bookie import FENCED, OK, SimBookie, SimEntry
 from pyspark_ledger.testing.sim.metastore import CLOSED, BadVersion, LedgerMeta
 from pyspark_ledger.testing.sim.payload import size_of, token_of
+from pyspark_ledger.testing.sim.runs import RUN_LEN_MAX, add_run
 
 ADD_TIMEOUT_S = 0.25
 ADD_GAP_S = 0.1  # pace of new entries (a ledger spans the fault window)
@@ -60,6 +62,9 @@ class SimWriter(Actor):
         self.length_issued = 0
         self.error: str | None = None
         self.on_end = on_end
+        # Seeds with runs (runs.py) draw run lengths from their own generator: the world's
+        # draws stay as they were, so a seed's faults and configuration do not move.
+        self.run_rng = random.Random(f"{cluster.world.seed}-{name}") if cluster.world.runs else None
 
     @property
     def was_paused(self) -> bool:
@@ -81,22 +86,72 @@ class SimWriter(Actor):
         if self.issued >= self.entries_total:
             self._maybe_close()
             return
-        if len(m.adds) < IN_FLIGHT_MAX:
-            eid = m.adds.next_entry_id
-            size = size_of(self.ledger, eid)
-            self.length_issued += size
-            m.append(SimPending(eid, size, m.write_set_for(eid), self.length_issued), m.lac, self.world.now_s)
-            self.issued += 1
+        room = min(IN_FLIGHT_MAX - len(m.adds), self.entries_total - self.issued)
+        if room > 0 and self.run_rng is not None:
+            run = [self._next_pending(i) for i in range(self.run_rng.randint(1, min(room, RUN_LEN_MAX)))]
+            m.append_run(run, m.lac, self.world.now_s)
+            self.world.stats["runs"] += 1
+            self._flush()
+        elif room > 0:
+            m.append(self._next_pending(), m.lac, self.world.now_s)
             self._flush()
         self.later(ADD_GAP_S, self._issue, "issue")
 
+    def _next_pending(self, offset: int = 0) -> SimPending:
+        """The next new entry (`offset` further on for the later entries of a run being built)."""
+        m = self.machine
+        eid = m.adds.next_entry_id + offset
+        size = size_of(self.ledger, eid)
+        self.length_issued += size
+        self.issued += 1
+        return SimPending(eid, size, m.write_set_for(eid), self.length_issued)
+
     def _flush(self) -> None:
-        """Send what the machine's outbox holds, to the bookies it says each entry needs."""
+        """Send what the machine's outbox holds, to the bookies it says each entry needs: entry
+        by entry, or (seeds with runs) one run request per bookie per consecutive sub-run."""
         m = self.machine
         for targets, entries in m.sends(m.take_outbox()).items():
+            if self.run_rng is not None:
+                for sub in _consecutive(cast(list[SimPending], entries)):
+                    for b in targets:
+                        self._send_run(sub, b)
+                continue
             for p in entries:
                 for b in targets:
                     self._send(cast(SimPending, p), b)
+
+    def _send_run(self, run: list[SimPending], b: str) -> None:
+        lac = self.machine.lac
+        entries = [SimEntry(self.ledger, p.entry_id, token_of(self.ledger, p.entry_id), p.size, p.length, lac)
+                   for p in run]
+        ids = [p.entry_id for p in run]
+
+        def request(bookie: SimBookie, respond: Callable[[tuple[str, int]], None]) -> None:
+            add_run(bookie, entries, respond)
+
+        self.call_bookie(b, request, lambda answer: self._on_run_reply(b, ids, answer),
+                         lambda: self._on_run_failed(b, ids, "timeout"), ADD_TIMEOUT_S,
+                         f"add run {self.ledger}/{ids[0]}..{ids[-1]}")
+
+    def _on_run_reply(self, b: str, ids: list[int], answer: tuple[str, int]) -> None:
+        if not self.live:
+            return
+        status, stored = answer
+        if stored:
+            self._completed(self.machine.on_acks(b, ids[:stored]))
+        if status == OK or not self.live:
+            return
+        if status == FENCED:
+            self._apply(self.machine.on_fenced(b, status))
+        else:
+            self._on_run_failed(b, ids[stored:], status)
+
+    def _on_run_failed(self, b: str, ids: list[int], why: str) -> None:
+        if not self.live or not ids:
+            return
+        self.world.note(f"{self.name} add run {self.ledger}/{ids[0]}..{ids[-1]} failed on {b}: {why}")
+        if self.machine.on_add_failed(b, ids):
+            self._begin_change()
 
     def _send(self, p: SimPending, b: str) -> None:
         entry = SimEntry(self.ledger, p.entry_id, token_of(self.ledger, p.entry_id), p.size, p.length, self.machine.lac)
@@ -231,3 +286,14 @@ class SimWriter(Actor):
         self.world.note(f"{self.name} stops: {self.error}")
         self.world.stats["writers_fenced" if stop.kind is StopKind.FENCED else "writers_stopped"] += 1
         self.on_end(self, self.error)
+
+
+def _consecutive(entries: list[SimPending]) -> list[list[SimPending]]:
+    """`entries` (in id order) cut where ids stop being consecutive: the sub-runs of one request."""
+    out: list[list[SimPending]] = []
+    for p in entries:
+        if out and out[-1][-1].entry_id + 1 == p.entry_id:
+            out[-1].append(p)
+        else:
+            out.append([p])
+    return out
