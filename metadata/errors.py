@@ -27,6 +27,14 @@ class NoNodeError(MetadataError):
     """The path does not exist."""
 
 
+class NoSuchLogError(NoNodeError):
+    """The named log does not exist."""
+
+
+class LogExistsError(NodeExistsError):
+    """create() found a log of that name."""
+
+
 class BadVersionError(MetadataError):
     """A compare-and-set or delete found a different version: somebody else wrote first.
 

@@ -11,16 +11,27 @@ finds later (its own walk goes further each pass).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from metadata import log_segments as segs
+from metadata.errors import NoSuchLogError
 from metadata.ids import LedgerId
 from metadata.log_record import LogLedger
 from metadata.log_segments import LogHead
 from metadata.paths import log_segment_path
+from metadata.store import MetadataStore
 
-if TYPE_CHECKING:
-    from metadata.logs import LogManager
+
+class LogHeads(Protocol):
+    """What a lookup reads (metadata.logs.LogManager has it): a log's head, its immutable
+    segments, and the store for the deletion queue's kept segments. A protocol, so this module
+    needs nothing from metadata.logs, which builds lookups."""
+
+    store: MetadataStore
+
+    def read_head(self, name: str) -> tuple[LogHead, int]: ...
+
+    def segment(self, name: str, index: int) -> tuple[LogLedger, ...]: ...
 
 SCAN_LEDGERS_MAX = 64 * segs.SEGMENT_LEDGERS  # newest ledgers one lookup walks (64 segments)
 
@@ -29,13 +40,11 @@ class LedgerLookup:
     """Membership of ledgers in one log, as of one read of its head. `in` is True for a ledger of
     the log AND for one the bounded walk could not rule out (never delete on a guess)."""
 
-    def __init__(self, logs: LogManager, name: str, scan_ledgers_max: int = SCAN_LEDGERS_MAX, *,
+    def __init__(self, logs: LogHeads, name: str, scan_ledgers_max: int = SCAN_LEDGERS_MAX, *,
                  include_queued: bool = False):
         """include_queued: ledgers trimmed but not deleted yet (the deletion queue) count as in."""
         self.logs, self.name, self.scan_ledgers_max = logs, name, scan_ledgers_max
         self.include_queued = include_queued
-        from metadata.logs import NoSuchLogError  # metadata.logs imports this module lazily
-
         self.head: LogHead | None
         try:
             self.head = logs.read_head(name)[0]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import struct
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import crc32c
@@ -33,6 +33,13 @@ COMMITTED_BATCH_KEYS_MAX = 1_000
 MESSAGE_FORMAT_SINGLE = "single"
 MESSAGE_FORMAT_BATCHED = "batched"
 MESSAGE_FORMATS = (MESSAGE_FORMAT_SINGLE, MESSAGE_FORMAT_BATCHED)
+MESSAGE_FORMAT_PROPERTY = "setting.message_format"  # the copy in `properties` (see with_message_format)
+# The keys this release reads; any other top-level key is kept in LogRecord.extra.
+RECORD_KEYS = frozenset({"name", "formatVersion", "writerEpoch", "nextSeq", "ctimeMs", "schema", "payloadFormat",
+                         "messageFormat", "ledgers", "committedBatches", "pendingDeletions", "retention",
+                         "properties", "trimSeq"})
+_LEDGER_KEYS = frozenset({"seq", "ledger", "ctimeMs", "entryCount", "sizeBytes", "sealedMs"})
+_RETENTION_KEYS = frozenset({"max_age_ms", "max_size_bytes"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +49,14 @@ class LogLedger:
 
     seq: int
     ledger_id: LedgerId
-    ctime_ms: int
+    ctime_ms: int  # when the ledger joined the log
     entry_count: int | None = None  # known once the ledger is closed
     size_bytes: int | None = None
+    # When the ledger was sealed into the log (None: sealed by a release before this field, or
+    # open). Retention judges age by it, not by ctime_ms: a ledger that joined long ago but took
+    # entries until a minute ago is a minute old.
+    sealed_ms: int | None = None
+    extra: tuple[tuple[str, str], ...] = ()  # keys a newer release wrote: (key, JSON), kept as they are
 
     @property
     def sealed(self) -> bool:
@@ -55,6 +67,7 @@ class LogLedger:
 class Retention:
     max_age_ms: int | None = None
     max_size_bytes: int | None = None
+    extra: tuple[tuple[str, str], ...] = ()  # retention keys a newer release wrote: kept, not refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +88,9 @@ class LogRecord:
     # only the tail's ledgers, so a trim of sealed segments is said here, not by a ledger list.
     trim_seq: int = 0
     message_format: str = MESSAGE_FORMAT_SINGLE  # kept as stored, even if unknown (see MESSAGE_FORMATS)
+    # Top-level keys this release does not know (a newer one wrote them): (key, JSON), written back
+    # unchanged by every compare-and-set, so a mixed fleet never erases a newer field.
+    extra: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.ledgers) > LOG_LEDGERS_MAX:
@@ -130,16 +146,19 @@ class LogRecord:
         """Append sealed ledgers (a Spark job's output) in one change, all with the one time of that
         change: their rows became readable together, and a read from a time must not split them."""
         joined_ms = now_ms()
-        appended = tuple(LogLedger(self.next_seq + i, lid, joined_ms, entries, size)
+        appended = tuple(LogLedger(self.next_seq + i, lid, joined_ms, entries, size, joined_ms)
                          for i, (lid, (entries, size)) in enumerate(zip(ledger_ids, sizes)))
         return replace(self, ledgers=self.ledgers + appended, next_seq=self.next_seq + len(appended))
 
-    def with_sealed(self, ledger_id: LedgerId, entry_count: int, size_bytes: int) -> LogRecord:
+    def with_sealed(self, ledger_id: LedgerId, entry_count: int, size_bytes: int,
+                    sealed_ms: int | None = None) -> LogRecord:
         i = self.index_of(ledger_id)
         if i is None:
             return self
         ledgers = list(self.ledgers)
-        ledgers[i] = replace(ledgers[i], entry_count=entry_count, size_bytes=size_bytes)
+        at = now_ms() if sealed_ms is None else sealed_ms
+        ledgers[i] = replace(ledgers[i], entry_count=entry_count, size_bytes=size_bytes,
+                             sealed_ms=ledgers[i].sealed_ms if ledgers[i].sealed else at)
         return replace(self, ledgers=tuple(ledgers))
 
     def without_ledgers(self, ledger_ids: set[LedgerId]) -> LogRecord:
@@ -179,15 +198,49 @@ class LogRecord:
             raise InvalidMetadataError(f"log {self.name}: message format {message_format!r} not one of {MESSAGE_FORMATS}")
         if self.message_format == MESSAGE_FORMAT_BATCHED or self.message_format == message_format:
             return self
-        return replace(self, message_format=message_format)
+        # Said twice: a release before the field keeps `properties` through its compare-and-set
+        # but drops the top-level key; either one saying "batched" makes the log batched.
+        props = tuple(sorted(dict(self.properties, **{MESSAGE_FORMAT_PROPERTY: message_format}).items()))
+        return replace(self, message_format=message_format, properties=props)
 
 
-def _lid(x: LedgerId) -> str:
-    return x.qualified_name
+def _unknown(d: dict[str, Any], known: frozenset[str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, json.dumps(v, sort_keys=True)) for k, v in d.items() if k not in known))
+
+
+def _with_unknown(d: dict[str, Any], extra: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    for key, value in extra:
+        d.setdefault(key, json.loads(value))
+    return d
+
+
+def ledger_to_json(lg: LogLedger) -> dict[str, Any]:
+    d: dict[str, Any] = {"seq": lg.seq, "ledger": lg.ledger_id.qualified_name, "ctimeMs": lg.ctime_ms,
+                         "entryCount": lg.entry_count, "sizeBytes": lg.size_bytes}
+    if lg.sealed_ms is not None:
+        d["sealedMs"] = lg.sealed_ms
+    return _with_unknown(d, lg.extra) if lg.extra else d
+
+
+def ledger_from_json(x: dict[str, Any]) -> LogLedger:
+    sealed = x.get("sealedMs")
+    extra = _unknown(x, _LEDGER_KEYS) if len(x) > 5 else ()
+    return LogLedger(int(x["seq"]), LedgerId.from_qualified_name(x["ledger"]), int(x["ctimeMs"]),
+                     x.get("entryCount"), x.get("sizeBytes"), None if sealed is None else int(sealed), extra)
+
+
+def retention_to_json(r: Retention) -> dict[str, Any]:
+    return _with_unknown({"max_age_ms": r.max_age_ms, "max_size_bytes": r.max_size_bytes}, r.extra)
+
+
+def retention_from_json(d: dict[str, Any]) -> Retention:
+    age, size = d.get("max_age_ms"), d.get("max_size_bytes")
+    return Retention(None if age is None else int(age), None if size is None else int(size),
+                     _unknown(d, _RETENTION_KEYS))
 
 
 def to_json_dict(rec: LogRecord) -> dict[str, Any]:
-    return {
+    d = {
         "name": rec.name,
         "formatVersion": rec.format_version,
         "writerEpoch": rec.writer_epoch,
@@ -196,38 +249,40 @@ def to_json_dict(rec: LogRecord) -> dict[str, Any]:
         "schema": rec.schema,
         "payloadFormat": rec.payload_format,
         "messageFormat": rec.message_format,
-        "ledgers": [
-            {"seq": lg.seq, "ledger": _lid(lg.ledger_id), "ctimeMs": lg.ctime_ms, "entryCount": lg.entry_count,
-             "sizeBytes": lg.size_bytes}
-            for lg in rec.ledgers
-        ],
+        "ledgers": [ledger_to_json(lg) for lg in rec.ledgers],
         "committedBatches": [{"writer": k, "batch": b} for k, b in rec.committed_batches],
-        "pendingDeletions": [_lid(x) for x in rec.pending_deletions],
-        "retention": asdict(rec.retention),
+        "pendingDeletions": [x.qualified_name for x in rec.pending_deletions],
+        "retention": retention_to_json(rec.retention),
         "properties": dict(rec.properties),
     }
+    return _with_unknown(d, rec.extra)
 
 
-def from_json_dict(d: dict[str, Any]) -> LogRecord:
+def _message_format(d: dict[str, Any]) -> str:
+    stored = str(d.get("messageFormat", MESSAGE_FORMAT_SINGLE))
+    if d.get("properties", {}).get(MESSAGE_FORMAT_PROPERTY) == MESSAGE_FORMAT_BATCHED:
+        return MESSAGE_FORMAT_BATCHED  # a release before the field rewrote the record
+    return stored
+
+
+def from_json_dict(d: dict[str, Any], reserved: frozenset[str] = frozenset()) -> LogRecord:
+    """`reserved`: keys the caller reads itself (a head's segment fields), not kept as unknown."""
     return LogRecord(
         name=d["name"],
-        ledgers=tuple(
-            LogLedger(int(x["seq"]), LedgerId.from_qualified_name(x["ledger"]), int(x["ctimeMs"]),
-                      x.get("entryCount"), x.get("sizeBytes"))
-            for x in d["ledgers"]
-        ),
+        ledgers=tuple(ledger_from_json(x) for x in d["ledgers"]),
         writer_epoch=int(d["writerEpoch"]),
         next_seq=int(d["nextSeq"]),
         schema=d.get("schema"),
         payload_format=d.get("payloadFormat", "raw"),
         committed_batches=tuple((x["writer"], int(x["batch"])) for x in d.get("committedBatches", [])),
         pending_deletions=tuple(LedgerId.from_qualified_name(x) for x in d.get("pendingDeletions", [])),
-        retention=Retention(**d.get("retention", {})),
+        retention=retention_from_json(d.get("retention", {})),
         properties=tuple(sorted(d.get("properties", {}).items())),
         ctime_ms=int(d.get("ctimeMs", 0)),
         format_version=int(d.get("formatVersion", LOG_FORMAT_VERSION)),
         trim_seq=int(d.get("trimSeq", 0)),
-        message_format=str(d.get("messageFormat", MESSAGE_FORMAT_SINGLE)),
+        message_format=_message_format(d),
+        extra=_unknown(d, RECORD_KEYS | reserved),
     )
 
 

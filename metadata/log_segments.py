@@ -22,10 +22,10 @@ from typing import Any
 
 from metadata import log_record
 from metadata.errors import CorruptMetadataError, InvalidMetadataError, UnsupportedFormatVersionError
-from metadata.ids import LedgerId
 from metadata.log_record import LogLedger, LogRecord
 
 HEAD_FORMAT_VERSION = 2
+HEAD_KEYS = frozenset({"segFirst", "segNext", "deletedSeq", "segmentLedgers"})  # beside the record's own keys
 SEGMENT_LEDGERS = 256  # seqs per segment: a segment of 256 ledgers is about 40 KB of JSON
 _MAGIC = b"PLOG"
 _SEG_MAGIC = b"PLSG"
@@ -49,16 +49,6 @@ class LogHead:
     @property
     def boundary(self) -> int:
         return self.seg_next * SEGMENT_LEDGERS
-
-
-def _ledger_json(lg: LogLedger) -> dict[str, Any]:
-    return {"seq": lg.seq, "ledger": lg.ledger_id.qualified_name, "ctimeMs": lg.ctime_ms,
-            "entryCount": lg.entry_count, "sizeBytes": lg.size_bytes}
-
-
-def _ledger_from_json(x: dict[str, Any]) -> LogLedger:
-    return LogLedger(int(x["seq"]), LedgerId.from_qualified_name(x["ledger"]), int(x["ctimeMs"]),
-                     x.get("entryCount"), x.get("sizeBytes"))
 
 
 def _envelope(magic: bytes, body_obj: dict[str, Any]) -> bytes:
@@ -89,7 +79,7 @@ def decode_head(data: bytes, name: str) -> LogHead:
         if int(d.get("segmentLedgers", SEGMENT_LEDGERS)) != SEGMENT_LEDGERS:
             raise UnsupportedFormatVersionError(f"log {name!r}: segment size {d['segmentLedgers']} not supported")
         d["formatVersion"] = log_record.LOG_FORMAT_VERSION
-        rec = log_record.from_json_dict(d)
+        rec = log_record.from_json_dict(d, HEAD_KEYS)
         # Heads written before the deletion queue had none pending: their trims listed every
         # trimmed ledger in pendingDeletions and deleted the segments at once.
         deleted = int(d.get("deletedSeq", d["trimSeq"]))
@@ -99,13 +89,13 @@ def decode_head(data: bytes, name: str) -> LogHead:
 
 
 def encode_segment(ledgers: tuple[LogLedger, ...]) -> bytes:
-    return _envelope(_SEG_MAGIC, {"ledgers": [_ledger_json(lg) for lg in ledgers]})
+    return _envelope(_SEG_MAGIC, {"ledgers": [log_record.ledger_to_json(lg) for lg in ledgers]})
 
 
 def decode_segment(data: bytes, where: str) -> tuple[LogLedger, ...]:
     _, body = _open(data, _SEG_MAGIC, where)
     try:
-        return tuple(_ledger_from_json(x) for x in json.loads(body)["ledgers"])
+        return tuple(log_record.ledger_from_json(x) for x in json.loads(body)["ledgers"])
     except (ValueError, KeyError, TypeError) as exc:
         raise CorruptMetadataError(f"{where}: stored segment is invalid: {exc}") from exc
 

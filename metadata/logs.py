@@ -8,11 +8,18 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from metadata import log_queries
 from metadata import log_segments as segs
-from metadata.errors import BadVersionError, MetadataError, NodeExistsError, NoNodeError
+from metadata.errors import (  # the two log errors are re-exported: callers import them from here
+    BadVersionError,
+    LogExistsError,
+    MetadataError,
+    NodeExistsError,
+    NoNodeError,
+    NoSuchLogError,
+)
+from metadata.log_lookup import LedgerLookup
 from metadata.log_record import LogLedger, LogRecord
 from metadata.log_segments import LogHead
 from metadata.paths import (
@@ -27,18 +34,7 @@ from metadata.paths import (
 )
 from metadata.store import MetadataStore, RetryPolicy, Versioned, Watch, cas_update
 
-if TYPE_CHECKING:
-    from metadata.log_lookup import LedgerLookup
-
 SEGMENT_CACHE_MAX = 4096  # immutable segments kept decoded (about 256 ledgers each)
-
-
-class NoSuchLogError(NoNodeError):
-    """The named log does not exist."""
-
-
-class LogExistsError(NodeExistsError):
-    """create() found a log of that name."""
 
 
 class LogManager:
@@ -102,8 +98,6 @@ class LogManager:
 
     def lookup(self, name: str) -> LedgerLookup:
         """Which ledgers the log holds, walked from the newest back, bounded (metadata.log_lookup)."""
-        from metadata.log_lookup import LedgerLookup
-
         return LedgerLookup(self, name)
 
     def get_tail(self, name: str) -> tuple[LogRecord, int] | None:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 from metadata import LedgerId, NoSuchLedgerError, log_trim
 from metadata.context import now_ms
-from metadata.log_record import LogLedger, LogRecord, Retention
+from metadata.log_record import LogLedger, LogRecord
 from metadata.log_segments import LogHead
 from metadata.logs import LogManager
 from pyspark_ledger.log.position import Position
@@ -148,5 +149,7 @@ def _ledgers_backward(logs: LogManager, name: str, head: LogHead) -> Iterator[Lo
 
 
 def set_retention(client: LedgerService, name: str, *, max_age_s: float | None, max_size_bytes: int | None) -> None:
-    ret = Retention(None if max_age_s is None else int(max_age_s * 1000), max_size_bytes)
-    client.logs.update_head(name, lambda r: r.with_retention(ret))
+    age_ms = None if max_age_s is None else int(max_age_s * 1000)
+    # replace, not a new Retention: keys a newer release keeps there survive this change
+    client.logs.update_head(name, lambda r: r.with_retention(replace(r.retention, max_age_ms=age_ms,
+                                                                     max_size_bytes=max_size_bytes)))

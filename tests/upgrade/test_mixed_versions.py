@@ -31,7 +31,7 @@ import pytest
 import pyspark_ledger
 from bookie.proto.versions import OUR_RANGE, RELEASE
 from bookie.storage.format_version import FORMAT_VERSION_MAX, read_format
-from metadata import BookieRegistry, open_store
+from metadata import BookieRegistry, log_settings, open_store
 from metadata.cluster_settings import update_cluster_settings
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.log import Position
@@ -188,7 +188,15 @@ def test_clients_of_the_last_release_on_bookies_of_this_one(old: OldRelease, tmp
         written = ([(p, b"old-log-%d" % i) for i, p in enumerate(old_positions)]
                    + [(p, b"new-log-%d" % i) for i, p in enumerate(new_positions)])
         assert read_log(client, "mixed") == written
+        # The log's settings (issue 32) live where the last release's compare-and-set keeps them.
+        settings = {"backlog_policy": "trim", "rollover_max_bytes": "4096"}
+        client.logs.update_head("mixed", lambda r: log_settings.with_settings(r, settings))
     assert old_read_log(old, uri, "mixed") == written
+    again = run_old_client(old, "log-append", uri, "mixed", "5", "old-again")["positions"]
+    written += [(Position.from_json(p), b"old-again-%d" % i) for i, p in enumerate(again)]
+    with LedgerClient(uri, add_timeout_s=ADD_TIMEOUT_S) as client:
+        assert log_settings.stored(client.logs.read_head("mixed")[0].record) == settings
+        assert read_log(client, "mixed") == written
     # The new on-disk formats are off (the default), so the bookies can go back to the last
     # release, one at a time, on the data this release's bookies wrote.
     for i in range(3):
