@@ -86,6 +86,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "on once no client of release 0.1.0 will read logs (docs/upgrading.md)"),
     Setting("ledger_key_verifiers", bool, True, "new ledgers keep a verifier of their master key in their custom "
             "metadata, and bookies take no other key for them (docs/security.md; older releases ignore it)"),
+    Setting("offload_store", str, "", "where sealed ledgers are offloaded: file:///dir or s3://bucket/prefix, empty for "
+            "none (docs/tiered-storage.md)"),
 )}
 
 

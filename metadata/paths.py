@@ -15,7 +15,7 @@
     /autorecovery/scan                                 the auditor's scan cursor (a new auditor resumes it)
     /autorecovery/swaps/<qualified name>/<fragment>_<bookie>  a prepared replica swap (two-phase change)
     /cluster/settings                                  settings every client and bookie shares (JSON, metadata.cluster_settings)
-    /offload/files/<attempt>                           an offload attempt's objects, listed before they are written (metadata.offload_queue)
+    /offload/files/<attempt>                           an offload attempt's objects, listed first (metadata.offload_queue)
 
 Ledger ids: the 128-bit id (scope id, then ledger id) is written as 32 hex digits and cut into
 eight levels of 4 hex digits. No parent ever holds more than 65,536 children, however many

@@ -16,6 +16,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 from bookie.status import Status
 from metadata import LedgerId, LedgerMetadata, write_set
+from metadata.offload_record import is_offloaded
 from pyspark_ledger.errors import (
     BookieBusyError,
     DigestMismatchError,
@@ -26,6 +27,8 @@ from pyspark_ledger.errors import (
 from pyspark_ledger.ledger.context import LedgerContext
 from pyspark_ledger.ledger.keys import Credentials, resolve_keys
 from pyspark_ledger.ledger.read_repair import ReadRepair
+from pyspark_ledger.offload.offloaded_reads import offloaded_entries, open_ledger_file
+from pyspark_ledger.offload.parquet_files import LedgerFile
 from pyspark_ledger.protocol.distribution import covers_every_write_set
 from pyspark_ledger.protocol.entry_format import Entry, decode_entry
 from pyspark_ledger.protocol.invariants import InvariantError
@@ -71,6 +74,7 @@ class ReadHandle:
         self._handle_closed = False
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
+        self._offloaded_file: LedgerFile | None = None
 
     # ---- metadata -----------------------------------------------------------------------------
 
@@ -196,6 +200,9 @@ class ReadHandle:
         return self.last_add_confirmed()
 
     def _iter_entries(self, first: int, last: int) -> Iterator[Entry]:
+        if is_offloaded(self._metadata):
+            yield from self._offloaded(first, last)
+            return
         nxt = first
         while nxt <= last:
             meta = self._metadata
@@ -203,10 +210,30 @@ class ReadHandle:
             seg_last = meta.segment_last_entry_id(seg_index)
             chunk_last = min(last, nxt + READ_CHUNK_ENTRIES_MAX - 1, seg_last if seg_last is not None else last)
             chunk_started = time.monotonic()
-            entries = self._read_chunk(meta, seg_index, nxt, chunk_last)
+            try:
+                entries = self._read_chunk(meta, seg_index, nxt, chunk_last)
+            except LedgerError:
+                # Offloaded since this handle read its metadata (its bookies' copies may be gone):
+                # the object store has every entry (docs/tiered-storage.md).
+                if not meta.is_closed or not is_offloaded(self.refresh()):
+                    raise
+                yield from self._offloaded(nxt, last)
+                return
             self._ctx.metrics.chunk_read(len(entries), chunk_started)
             yield from entries
             nxt = entries[-1].entry_id + 1
+
+    def _offloaded(self, first: int, last: int) -> Iterator[Entry]:
+        """The entries of an OFFLOADED ledger, from its file in the object store (never a bookie).
+        The password was checked against the metadata when the handle was made (resolve_keys)."""
+        if self._offloaded_file is None:
+            self._offloaded_file = open_ledger_file(self._metadata)
+        chunk_started = time.monotonic()
+        count = 0
+        for e in offloaded_entries(self._offloaded_file, first, last):
+            count += 1
+            yield e
+        self._ctx.metrics.chunk_read(count, chunk_started)
 
     def _read_chunk(self, meta: LedgerMetadata, seg_index: int, first: int, last: int) -> list[Entry]:
         """Read first..last (one fragment). Returns a non-empty ordered prefix (bounded by bytes).

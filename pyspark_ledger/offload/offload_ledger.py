@@ -26,7 +26,7 @@ import pyarrow as pa
 from metadata.errors import MetadataError
 from metadata.ids import LedgerId
 from metadata.ledger import DigestType, LedgerMetadata
-from metadata.offload_queue import QueuedAttempt, enqueue
+from metadata.offload_queue import QueuedAttempt, attempt_path, enqueue
 from metadata.offload_record import WRITING, OffloadedFile, OffloadRecord, offload_record, with_record
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.log.messages import messages
@@ -79,16 +79,21 @@ def offload_ledger(client: LedgerClient, store: ObjectStore, target: LedgerInLog
     announced = OffloadRecord(WRITING, attempt, store.uri, started, (OffloadedFile(name),))
 
     def announce(m: LedgerMetadata) -> LedgerMetadata:
+        if _now_ms() - started >= stale_ms // 2:  # the queue pass deletes stale attempts' objects
+            raise OffloadRefusedError(f"ledger {m.ledger_id}: offload attempt {attempt} too slow to announce")
         if _check_offloadable(m, password, stale_ms) is not None:
             raise OffloadRefusedError(f"ledger {m.ledger_id} was offloaded meanwhile")
         return with_record(m, announced)
 
     meta, _ = client.ledgers.update(target.ledger_id, announce)
     step("announced")
+    last = meta.last_entry_id if meta.last_entry_id is not None else -1
     with client.open_ledger(target.ledger_id, password=password) as h:
-        entries = list(h.read_entries(0, meta.last_entry_id)) if (meta.last_entry_id or -1) >= 0 else []
+        entries = list(h.read_entries(0, last)) if last >= 0 else []
     data, facts = write_ledger_file(target.log, target.seq, target.ledger_id, target.payload_format,
                                     target.joined_ms, entries)
+    if not client.store.exists(attempt_path(attempt)):  # a queue pass gave this attempt up: write nothing
+        raise OffloadRefusedError(f"ledger {target.ledger_id}: offload attempt {attempt} was given up")
     store.put(name, data)
     step("written")
     checksum = verify_file(store, name, data, target, entries)
@@ -101,7 +106,11 @@ def offload_ledger(client: LedgerClient, store: ObjectStore, target: LedgerInLog
             raise OffloadRefusedError(f"ledger {m.ledger_id}: offload attempt {attempt} was replaced by another")
         return with_record(m, rec.finished((done,), _now_ms(), delete_after_ms))
 
-    meta, _ = client.ledgers.update(target.ledger_id, record)
+    try:
+        meta, _ = client.ledgers.update(target.ledger_id, record)
+    except OffloadRefusedError:
+        store.delete(name)  # lost to another attempt (its queue entry may be gone already)
+        raise
     step("recorded")
     final = offload_record(meta)
     ensure(final is not None and final.offloaded, "a recorded offload attempt is OFFLOADED")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -208,14 +209,14 @@ def _raw_entries(table: pa.Table) -> Iterator[Entry]:
         i = j
 
 
-def _batch(d: dict[str, list[object]], i: int, j: int) -> bytes:
+def _batch(d: dict[str, list[Any]], i: int, j: int) -> bytes:
     keys = d["key"][i:j]
     events = d["event_time"][i:j]
     headers = d["headers"][i:j]
     return encode_batch(
-        [bytes(p) for p in d["payload"][i:j]],  # type: ignore[arg-type]  # binary column: bytes
-        [int(t) for t in d["timestamp"][i:j]],  # type: ignore[call-overload]  # int64 column
-        keys=None if all(k is None for k in keys) else keys,  # type: ignore[arg-type]  # binary column
-        event_ms=None if all(e is None for e in events) else [NO_TIME if e is None else int(e) for e in events],  # type: ignore[call-overload]  # int64 column
-        headers=None if not any(headers) else [[(h["key"], h["value"]) for h in hs] for hs in headers],  # type: ignore[union-attr,index,attr-defined]  # list<struct> column
+        [bytes(p) for p in d["payload"][i:j]],
+        [int(t) for t in d["timestamp"][i:j]],
+        keys=None if all(k is None for k in keys) else keys,
+        event_ms=None if all(e is None for e in events) else [NO_TIME if e is None else int(e) for e in events],
+        headers=None if not any(headers) else [[(h["key"], h["value"]) for h in hs] for hs in headers],
     )

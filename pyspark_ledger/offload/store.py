@@ -30,9 +30,10 @@ def _region() -> str:
     return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
 
 
-def _s3(endpoint: str | None) -> pafs.FileSystem:
+def _s3(endpoint: str | None, *, make_buckets: bool = False) -> pafs.FileSystem:
     kwargs: dict[str, object] = {"region": _region(), "connect_timeout": _S3_TIMEOUT_S,
-                                 "request_timeout": _S3_TIMEOUT_S}
+                                 "request_timeout": _S3_TIMEOUT_S, "allow_bucket_creation": make_buckets,
+                                 "allow_delayed_open": True}  # a small object is one PutObject, not a multipart upload
     if endpoint:
         parsed = urllib.parse.urlsplit(endpoint)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
@@ -41,7 +42,7 @@ def _s3(endpoint: str | None) -> pafs.FileSystem:
     access, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
     if access and secret:  # else the SDK's own chain (the shared credentials file, a profile, ...)
         kwargs.update(access_key=access, secret_key=secret, session_token=os.environ.get("AWS_SESSION_TOKEN"))
-    return pafs.S3FileSystem(**kwargs)  # type: ignore[arg-type]  # pyarrow's stubs type each keyword
+    return pafs.S3FileSystem(**kwargs)
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,8 @@ class ObjectStore:
             return
         bucket = self.root.split("/", 1)[0]
         try:
-            self.fs.create_dir(bucket)
+            if not self.fs.get_file_info(bucket).type == pafs.FileType.Directory:
+                _s3(os.environ.get(S3_ENDPOINT_ENV), make_buckets=True).create_dir(bucket)
         except (OSError, pa.ArrowException) as exc:
             raise StoreError(f"creating bucket {bucket}: {exc}") from exc
 
