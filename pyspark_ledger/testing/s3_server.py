@@ -22,7 +22,7 @@ from pyspark_ledger.testing.zookeeper_server import free_port
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
 ACCESS_KEY = "testing"
-SECRET_KEY = "testing"  # noqa: S105 - moto's dummy credentials, loopback only
+SECRET_KEY = "testing"  # moto's dummy credentials, loopback only
 
 
 class S3ServerError(PySparkLedgerError, RuntimeError):
@@ -45,7 +45,7 @@ class LocalS3:
 
     def start(self) -> LocalS3:
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        logf = open(self.work_dir / "moto.log", "wb")  # noqa: SIM115 - the child keeps it open
+        logf = open(self.work_dir / "moto.log", "wb")
         try:
             self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
                                          stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
