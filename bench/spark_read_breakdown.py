@@ -19,7 +19,7 @@ the CPU each kind of process (the JVM, its Python workers, the bookies) spent pe
   parquet 8 cols    the ledger read's rows (data + metadata columns) as Parquet, noop sink
   spark empty       format("ledger") on an empty log: the fixed cost of one query (planning:
                     metadata reads, LAC, Python workers for schema and partitions)
-  reader only       pyspark_ledger.datasource.reader.read_range over the planned ranges, in
+  reader only       pyspark_ledger.datasource.read.reader.read_range over the planned ranges, in
                     this process, no Spark (with --profile: cProfile's top functions)
 
     python bench/spark_read_breakdown.py [--rows 2000000] [--rounds 3] [--raw] [--profile]
@@ -54,9 +54,9 @@ from pyspark.sql.types import StructType
 from spark_bench import noop, payload_column
 
 from pyspark_ledger.client import LedgerClient
-from pyspark_ledger.datasource.options import parse_options
-from pyspark_ledger.datasource.planning import plan_ranges, shape_of
-from pyspark_ledger.datasource.reader import ReadSpec, read_range
+from pyspark_ledger.datasource.options.source_options import parse_options
+from pyspark_ledger.datasource.read.planning import plan_ranges, shape_of
+from pyspark_ledger.datasource.read.reader import ReadSpec, read_range
 from pyspark_ledger.testing.local_cluster import LocalCluster, local_spark_session
 
 REPLAY_FILE = "replay.arrows"

@@ -28,11 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine_speed import machine_speed_line
 
 from pyspark_ledger.client import LedgerClient
-from pyspark_ledger.datasource.options import parse_options
-from pyspark_ledger.datasource.planning import shape_of
-from pyspark_ledger.datasource.stream_admission import Limit
-from pyspark_ledger.datasource.stream_offsets import LogOffset
-from pyspark_ledger.datasource.stream_read import next_batch
+from pyspark_ledger.datasource.options.source_options import parse_options
+from pyspark_ledger.datasource.read.planning import shape_of
+from pyspark_ledger.datasource.stream.admission import Limit
+from pyspark_ledger.datasource.stream.offsets import LogOffset
+from pyspark_ledger.datasource.stream.read import next_batch
 from pyspark_ledger.testing.local_cluster import LocalCluster
 
 LOG = "bench-stream"

@@ -16,7 +16,7 @@ length * 2**k bytes, so a level is a few numpy operations over all its blocks, a
 applied through four 256-entry tables (one per byte of the 32-bit value).
 
 A leaf module (numpy and crc32c only): the bookie checks its stored entries with it, and the
-client (pyspark_ledger.datasource.codec) the entries' digests.
+client (pyspark_ledger.datasource.read.codec) the entries' digests.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ bookie's read CPU: reading 100-byte entries, bookie CPU per entry 0.60 -> 0.37 u
 A no-op off glibc, when opted out with PYSPARK_LEDGER_MALLOC_TUNING=0, or when the process was
 started with MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_ (the operator's choice wins).
 bookie.server.main applies it at start; Spark executors apply it once per Python worker, when
-they first read (pyspark_ledger/datasource/reader.py). A leaf module (the standard library and bookie.opt_out only), so
+they first read (pyspark_ledger/datasource/read/reader.py). A leaf module (the standard library and bookie.opt_out only), so
 the client may import it.
 """
 

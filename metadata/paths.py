@@ -46,11 +46,11 @@ AUDITED_BOOKIES = "/autorecovery/bookies"
 AUDITOR_SCAN = "/autorecovery/scan"
 REPLICA_SWAPS = "/autorecovery/swaps"
 LEDGER_RESHAPES = "/autorecovery/reshapes"  # expand / contract records (pyspark_ledger/autorecovery/reshape.py)
-STAGING = "/staging"  # Spark writes (pyspark_ledger/datasource/writer.py, streaming.py)
-STAGING_ROUTES = "/staging-routes"  # Spark writes with a `log` column (pyspark_ledger/datasource/routed_writer.py)
-SINK_EPOCHS = "/sink-epochs"  # the writer epoch each streaming query's run holds (datasource/sink_epoch.py)
+STAGING = "/staging"  # Spark writes (pyspark_ledger/datasource/write/job.py, streaming.py)
+STAGING_ROUTES = "/staging-routes"  # Spark writes with a `log` column (pyspark_ledger/datasource/write/routed.py)
+SINK_EPOCHS = "/sink-epochs"  # the writer epoch each streaming query's run holds (datasource/stream/sink_epoch.py)
 CLUSTER_SETTINGS = "/cluster/settings"  # metadata/cluster_settings.py: one JSON object, unknown keys kept
-SINK_PROGRESS = "/sink-progress"  # what each streaming query appended (datasource/sink_progress.py)
+SINK_PROGRESS = "/sink-progress"  # what each streaming query appended (datasource/stream/sink_progress.py)
 OFFLOAD_FILES = "/offload/files"  # metadata/offload_queue.py: every offload attempt's objects until they are gone
 
 LEDGER_PATH_LEVELS = 8

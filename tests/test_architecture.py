@@ -289,3 +289,52 @@ def test_no_mixin_classes() -> None:
         for name in mixin_classes(f.read_text())
     ]
     assert not bad, "mixin classes (build objects with narrow interfaces instead):\n" + "\n".join(bad)
+
+
+# ---- the Spark room's four parts (docs/architecture.md "The Spark room") -------------------------
+# Ranks, bottom up: a datasource module imports datasource modules only of a lower rank or of its
+# own part. read/ and write/ share rank 3 and so never import each other; stream/ builds on both.
+DATASOURCE = f"{CLIENT}.datasource"
+DATASOURCE_SHARED_LEAVES = ("errors", "rows", "keyed_entries", "worker_gc")
+DATASOURCE_RANKS = {"options": 1, "clients": 2, "read": 3, "write": 3, "stream": 4}
+DATASOURCE_TOP_RANK = 5  # the package itself and source.py (the pyspark-facing registration)
+
+
+def datasource_part(module: str) -> tuple[str, int] | None:
+    """(part, rank) of a datasource module, or None for a module outside the data source."""
+    if module == DATASOURCE:  # the package's __init__ and source.py are one part: SOURCE_NAME, DefaultSource
+        return "source", DATASOURCE_TOP_RANK
+    if not module.startswith(DATASOURCE + "."):
+        return None
+    part = module[len(DATASOURCE) + 1:].split(".")[0]
+    if part in DATASOURCE_SHARED_LEAVES:
+        return part, 0
+    if part in DATASOURCE_RANKS:
+        return part, DATASOURCE_RANKS[part]
+    assert part == "source", f"{module}: a datasource module outside the four parts and the shared modules"
+    return part, DATASOURCE_TOP_RANK
+
+
+def datasource_layer_breaks(graph: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for m, deps in sorted(graph.items()):
+        if (here := datasource_part(m)) is None:
+            continue
+        for d in sorted(deps):
+            there = datasource_part(d)
+            if there is not None and there[0] != here[0] and there[1] >= here[1]:
+                bad.append(f"{m} imports {d}")
+    return bad
+
+
+def test_datasource_parts_import_only_downwards() -> None:
+    bad = datasource_layer_breaks(client_import_graph())
+    assert not bad, "\n".join(bad)
+
+
+def test_datasource_layer_check_catches_read_importing_write() -> None:
+    planted = {f"{DATASOURCE}.read.codec": {f"{DATASOURCE}.write.packer", f"{DATASOURCE}.rows"},
+               f"{DATASOURCE}.options.values": {f"{DATASOURCE}.clients"},
+               f"{DATASOURCE}.stream.sink": {f"{DATASOURCE}.write.job", f"{DATASOURCE}.errors"}}
+    assert datasource_layer_breaks(planted) == [f"{DATASOURCE}.options.values imports {DATASOURCE}.clients",
+                                                f"{DATASOURCE}.read.codec imports {DATASOURCE}.write.packer"]

@@ -27,7 +27,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import ParamSpec, TypeVar
 
-from pyspark_ledger.errors import PySparkLedgerError
+from pyspark_ledger.errors import LedgerError, PySparkLedgerError
 
 # pyspark.util.handle_worker_exception's switch (any non-empty value).
 HIDE_TRACEBACK_ENV = "SPARK_HIDE_TRACEBACK"
@@ -40,6 +40,11 @@ T = TypeVar("T")
 class LedgerUserError(PySparkLedgerError):
     """A mistake the user can fix (an option, a name, a password, an address): the first line of
     the message says what is wrong and how to fix it; a traceback would only hide it."""
+
+
+class LedgerSourceError(LedgerUserError, LedgerError):
+    """Reading or writing through the data source is impossible as asked (no such log, wrong
+    password, incompatible schema, ...). The message says what to change."""
 
 
 class OptionError(LedgerUserError, ValueError):

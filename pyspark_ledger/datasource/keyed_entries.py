@@ -6,7 +6,7 @@ A raw log written from a DataFrame with a `key` column stores one entry per row,
     key          that many bytes (a string key is stored as its UTF-8 bytes)
     payload      the rest of the entry
 
-and records the schema (key, payload) in the log (write_columns.py), so a read knows to cut the
+and records the schema (key, payload) in the log (write/columns.py), so a read knows to cut the
 key off again. Entries of a raw log without keys are the payload alone, as before: any client
 reads them. No per-row Python on either side: frames are joined by Arrow's element-wise binary
 join, and cut apart with a byte mask built from the lengths (a few passes over the bytes).

@@ -5,9 +5,9 @@
     ledger     string     the ledger's qualified name (32 hex digits)
     entry      bigint     the entry id in the ledger
     index      int        the row within the entry (Arrow entries hold many rows; 0 for raw)
-    timestamp  timestamp  when the ledger joined the log (planning.py: the granularity)
+    timestamp  timestamp  when the ledger joined the log (read/planning.py: the granularity)
 
-{"seq", "ledger", "entry", "index"} of a row is its position (positions.py); a written column of
+{"seq", "ledger", "entry", "index"} of a row is its position (options/positions.py); a written column of
 the same name keeps its name and the metadata column gets a leading underscore (`_timestamp`).
 No pyspark here: source.py turns the Arrow schema into Spark's.
 """

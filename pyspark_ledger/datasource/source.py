@@ -2,7 +2,7 @@
 
 Nothing but translation lives here: Spark's options -> LedgerSourceOptions, planned ranges ->
 input partitions, TaskContext -> the attempt's ids. Planning, reading and committing are in
-planning.py, reader.py and writer.py, which do not import pyspark.
+read/planning.py, read/reader.py and write/job.py, which do not import pyspark.
 
 Spark finds this class by itself (it imports every top-level `pyspark_*` module and looks for
 `DefaultSource`; `pyspark_ledger.DefaultSource` loads this module lazily) or through
@@ -30,22 +30,14 @@ from pyspark.sql.pandas.types import from_arrow_schema, from_arrow_type, to_arro
 from pyspark.sql.types import StructField, StructType
 
 from pyspark_ledger.datasource import SOURCE_NAME
-from pyspark_ledger.datasource.errors import user_errors, user_errors_in_iterator
-from pyspark_ledger.datasource.options import LedgerSourceOptions, parse_options
-from pyspark_ledger.datasource.planning import (
-    LedgerRange,
-    LedgerSourceError,
-    first_entry_range,
-    open_client,
-    plan_ranges,
-    shape_of,
-)
-from pyspark_ledger.datasource.reader import ReadSpec, arrow_schema_of, read_partition
-from pyspark_ledger.datasource.routed_writer import abort_routed_job, commit_routed_job, prepare_routed_job
+from pyspark_ledger.datasource.clients import open_client
+from pyspark_ledger.datasource.errors import LedgerSourceError, user_errors, user_errors_in_iterator
+from pyspark_ledger.datasource.options.source_options import LedgerSourceOptions, parse_options
+from pyspark_ledger.datasource.read.planning import LedgerRange, first_entry_range, plan_ranges, shape_of
+from pyspark_ledger.datasource.read.reader import ReadSpec, arrow_schema_of, read_partition
 from pyspark_ledger.datasource.rows import meta_fields, raw_read_schema
-from pyspark_ledger.datasource.write_columns import ROUTE_COLUMN, WriteLayout, plan_layout
-from pyspark_ledger.datasource.write_task import write_routed_task, write_task
-from pyspark_ledger.datasource.writer import (
+from pyspark_ledger.datasource.write.columns import ROUTE_COLUMN, WriteLayout, plan_layout
+from pyspark_ledger.datasource.write.job import (
     TaskResult,
     WriteJob,
     abort_job,
@@ -53,6 +45,8 @@ from pyspark_ledger.datasource.writer import (
     new_job_id,
     prepare_job,
 )
+from pyspark_ledger.datasource.write.routed import abort_routed_job, commit_routed_job, prepare_routed_job
+from pyspark_ledger.datasource.write.task import write_routed_task, write_task
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +86,7 @@ class LedgerDataSource(DataSource):
 
     def _options(self) -> LedgerSourceOptions:
         # The streaming-only options are split off here (and parsed by the stream classes).
-        from pyspark_ledger.datasource.streaming import parse_stream_options
+        from pyspark_ledger.datasource.stream.sink import parse_stream_options
 
         return parse_stream_options(dict(self.options))[0]
 
@@ -123,16 +117,16 @@ class LedgerDataSource(DataSource):
 
     @user_errors
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:  # noqa: N802 - Spark's API
-        from pyspark_ledger.datasource.stream_source import LedgerStreamWriter
-        from pyspark_ledger.datasource.streaming import parse_stream_options
+        from pyspark_ledger.datasource.stream.sink import parse_stream_options
+        from pyspark_ledger.datasource.stream.source import LedgerStreamWriter
 
         opts, settings = parse_stream_options(dict(self.options))
         return LedgerStreamWriter(opts, settings, schema, overwrite, log_schema_json(schema))
 
     @user_errors
     def streamReader(self, schema: StructType) -> Any:  # noqa: N802 - Spark's API
-        from pyspark_ledger.datasource.stream_source import LedgerStreamReader
-        from pyspark_ledger.datasource.streaming import parse_stream_options
+        from pyspark_ledger.datasource.stream.sink import parse_stream_options
+        from pyspark_ledger.datasource.stream.source import LedgerStreamReader
 
         opts, settings = parse_stream_options(dict(self.options))
         return LedgerStreamReader(opts, settings, schema, _arrow_schema(schema))
@@ -146,7 +140,7 @@ def _single_ledger_arrow_schema(client: Any, opts: LedgerSourceOptions) -> pa.Sc
     entry 0 says what the columns are."""
     if opts.ledger is None:
         raise LedgerSourceError("the schema of a single ledger needs option ledger")
-    rng = first_entry_range(client, opts)  # read as every entry is read: reader.py
+    rng = first_entry_range(client, opts)  # read as every entry is read: read/reader.py
     if rng is None:
         raise LedgerSourceError(f"ledger {opts.ledger} is empty: give the schema with spark.read.schema(...)")
     return arrow_schema_of(client, rng, opts.password)
@@ -195,7 +189,7 @@ class LedgerCommitMessage(WriterCommitMessage):
 
 class LedgerWriter(DataSourceArrowWriter):
     """Created once on the driver (the job is prepared then); pickled to tasks and to commit/abort.
-    A DataFrame with a `log` column is a routed write (routed_writer.py)."""
+    A DataFrame with a `log` column is a routed write (write/routed.py)."""
 
     def __init__(self, opts: LedgerSourceOptions, schema: StructType, overwrite: bool):
         names = schema.fieldNames()

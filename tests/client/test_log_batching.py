@@ -15,8 +15,9 @@ import pytest
 from metadata.log_record import MESSAGE_FORMAT_BATCHED
 from pyspark_ledger.cli.app import main
 from pyspark_ledger.client import LedgerClient
-from pyspark_ledger.datasource.options import parse_options
-from pyspark_ledger.datasource.planning import LedgerSourceError, log_shape
+from pyspark_ledger.datasource.errors import LedgerSourceError
+from pyspark_ledger.datasource.options.source_options import parse_options
+from pyspark_ledger.datasource.read.planning import log_shape
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.log import LogFencedError, LogFormatError, LogReader, MessageHandle, Position
 from pyspark_ledger.protocol.entry_format import ENTRY_FORMAT_KEY

@@ -13,7 +13,7 @@ import pytest
 from metadata.errors import InvalidUriError
 from metadata.uri import MetadataSettings, TlsFiles, ZkAuth, open_store, parse_metadata_uri, parse_uri, parse_zk_auth
 from pyspark_ledger import LedgerClient
-from pyspark_ledger.datasource.options import parse_options
+from pyspark_ledger.datasource.options.source_options import parse_options
 
 SECRET = "s3cr&t=+/9f"  # characters a query string must escape
 ZK_AUTH = "zk_auth=digest:app:s3cr%26t%3D%2B/9f"

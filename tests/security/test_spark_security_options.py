@@ -1,4 +1,4 @@
-"""The data source's security options (pyspark_ledger/datasource/options.py): tls_ca, tls_cert,
+"""The data source's security options (pyspark_ledger/datasource/options/source_options.py): tls_ca, tls_cert,
 tls_key and zk_auth reach the driver's and the executors' clients in the metadata settings
 (pickled as the URI string), zk_auth and the password never show in a repr or a message, and
 password_file reads the password from a file."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pyspark_ledger.datasource.options import OptionError, parse_options
+from pyspark_ledger.datasource.options.source_options import OptionError, parse_options
 
 ZK_SECRET = "zk-s3cret-77"
 BASE = {"metadataServiceUri": "zk://127.0.0.1:2181/ledgers", "log": "events"}
@@ -48,7 +48,7 @@ def test_the_data_source_client_reaches_a_secured_cluster_with_its_options_alone
     """open_client (what the driver and every executor call) with tls_*, zk_auth and password_file
     options against mutual-TLS bookies on a ZooKeeper with ACLs, nothing in the environment."""
     from pyspark_ledger import LedgerClient
-    from pyspark_ledger.datasource.planning import open_client
+    from pyspark_ledger.datasource.clients import open_client
     from tests.security.secured_cluster import secured_cluster
 
     auth = f"digest:spark:{ZK_SECRET}"

@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pytest
 
-from pyspark_ledger.datasource import codec
+from pyspark_ledger.datasource.read import codec
 from pyspark_ledger.datasource.rows import META_NAMES, RowPlace, arrow_read_schema
+from pyspark_ledger.datasource.write.packer import COMPRESSION_RETRY_ENTRIES, ArrowEntryPacker
 
 PLACE = RowPlace("events", 3, "f" * 32, 1_700_000_000_123)
 
@@ -51,7 +52,7 @@ def test_arrow_entry_rows_keep_their_index_and_the_asked_slice() -> None:
 @pytest.mark.parametrize("compression", ["none", "lz4", "zstd"])
 def test_packer_bounds_rows_and_round_trips(compression: str) -> None:
     schema = pa.schema([("id", pa.int64()), ("s", pa.string())])
-    packer = codec.ArrowEntryPacker(schema, rows_max=300, compression=compression)
+    packer = ArrowEntryPacker(schema, rows_max=300, compression=compression)
     out: list[pa.Buffer] = []
     for start in range(0, 1000, 170):  # batches that do not line up with entries
         n = min(170, 1000 - start)
@@ -74,8 +75,8 @@ def test_compression_is_kept_only_where_it_pays_and_is_retried_later() -> None:
     them zero-copy), and compression is tried again after COMPRESSION_RETRY_ENTRIES entries, so
     data that turns compressible is compressed again. Every entry round-trips."""
     schema = pa.schema([("blob", pa.binary())])
-    packer = codec.ArrowEntryPacker(schema, rows_max=100, compression="lz4")
-    retry = codec.COMPRESSION_RETRY_ENTRIES
+    packer = ArrowEntryPacker(schema, rows_max=100, compression="lz4")
+    retry = COMPRESSION_RETRY_ENTRIES
 
     def pack(rows: list[bytes]) -> list[pa.Buffer]:
         return list(packer.add(pa.record_batch([pa.array(rows, pa.binary())], schema=schema)))
@@ -97,7 +98,7 @@ def test_compression_is_kept_only_where_it_pays_and_is_retried_later() -> None:
 
 def test_packer_caps_entry_bytes() -> None:
     schema = pa.schema([("blob", pa.binary())])
-    packer = codec.ArrowEntryPacker(schema, rows_max=1_000_000, bytes_target=64 * 1024)
+    packer = ArrowEntryPacker(schema, rows_max=1_000_000, bytes_target=64 * 1024)
     batch = pa.record_batch([pa.array([b"x" * 1000] * 1000, pa.binary())], schema=schema)
     out = list(packer.add(batch)) + list(packer.flush())
     assert len(out) >= 15 and all(buf.size < 80 * 1024 for buf in out)

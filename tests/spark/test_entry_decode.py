@@ -1,4 +1,4 @@
-"""The read path's one entry decoder (entry_decode.py), against the client's own entry codec
+"""The read path's one entry decoder (pyspark_ledger/datasource/read/entry_decode.py), against the client's own entry codec
 (protocol/entry_format.py): the same verdicts, entry by entry, for both payload shapes."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import crc32c
 import numpy as np
 import pytest
 
-from pyspark_ledger.datasource import entry_decode
-from pyspark_ledger.datasource.entry_decode import DecodedRun
+from pyspark_ledger.datasource.read import entry_decode
+from pyspark_ledger.datasource.read.entry_decode import DecodedRun
 from pyspark_ledger.protocol.digest import Digest
 from pyspark_ledger.protocol.entry_format import HEADER_BYTES, decode_entry, encode_entry
 

@@ -1,12 +1,12 @@
-"""The cached metadata columns (meta_columns.py) are the columns rows.py makes, batch by batch."""
+"""The cached metadata columns (pyspark_ledger/datasource/read/meta_columns.py) are the columns rows.py makes, batch by batch."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 import pytest
 
-from pyspark_ledger.datasource import meta_columns
-from pyspark_ledger.datasource.meta_columns import MetaColumns
+from pyspark_ledger.datasource.read import meta_columns
+from pyspark_ledger.datasource.read.meta_columns import MetaColumns
 from pyspark_ledger.datasource.rows import RowPlace, entry_meta, raw_meta
 
 PLACES = [RowPlace("events", 3, "f" * 32, 1_700_000_000_123), RowPlace(None, None, "0" * 32, 0)]

@@ -28,8 +28,8 @@ from metadata import LedgerId, NoSuchLedgerError
 from metadata.paths import STAGING
 from metadata.store import join
 from pyspark_ledger.client import LedgerClient
-from pyspark_ledger.datasource.sink_epoch import read_query_epoch
-from pyspark_ledger.datasource.streaming import spark_run_id
+from pyspark_ledger.datasource.stream.sink import spark_run_id
+from pyspark_ledger.datasource.stream.sink_epoch import read_query_epoch
 from pyspark_ledger.log import LogFencedError, LogWriter, Position
 from pyspark_ledger.log.takeover import open_ledgers_of
 

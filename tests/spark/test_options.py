@@ -7,7 +7,7 @@ import json
 import pytest
 
 from metadata import LedgerId
-from pyspark_ledger.datasource.options import (
+from pyspark_ledger.datasource.options.source_options import (
     KNOWN_OPTIONS,
     OptionError,
     default_metadata_uri,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pyspark_ledger.datasource.options import KNOWN_OPTIONS, STREAM_OPTION_NAMES
+from pyspark_ledger.datasource.options.source_options import KNOWN_OPTIONS, STREAM_OPTION_NAMES
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "spark.md"
 SPARK_OWN = {"path"}  # the load()/save() argument, documented in the `log` row

@@ -9,11 +9,11 @@ import pytest
 
 from metadata import LedgerId, LedgerMetadata, QuorumConfig, Segment
 from metadata.log_record import LogLedger
-from pyspark_ledger.datasource.cuts import Cut, DataLossError, end_cut, start_cut
 from pyspark_ledger.datasource.errors import OptionError
-from pyspark_ledger.datasource.planning import _span
-from pyspark_ledger.datasource.positions import Bound, parse_bound, parse_timestamp
-from pyspark_ledger.datasource.ranges import LedgerRange, Span, add_fragment_ranges, split_to_min_partitions
+from pyspark_ledger.datasource.options.positions import Bound, parse_bound, parse_timestamp
+from pyspark_ledger.datasource.read.cuts import Cut, DataLossError, end_cut, start_cut
+from pyspark_ledger.datasource.read.planning import _span
+from pyspark_ledger.datasource.read.ranges import LedgerRange, Span, add_fragment_ranges, split_to_min_partitions
 from pyspark_ledger.datasource.rows import RowPlace
 from pyspark_ledger.log import Position
 

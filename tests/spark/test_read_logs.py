@@ -142,7 +142,7 @@ def test_fail_on_data_loss(spark: SparkSession, uri: str, log_name: str, client:
     first = str(err.value).splitlines()[0]
     assert first == (
         "[PYTHON_DATA_SOURCE_ERROR] Failed to generate Python data source read partitions: "
-        f"pyspark_ledger.datasource.cuts.DataLossError: log '{log_name}': the read starts at seq 0 entry 5 "
+        f"pyspark_ledger.datasource.read.cuts.DataLossError: log '{log_name}': the read starts at seq 0 entry 5 "
         "(startingPosition), but ledgers with seq below 1 were trimmed (data lost: seq 0 entry 5 up to seq 1); "
         "the next data is at seq 1 entry 0. Set failOnDataLoss=false to read what remains")
     skipped = load(spark, uri, log=log_name, startingPosition=start, failOnDataLoss="false")

@@ -9,8 +9,8 @@ import pytest
 
 from metadata import LedgerId
 from pyspark_ledger.datasource.errors import did_you_mean
-from pyspark_ledger.datasource.options import LedgerSourceOptions, OptionError, parse_options
-from pyspark_ledger.datasource.read_options import check_stream_read
+from pyspark_ledger.datasource.options.read import check_stream_read
+from pyspark_ledger.datasource.options.source_options import LedgerSourceOptions, OptionError, parse_options
 from pyspark_ledger.log import Position
 
 URI = "sqlite:///tmp/x/metadata.db"

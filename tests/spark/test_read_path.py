@@ -7,13 +7,13 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from pyspark_ledger.client import LedgerClient
-from pyspark_ledger.datasource import codec
 from pyspark_ledger.datasource.rows import META_NAMES
+from pyspark_ledger.datasource.write.packer import ArrowEntryPacker
 
 
 def test_a_lone_arrow_ledger_reads_back_with_its_schema(spark: SparkSession, uri: str, client: LedgerClient) -> None:
     schema = pa.schema([("id", pa.int64()), ("name", pa.string())])
-    packer = codec.ArrowEntryPacker(schema, rows_max=400)
+    packer = ArrowEntryPacker(schema, rows_max=400)
     batch = pa.record_batch([pa.array(range(1000), pa.int64()), pa.array([f"n{i}" for i in range(1000)])], schema=schema)
     handle = client.create_ledger()
     for entry in list(packer.add(batch)) + list(packer.flush()):

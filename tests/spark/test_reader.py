@@ -13,12 +13,13 @@ import pytest
 
 from bookie.status import Status
 from pyspark_ledger.client import LedgerClient
-from pyspark_ledger.datasource import codec
 from pyspark_ledger.datasource.errors import OptionError
-from pyspark_ledger.datasource.options import parse_options
-from pyspark_ledger.datasource.planning import LedgerRange, first_entry_range, plan_ranges
-from pyspark_ledger.datasource.reader import ReadSpec, arrow_schema_of, read_range
+from pyspark_ledger.datasource.options.source_options import parse_options
+from pyspark_ledger.datasource.read import codec
+from pyspark_ledger.datasource.read.planning import LedgerRange, first_entry_range, plan_ranges
+from pyspark_ledger.datasource.read.reader import ReadSpec, arrow_schema_of, read_range
 from pyspark_ledger.datasource.rows import arrow_read_schema
+from pyspark_ledger.datasource.write.packer import ArrowEntryPacker
 from pyspark_ledger.testing.local_cluster import LocalCluster
 from pyspark_ledger.transport.run_response import parse_run_response
 
@@ -196,7 +197,7 @@ def test_an_unreachable_bookie_fails_over(cluster: LocalCluster) -> None:
 
 def test_arrow_entries_come_back_as_the_written_columns(client: LedgerClient, log_name: str) -> None:
     schema = pa.schema([("id", pa.int64()), ("name", pa.string())])
-    packer = codec.ArrowEntryPacker(schema, rows_max=250, compression="lz4")
+    packer = ArrowEntryPacker(schema, rows_max=250, compression="lz4")
     batch = pa.record_batch([pa.array(range(2000), pa.int64()), pa.array([f"n{i}" for i in range(2000)])], schema=schema)
     with client.open_log_writer(log_name, batching=False) as w:
         for entry in list(packer.add(batch)) + list(packer.flush()):
@@ -212,7 +213,7 @@ def test_a_lone_arrow_ledger_tells_its_schema_through_the_same_reader(client: Le
     """Option ledger on an Arrow ledger: the driver reads entry 0 as every entry is read
     (planned as a range, verified by entry_decode), checked as a read checks the ledger."""
     schema = pa.schema([("id", pa.int64()), ("name", pa.string())])
-    packer = codec.ArrowEntryPacker(schema, rows_max=100)
+    packer = ArrowEntryPacker(schema, rows_max=100)
     batch = pa.record_batch([pa.array(range(300), pa.int64()), pa.array([f"n{i}" for i in range(300)])], schema=schema)
     handle = client.create_ledger(password=b"pw")
     for entry in list(packer.add(batch)) + list(packer.flush()):

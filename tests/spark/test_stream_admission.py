@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from pyspark_ledger.datasource.planning import LedgerSourceError
-from pyspark_ledger.datasource.stream_admission import Limit, admit, bytes_of_first, lag_after, offset_after
-from pyspark_ledger.datasource.stream_offsets import LogOffset, offset_from_json, offset_to_json
-from pyspark_ledger.datasource.stream_scan import Chunk, LogScan
+from pyspark_ledger.datasource.errors import LedgerSourceError
+from pyspark_ledger.datasource.stream.admission import Limit, admit, bytes_of_first, lag_after, offset_after
+from pyspark_ledger.datasource.stream.offsets import LogOffset, offset_from_json, offset_to_json
+from pyspark_ledger.datasource.stream.scan import Chunk, LogScan
 
 LID = "00000000000000000000000000000007"
 

@@ -14,13 +14,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from pyspark_ledger.client import LedgerClient
-from pyspark_ledger.datasource.options import parse_options
-from pyspark_ledger.datasource.planning import shape_of
-from pyspark_ledger.datasource.sink_progress import read_sink_progress
-from pyspark_ledger.datasource.stream_admission import Limit
-from pyspark_ledger.datasource.stream_offsets import LogOffset
-from pyspark_ledger.datasource.stream_plan import plan_batch
-from pyspark_ledger.datasource.stream_read import available_now_target, initial_offsets, next_batch
+from pyspark_ledger.datasource.options.source_options import parse_options
+from pyspark_ledger.datasource.read.planning import shape_of
+from pyspark_ledger.datasource.stream.admission import Limit
+from pyspark_ledger.datasource.stream.offsets import LogOffset
+from pyspark_ledger.datasource.stream.plan import plan_batch
+from pyspark_ledger.datasource.stream.read import available_now_target, initial_offsets, next_batch
+from pyspark_ledger.datasource.stream.sink_progress import read_sink_progress
 from pyspark_ledger.log import Position
 
 PAYLOAD_BYTES = 11  # b"event-%05d"
@@ -167,7 +167,7 @@ def test_data_trimmed_between_batches_fails_naming_what_is_gone(spark: SparkSess
     line = failure(start_copy(df, uri, f"{log_name}-fail", tmp_path / "fail"))
     assert line == (
         "[PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming data source perform planPartitions: "
-        f"pyspark_ledger.datasource.cuts.DataLossError: log '{log_name}': the read starts at seq 1 entry 0 (the "
+        f"pyspark_ledger.datasource.read.cuts.DataLossError: log '{log_name}': the read starts at seq 1 entry 0 (the "
         "stream's position), but ledgers with seq below 2 were trimmed (data lost: seq 1 entry 0 up to seq 2); the next "
         "data is at seq 2 entry 0. Set failOnDataLoss=false to read what remains")
     copy_available_now(source(spark, uri, log=log_name, failOnDataLoss="false"), uri, f"{log_name}-skip",

@@ -1,4 +1,4 @@
-"""The streaming sink follows a batch append's column rules (write_columns.py): a `key` column is
+"""The streaming sink follows a batch append's column rules (pyspark_ledger/datasource/write/columns.py): a `key` column is
 kept per row in a raw log, and a stream that does not match the log's recorded layout is refused
 with a first line naming the difference, instead of committing entries that read back wrong."""
 

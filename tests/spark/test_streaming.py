@@ -16,11 +16,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from pyspark_ledger.client import LedgerClient
-from pyspark_ledger.datasource.options import OptionError
-from pyspark_ledger.datasource.stream_admission import Limit, admit, offset_after
-from pyspark_ledger.datasource.stream_offsets import LogOffset
-from pyspark_ledger.datasource.stream_scan import scan_log
-from pyspark_ledger.datasource.streaming import StreamSettings, parse_stream_options
+from pyspark_ledger.datasource.options.source_options import OptionError
+from pyspark_ledger.datasource.stream.admission import Limit, admit, offset_after
+from pyspark_ledger.datasource.stream.offsets import LogOffset
+from pyspark_ledger.datasource.stream.scan import scan_log
+from pyspark_ledger.datasource.stream.sink import StreamSettings, parse_stream_options
 
 REPO = Path(__file__).resolve().parents[2]
 # Each kill starts a Spark driver (~30 s here): 3 in CI keeps the suite's time; LEDGER_STREAM_KILLS=10 for a

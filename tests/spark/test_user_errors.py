@@ -23,7 +23,7 @@ from pyspark_ledger.client import LedgerClient
 CREATE = "[PYTHON_DATA_SOURCE_ERROR] Failed to create Python data source instance: "
 PARTITIONS = "[PYTHON_DATA_SOURCE_ERROR] Failed to generate Python data source read partitions: "
 OPTION_ERROR = "pyspark_ledger.datasource.errors.OptionError: "
-SOURCE_ERROR = "pyspark_ledger.datasource.planning.LedgerSourceError: "
+SOURCE_ERROR = "pyspark_ledger.datasource.errors.LedgerSourceError: "
 
 
 def first_line(action: Callable[[], Any]) -> str:

@@ -1,5 +1,5 @@
 """The pure parts of writing (no JVM): keyed raw entries framed and cut apart again, a batch split
-by its `log` column, and the column checks' one-line errors (write_columns.py)."""
+by its `log` column, and the column checks' one-line errors (pyspark_ledger/datasource/write/columns.py)."""
 
 from __future__ import annotations
 
@@ -9,16 +9,16 @@ import pickle
 import pyarrow as pa
 import pytest
 
-from pyspark_ledger.datasource.codec import raw_batch
-from pyspark_ledger.datasource.encode import raw_entries, split_by_log
 from pyspark_ledger.datasource.keyed_entries import KeyFramingError, frame, unframe
+from pyspark_ledger.datasource.read.codec import raw_batch
 from pyspark_ledger.datasource.rows import RowPlace, arrow_read_schema
-from pyspark_ledger.datasource.write_columns import (
+from pyspark_ledger.datasource.write.columns import (
     RoutingError,
     WriteSchemaError,
     plan_layout,
     raw_keyed_schema_json,
 )
+from pyspark_ledger.datasource.write.encode import raw_entries, split_by_log
 
 
 def test_keyed_entries_round_trip_with_null_empty_and_long_keys() -> None:

@@ -20,8 +20,8 @@ from tests.spark.test_batch import eventually
 
 META = list(META_NAMES)
 CREATE = "[PYTHON_DATA_SOURCE_ERROR] Failed to initialize Python data source writer: "
-SCHEMA_ERROR = "pyspark_ledger.datasource.write_columns.WriteSchemaError: "
-ROUTING_ERROR = "pyspark_ledger.datasource.write_columns.RoutingError: "
+SCHEMA_ERROR = "pyspark_ledger.datasource.write.columns.WriteSchemaError: "
+ROUTING_ERROR = "pyspark_ledger.datasource.write.columns.RoutingError: "
 
 
 def writer(df: DataFrame, uri: str, name: str | None, **opts: Any) -> Any:

@@ -27,9 +27,9 @@ from metadata.errors import InvalidUriError
 from metadata.paths import check_name
 from metadata.uri import MetadataSettings, TlsFiles, parse_metadata_uri, parse_zk_auth
 from pyspark_ledger.datasource.errors import OptionError, did_you_mean
-from pyspark_ledger.datasource.option_values import int_option, text_option
-from pyspark_ledger.datasource.positions import Bound
-from pyspark_ledger.datasource.read_options import ReadOptions, parse_read_options
+from pyspark_ledger.datasource.options.positions import Bound
+from pyspark_ledger.datasource.options.read import ReadOptions, parse_read_options
+from pyspark_ledger.datasource.options.values import int_option, text_option
 
 __all__ = ["Bound", "LedgerSourceOptions", "OptionError", "ReadOptions", "parse_options"]
 

@@ -1,6 +1,6 @@
 """What a stream has not read yet of one log: the readable entries from its position to the
 log's readable end (closed ledgers to their last entry, the open one to its LAC), ledger by ledger,
-with their bytes. Admission control (stream_admission.py) cuts a micro-batch from it, and what
+with their bytes. Admission control (admission.py) cuts a micro-batch from it, and what
 the batch leaves is the log's lag.
 
 Bytes come from the log's metadata, without reading entries: a sealed ledger's size is exact;
@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 from metadata import NoSuchLedgerError
 from metadata.log_record import LogLedger
 from metadata.log_segments import LogHead
-from pyspark_ledger.datasource.options import LedgerSourceOptions
-from pyspark_ledger.datasource.planning import last_readable, log_ledgers
-from pyspark_ledger.datasource.stream_offsets import LogOffset
+from pyspark_ledger.datasource.options.source_options import LedgerSourceOptions
+from pyspark_ledger.datasource.read.planning import last_readable, log_ledgers
+from pyspark_ledger.datasource.stream.offsets import LogOffset
 
 if TYPE_CHECKING:
     from pyspark_ledger.client import LedgerClient

@@ -6,9 +6,9 @@ deletes its ledger and stops). It writes the rows (raw: one row = one entry; arr
 batch of rows = one entry, an Arrow IPC stream), seals the ledger, checks every entry was
 acknowledged, and returns a TaskResult naming it. A failing attempt seals its ledger with a BP-44
 close context marking it for deletion, deletes it, and unregisters it. The job and the driver's
-commit and abort are in writer.py.
+commit and abort are in job.py.
 
-A routed write (a `log` column, routed_writer.py) does the same per log the attempt meets: one
+A routed write (a `log` column, routed.py) does the same per log the attempt meets: one
 ledger per (attempt, log), each registered under /staging/<log>/<job id>, the log first listed
 under /staging-routes/<job id>, and the job-wide node's state checked instead of the log's.
 """
@@ -29,11 +29,12 @@ import pyarrow as pa
 from metadata import CloseContext, CreateContext, LedgerState, MetadataError, NodeExistsError, NoNodeError
 from metadata.context import now_ms
 from metadata.paths import staging_ledger_path, staging_log_path, staging_route_path
-from pyspark_ledger.datasource import codec, encode
-from pyspark_ledger.datasource.options import this_host
-from pyspark_ledger.datasource.planning import LedgerSourceError, open_client
-from pyspark_ledger.datasource.write_columns import RoutingError, check_against_log
-from pyspark_ledger.datasource.writer import (
+from pyspark_ledger.datasource.clients import open_client
+from pyspark_ledger.datasource.errors import LedgerSourceError
+from pyspark_ledger.datasource.options.source_options import this_host
+from pyspark_ledger.datasource.write import encode
+from pyspark_ledger.datasource.write.columns import RoutingError, check_against_log
+from pyspark_ledger.datasource.write.job import (
     JOB_OPEN,
     TaskResult,
     WriteJob,
@@ -42,6 +43,7 @@ from pyspark_ledger.datasource.writer import (
     abnormal_close_context,
     delete_or_mark,
 )
+from pyspark_ledger.datasource.write.packer import ArrowEntryPacker
 from pyspark_ledger.errors import LedgerError
 
 if TYPE_CHECKING:
@@ -219,7 +221,7 @@ class _LogOutput:
         self.job = job
         self.ids = ids  # partition id, attempt number, task attempt id
         self.ledger: _TaskLedger | None = None
-        self.packer: codec.ArrowEntryPacker | None = None
+        self.packer: ArrowEntryPacker | None = None
         self.rows = 0
 
     def write(self, batch: pa.RecordBatch) -> _TaskLedger:
@@ -232,7 +234,7 @@ class _LogOutput:
             ledger.add_all(encode.raw_entries(batch, job.key_type is not None))
             return ledger
         if self.packer is None:
-            self.packer = codec.ArrowEntryPacker(batch.schema, job.opts.arrow_batch_rows, job.opts.arrow_compression)
+            self.packer = ArrowEntryPacker(batch.schema, job.opts.arrow_batch_rows, job.opts.arrow_compression)
         for entry in self.packer.add(batch):
             ledger.add(entry.to_pybytes())  # the one copy the client would make anyway
         return ledger

@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 from metadata import InvalidMetadataError
 from metadata.paths import check_name
 from pyspark_ledger.datasource.errors import OptionError, did_you_mean
-from pyspark_ledger.datasource.option_values import int_option, text_option
-from pyspark_ledger.datasource.positions import (
+from pyspark_ledger.datasource.options.positions import (
     Bound,
     BoundError,
     parse_bound,
     parse_log_bounds,
     parse_timestamp,
 )
+from pyspark_ledger.datasource.options.values import int_option, text_option
 
 # More Spark partitions than a plan may hold (planning.PARTITIONS_MAX) is a typo.
 MIN_PARTITIONS_MAX = 100_000
@@ -156,7 +156,7 @@ def parse_read_options(opts: Mapping[str, str], log: str | None, ledger: bool) -
 
 def check_stream_read(read: ReadOptions) -> None:
     """A stream reads logs (not one ledger) from their starts and has no end: Trigger.AvailableNow
-    is how a stream stops (stream_read.py has the rest: starts, index, new logs)."""
+    is how a stream stops (stream/read.py has the rest: starts, index, new logs)."""
     if not read.logs and read.log_pattern is None:
         raise OptionError("ledger", "a stream reads logs (option log, logs or logPattern); one ledger is for batch reads")
     ending = "endingTimestamp" if read.ending.kind == "timestamp" else "endingPosition"

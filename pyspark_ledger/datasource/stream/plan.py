@@ -1,13 +1,13 @@
 """A micro-batch's read plan: the ranges covering [start, end) of every log, and what is lost.
 
-Spark plans a batch from two offsets (stream_offsets.py), on the driver, and may plan the same
+Spark plans a batch from two offsets (offsets.py), on the driver, and may plan the same
 batch again after a restart; between the two, retention may have trimmed what the stream had
 not read. That is data loss (failOnDataLoss, as Kafka's): with `true` (the default) the query
 fails with an error naming the log, where the stream was and what is gone; with `false` it
 reads what remains, from the first ledger after the gap, with a warning in the driver's log.
 The checks are a batch read's (cuts.start_cut, planning's ranges): a start in a trimmed
 ledger, a listed ledger whose metadata is gone. A stream adds two: a log deleted under it
-(stream_read.py) and a position naming another ledger than the log's at that seq (the log was
+(read.py) and a position naming another ledger than the log's at that seq (the log was
 deleted and made again).
 """
 
@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING
 
 from metadata import LedgerId
 from metadata.logs import NoSuchLogError
-from pyspark_ledger.datasource.cuts import Cut, DataLossError, start_cut
-from pyspark_ledger.datasource.log_view import HeadView
-from pyspark_ledger.datasource.options import LedgerSourceOptions
-from pyspark_ledger.datasource.planning import (
+from pyspark_ledger.datasource.options.positions import Bound
+from pyspark_ledger.datasource.options.source_options import LedgerSourceOptions
+from pyspark_ledger.datasource.read.cuts import Cut, DataLossError, start_cut
+from pyspark_ledger.datasource.read.log_view import HeadView
+from pyspark_ledger.datasource.read.planning import (
     ranges_of,  # a batch read's ranges for one log: stream and batch read alike
 )
-from pyspark_ledger.datasource.positions import Bound
-from pyspark_ledger.datasource.ranges import LedgerRange, split_to_min_partitions
-from pyspark_ledger.datasource.stream_offsets import LogOffset
+from pyspark_ledger.datasource.read.ranges import LedgerRange, split_to_min_partitions
+from pyspark_ledger.datasource.stream.offsets import LogOffset
 from pyspark_ledger.log import Position
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ give back: {"seq", "ledger", "entry"} and, for Arrow entries (many rows each), "
 within the entry (0 when absent). Starting bounds are inclusive, ending bounds exclusive (as
 Kafka's offsets): the position just after a row is the row's own position with index + 1, for
 raw entries (one row each) as for Arrow ones. Times are milliseconds since the epoch and select
-by the rows' `timestamp` column (planning.py says what that time is).
+by the rows' `timestamp` column (read/planning.py says what that time is).
 
 Per-log bounds (startingPositions / endingPositions) are a JSON object from log name to a
 position, "earliest" or "latest", like Kafka's startingOffsets JSON per topic.

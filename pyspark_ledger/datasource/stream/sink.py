@@ -1,5 +1,5 @@
 """Structured streaming on logs: the streaming options and the exactly-once sink (no pyspark here;
-stream_source.py wraps these in Spark's classes).
+source.py wraps these in Spark's classes).
 
 Sink, per micro-batch: every task attempt writes its own ledger exactly as a batch write does
 (write_task.write_task), staged under /staging/<log>/<query id>.<batch id>.<run id>. The driver's
@@ -9,7 +9,7 @@ re-runs the last batch after a crash, with the same batchId) finds its batch id 
 nothing is appended, and the replay's ledgers are deleted. Staging left by crashed runs of the
 same query is swept at every commit; ledgers that are in the log are never deleted.
 
-The source lives in stream_read.py (offsets, admission, lag) and stream_plan.py (a batch's
+The source lives in read.py (offsets, admission, lag) and plan.py (a batch's
 ranges, data loss); this module parses the options both sides share.
 """
 
@@ -27,14 +27,14 @@ from metadata.log_record import LogRecord
 from metadata.logs import NoSuchLogError
 from metadata.paths import staging_log_path
 from metadata.store import join
-from pyspark_ledger.datasource.option_values import int_option
-from pyspark_ledger.datasource.options import LedgerSourceOptions, OptionError, parse_options
-from pyspark_ledger.datasource.planning import LedgerSourceError, open_client
-from pyspark_ledger.datasource.sink_epoch import hold_query_epoch
-from pyspark_ledger.datasource.sink_progress import record_batch
-from pyspark_ledger.datasource.write_columns import STREAM_REMEDY, check_against_log
-from pyspark_ledger.datasource.write_task import write_task
-from pyspark_ledger.datasource.writer import (
+from pyspark_ledger.datasource.clients import open_client
+from pyspark_ledger.datasource.errors import LedgerSourceError
+from pyspark_ledger.datasource.options.source_options import LedgerSourceOptions, OptionError, parse_options
+from pyspark_ledger.datasource.options.values import int_option
+from pyspark_ledger.datasource.stream.sink_epoch import hold_query_epoch
+from pyspark_ledger.datasource.stream.sink_progress import record_batch
+from pyspark_ledger.datasource.write.columns import STREAM_REMEDY, check_against_log
+from pyspark_ledger.datasource.write.job import (
     JOB_COMMITTED,
     JOB_OPEN,
     TaskResult,
@@ -42,6 +42,7 @@ from pyspark_ledger.datasource.writer import (
     _clean_staging,
     _job_value,
 )
+from pyspark_ledger.datasource.write.task import write_task
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.log.errors import StaleEpochError
 from pyspark_ledger.log.takeover import check_epoch

@@ -1,4 +1,4 @@
-"""Where one log's read starts and stops, from its bounds (positions.py) and its ledger list.
+"""Where one log's read starts and stops, from its bounds (options/positions.py) and its ledger list.
 
 A cut is a point between two rows of a log: before row `index` of entry `entry` of the ledger
 with sequence number `seq`. A read covers [start cut, end cut): a starting position is
@@ -20,7 +20,7 @@ from typing import Protocol
 
 from metadata.log_record import LogLedger
 from pyspark_ledger.datasource.errors import LedgerUserError, OptionError
-from pyspark_ledger.datasource.positions import Bound
+from pyspark_ledger.datasource.options.positions import Bound
 
 log = logging.getLogger(__name__)
 

@@ -32,10 +32,11 @@ import pyarrow as pa
 
 from bookie.malloc_tuning import tune_malloc
 from bookie.status import Status
-from pyspark_ledger.datasource import codec
-from pyspark_ledger.datasource.entry_decode import DecodedRun, decode_blob
-from pyspark_ledger.datasource.meta_columns import MetaColumns
-from pyspark_ledger.datasource.planning import LedgerRange, open_client
+from pyspark_ledger.datasource.clients import open_client
+from pyspark_ledger.datasource.read import codec
+from pyspark_ledger.datasource.read.entry_decode import DecodedRun, decode_blob
+from pyspark_ledger.datasource.read.meta_columns import MetaColumns
+from pyspark_ledger.datasource.read.planning import LedgerRange
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.ledger.read_handle import ReadHandle
 from pyspark_ledger.protocol.digest import Digest, master_key
@@ -43,7 +44,7 @@ from pyspark_ledger.transport.run_response import Run, RunResponse
 
 if TYPE_CHECKING:
     from pyspark_ledger.client import LedgerClient
-    from pyspark_ledger.datasource.options import LedgerSourceOptions
+    from pyspark_ledger.datasource.options.source_options import LedgerSourceOptions
 
 log = logging.getLogger(__name__)
 

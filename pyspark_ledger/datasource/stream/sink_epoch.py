@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from metadata import BadVersionError, NodeExistsError
 from metadata.context import now_ms
 from metadata.paths import sink_epoch_path
-from pyspark_ledger.datasource.planning import LedgerSourceError
+from pyspark_ledger.datasource.errors import LedgerSourceError
 from pyspark_ledger.log.takeover import take_over
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """A task's record batches -> what its ledgers store, in bulk: raw entries (one per row, the key
 framed in front when there is one) and, for a routed write, the rows of each log. Arrow entries
-are packed by codec.ArrowEntryPacker. No pyspark here, and no per-row Python besides handing
+are packed by packer.write/packer.py. No pyspark here, and no per-row Python besides handing
 each raw entry to the client (one add per entry).
 """
 
@@ -13,8 +13,8 @@ import pyarrow.compute as pc
 from metadata.errors import InvalidMetadataError
 from metadata.paths import check_name
 from pyspark_ledger.datasource import keyed_entries
-from pyspark_ledger.datasource.planning import LedgerSourceError
-from pyspark_ledger.datasource.write_columns import KEY_COLUMN, PAYLOAD_COLUMN, ROUTE_COLUMN, RoutingError
+from pyspark_ledger.datasource.errors import LedgerSourceError
+from pyspark_ledger.datasource.write.columns import KEY_COLUMN, PAYLOAD_COLUMN, ROUTE_COLUMN, RoutingError
 
 
 def raw_entries(batch: pa.RecordBatch, keyed: bool) -> list[bytes]:

@@ -1,5 +1,5 @@
-"""Reading one option's value: shared by the source's options (options.py) and the read selection
-(read_options.py). Spark lower-cases option keys; errors name the documented spelling."""
+"""Reading one option's value: shared by the source's options (source_options.py) and the read selection
+(read.py). Spark lower-cases option keys; errors name the documented spelling."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The stream source on the driver: where a stream starts, where each micro-batch ends, and how
-far behind each log's readable end it is. No pyspark here: stream_source.py is the glue.
+far behind each log's readable end it is. No pyspark here: source.py is the glue.
 
 Logs: those named (`log`, `logs`), or every log matching `logPattern`. A log that starts matching
 after the query started (a new log) joins the stream from its beginning, as Kafka's
@@ -8,7 +8,7 @@ trigger, once it has a ledger, and must hold the stream's payload format and sch
 
 Starts (Spark asks once, for a new query; a restart goes on from the checkpoint): per log, its
 `startingPositions` entry, else `startingPosition`, else `startingTimestamp`, else `earliest`
-(read_options.py, cuts.py: the same checks and data-loss rules as a batch read). A stream
+(options/read.py, read/cuts.py: the same checks and data-loss rules as a batch read). A stream
 starts at an entry: `latest` is the log's readable end when the query starts.
 """
 
@@ -21,21 +21,20 @@ from typing import TYPE_CHECKING, Any
 
 from metadata.log_segments import LogHead
 from metadata.logs import NoSuchLogError
-from pyspark_ledger.datasource.cuts import DataLossError, start_cut
-from pyspark_ledger.datasource.errors import OptionError
-from pyspark_ledger.datasource.log_view import HeadView
-from pyspark_ledger.datasource.options import LedgerSourceOptions
-from pyspark_ledger.datasource.planning import (
-    LedgerSourceError,
+from pyspark_ledger.datasource.errors import LedgerSourceError, OptionError
+from pyspark_ledger.datasource.options.source_options import LedgerSourceOptions
+from pyspark_ledger.datasource.read.cuts import DataLossError, start_cut
+from pyspark_ledger.datasource.read.log_view import HeadView
+from pyspark_ledger.datasource.read.planning import (
     SourceShape,
     bound_option,  # planning's option naming: messages agree
     log_shape,  # the shape check of batch reads, also for logs found later
     read_log_head,
     select_logs,
 )
-from pyspark_ledger.datasource.stream_admission import Limit, admit, lag_after, offset_after
-from pyspark_ledger.datasource.stream_offsets import LogOffset, StreamOffset
-from pyspark_ledger.datasource.stream_scan import LogScan, scan_log, tail_of
+from pyspark_ledger.datasource.stream.admission import Limit, admit, lag_after, offset_after
+from pyspark_ledger.datasource.stream.offsets import LogOffset, StreamOffset
+from pyspark_ledger.datasource.stream.scan import LogScan, scan_log, tail_of
 
 if TYPE_CHECKING:
     from pyspark_ledger.client import LedgerClient

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark_ledger.datasource.planning import LedgerSourceError
+from pyspark_ledger.datasource.errors import LedgerSourceError
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -1,6 +1,6 @@
 """Spark glue for streaming: `writeStream.format("ledger")` and `readStream.format("ledger")`.
 
-Translation only; the protocol lives in streaming.py (no pyspark there).
+Translation only; the protocol lives in sink.py (no pyspark there).
 """
 
 from __future__ import annotations
@@ -30,16 +30,17 @@ from pyspark.sql.types import StructType
 
 from metadata.log_record import LogRecord
 from metadata.logs import LogExistsError
-from pyspark_ledger.datasource.errors import LedgerUserError, user_errors
-from pyspark_ledger.datasource.options import LedgerSourceOptions
-from pyspark_ledger.datasource.planning import LedgerRange, LedgerSourceError, open_client, shape_of
-from pyspark_ledger.datasource.read_options import check_stream_read
-from pyspark_ledger.datasource.reader import ReadSpec, read_partition
-from pyspark_ledger.datasource.stream_admission import Limit
-from pyspark_ledger.datasource.stream_offsets import StreamOffset, offset_from_json, offset_to_json
-from pyspark_ledger.datasource.stream_plan import plan_batch
-from pyspark_ledger.datasource.stream_read import available_now_target, initial_offsets, next_batch, single_log
-from pyspark_ledger.datasource.streaming import (
+from pyspark_ledger.datasource.clients import open_client
+from pyspark_ledger.datasource.errors import LedgerSourceError, LedgerUserError, user_errors
+from pyspark_ledger.datasource.options.read import check_stream_read
+from pyspark_ledger.datasource.options.source_options import LedgerSourceOptions
+from pyspark_ledger.datasource.read.planning import LedgerRange, shape_of
+from pyspark_ledger.datasource.read.reader import ReadSpec, read_partition
+from pyspark_ledger.datasource.stream.admission import Limit
+from pyspark_ledger.datasource.stream.offsets import StreamOffset, offset_from_json, offset_to_json
+from pyspark_ledger.datasource.stream.plan import plan_batch
+from pyspark_ledger.datasource.stream.read import available_now_target, initial_offsets, next_batch, single_log
+from pyspark_ledger.datasource.stream.sink import (
     StreamSettings,
     StreamTaskResult,
     abort_stream_batch,
@@ -47,14 +48,14 @@ from pyspark_ledger.datasource.streaming import (
     spark_run_id,
     stream_write_task,
 )
-from pyspark_ledger.datasource.write_columns import (
+from pyspark_ledger.datasource.write.columns import (
     ROUTE_COLUMN,
     STREAM_REMEDY,
     WriteSchemaError,
     check_against_log,
     plan_layout,
 )
-from pyspark_ledger.datasource.writer import WriteJob
+from pyspark_ledger.datasource.write.job import WriteJob
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,7 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
             existing = client.logs.get_tail(name)  # the head view: format, schema and the open tail
             rec = existing[0] if existing is not None else None
             fmt = opts.payload_format or (rec.payload_format if rec is not None and rec.ledgers else "raw")
-            # The same columns, key and schema rules as a batch append (write_columns.py).
+            # The same columns, key and schema rules as a batch append (write/columns.py).
             layout = plan_layout(fmt, names, types, schema_json or "{}", opts.log)
             if rec is not None:
                 check_against_log(rec, layout, STREAM_REMEDY)

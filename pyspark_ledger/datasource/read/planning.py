@@ -27,14 +27,12 @@ from metadata import LedgerMetadata, MetadataError, NoSuchLedgerError
 from metadata.log_record import MESSAGE_FORMAT_SINGLE, LogLedger, LogRecord
 from metadata.log_segments import LogHead
 from metadata.logs import NoSuchLogError
-from pyspark_ledger.datasource.cuts import Cut, DataLossError, end_cut, start_cut
-from pyspark_ledger.datasource.errors import LedgerUserError, OptionError, did_you_mean
-from pyspark_ledger.datasource.log_view import HeadView
-from pyspark_ledger.datasource.options import LedgerSourceOptions
-from pyspark_ledger.datasource.ranges import LedgerRange, Span, add_fragment_ranges, split_to_min_partitions
+from pyspark_ledger.datasource.errors import LedgerSourceError, OptionError, did_you_mean
+from pyspark_ledger.datasource.options.source_options import LedgerSourceOptions
+from pyspark_ledger.datasource.read.cuts import Cut, DataLossError, end_cut, start_cut
+from pyspark_ledger.datasource.read.log_view import HeadView
+from pyspark_ledger.datasource.read.ranges import LedgerRange, Span, add_fragment_ranges, split_to_min_partitions
 from pyspark_ledger.datasource.rows import RowPlace
-from pyspark_ledger.datasource.worker_gc import freeze_worker_heap
-from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.ledger.read_handle import ReadHandle
 
 if TYPE_CHECKING:
@@ -50,11 +48,6 @@ log = logging.getLogger(__name__)
 PARTITIONS_MAX = 100_000
 # Names offered as "did you mean" for a missing log are looked up only in stores this small.
 SUGGEST_FROM_LOGS_MAX = 10_000
-
-
-class LedgerSourceError(LedgerUserError, LedgerError):
-    """Reading or writing through the data source is impossible as asked (no such log, wrong
-    password, incompatible schema, ...). The message says what to change."""
 
 
 def _known_logs(client: LedgerClient) -> list[str]:
@@ -126,7 +119,7 @@ def log_shape(rec: LogRecord, opts: LedgerSourceOptions) -> SourceShape:
         raise LedgerSourceError(f"log {rec.name!r} holds raw entries, not Arrow (option payloadFormat)")
     if fmt == "arrow" and rec.schema is None:
         raise LedgerSourceError(f"Arrow log {rec.name!r} has no recorded schema yet (nothing was written)")
-    # A raw log records a schema only when its entries carry keys (key, payload: write_columns.py).
+    # A raw log records a schema only when its entries carry keys (key, payload: write/columns.py).
     return SourceShape(fmt, rec.schema if fmt == "arrow" or rec.payload_format == "raw" else None)
 
 
@@ -274,20 +267,3 @@ def plan_ranges(client: LedgerClient, opts: LedgerSourceOptions, payload_format:
         raise OptionError("minPartitions", f"the read would need more than {PARTITIONS_MAX} partitions; lower it")
     log.info("read planned target=%s ranges=%d entries=%d", opts.target, len(ranges), sum(r.entries for r in ranges))
     return ranges
-
-
-def open_client(opts: LedgerSourceOptions, *, add_timeout_s: float = 10.0) -> LedgerClient:
-    """A client for this job's metadata service; an unreachable store fails within its connect
-    timeout with a message naming the option. Every piece of the data source that runs in a Spark
-    Python worker (planning, reads, writes, commits) starts here, so this is also where a reused
-    worker freezes what its imports made (worker_gc)."""
-    from pyspark_ledger.client import LedgerClient
-
-    freeze_worker_heap()
-
-    try:
-        return LedgerClient(opts.metadata, add_timeout_s=add_timeout_s)
-    except MetadataError as exc:
-        raise LedgerSourceError(
-            f"cannot reach the metadata service {opts.metadata_uri} (option metadataServiceUri): {exc}; "
-            "check the address and that the service is running") from None

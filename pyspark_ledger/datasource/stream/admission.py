@@ -1,5 +1,5 @@
 """Admission control: how much of each log one micro-batch takes, and what it leaves (the lag).
-Pure: works on scans (stream_scan.py), no I/O.
+Pure: works on scans (scan.py), no I/O.
 
 Spark passes the limit as a ReadLimit: maxEntriesPerTrigger (ReadMaxRows: one entry of a raw
 log is one row; an Arrow entry holds many rows, so it counts entries, as Kafka counts records),
@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pyspark_ledger.datasource.stream_offsets import LogOffset
-from pyspark_ledger.datasource.stream_scan import LogScan
+from pyspark_ledger.datasource.stream.offsets import LogOffset
+from pyspark_ledger.datasource.stream.scan import LogScan
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,8 @@
 """Routed batch writes: a DataFrame with a `log` column sends each row to the log it names (as
 Kafka's sink does with a `topic` column). Each log gets one exactly-once commit, like a one-log
-job (writer.py); the job as a whole is atomic per log, not across logs.
+job (job.py); the job as a whole is atomic per log, not across logs.
 
-Driver, when Spark creates the writer (prepare_routed_job): check the columns (write_columns.py)
+Driver, when Spark creates the writer (prepare_routed_job): check the columns (columns.py)
 and create the job-wide node /staging-routes/<job id> in state "open". Which logs the rows name
 is not known yet: the tasks find out.
 
@@ -33,10 +33,11 @@ from typing import TYPE_CHECKING
 
 from metadata import MetadataError, NoNodeError
 from metadata.paths import staging_route_path, staging_routes_path
-from pyspark_ledger.datasource.options import LedgerSourceOptions
-from pyspark_ledger.datasource.planning import LedgerSourceError, open_client
-from pyspark_ledger.datasource.write_columns import WriteLayout
-from pyspark_ledger.datasource.writer import (
+from pyspark_ledger.datasource.clients import open_client
+from pyspark_ledger.datasource.errors import LedgerSourceError
+from pyspark_ledger.datasource.options.source_options import LedgerSourceOptions
+from pyspark_ledger.datasource.write.columns import WriteLayout
+from pyspark_ledger.datasource.write.job import (
     JOB_ABORTING,
     JOB_COMMITTED,
     JOB_COMMITTING,

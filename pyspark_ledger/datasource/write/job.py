@@ -5,7 +5,7 @@ DataFrame against the log (format, Arrow schema), create the log if it is missin
 the job's staging node /staging/<log>/<job id> in state "open". The job id is made here and
 travels to the executors inside the pickled writer.
 
-Executor, per task attempt (write_task.py): on the first row, create a ledger and register it at
+Executor, per task attempt (task.py): on the first row, create a ledger and register it at
 /staging/<log>/<job id>/<ledger> *before* writing, then check the job is still open (a late
 duplicate attempt of a finished job deletes its ledger and stops). Write the rows (raw: one row
 = one entry; arrow: a bounded batch of rows = one entry, an Arrow IPC stream), seal the ledger,
@@ -22,7 +22,7 @@ marked for deletion if it cannot be. abort: the same cleanup, and the log is nev
 Spark passes commit() only one message per partition and abort() None for failed tasks that
 wrote data; the staging nodes are how the driver finds every ledger regardless.
 
-A DataFrame with a `log` column (write_columns.py) is a routed write: routed_writer.py runs one
+A DataFrame with a `log` column (columns.py) is a routed write: routed.py runs one
 such job per log its tasks met, committed log by log.
 """
 
@@ -49,12 +49,13 @@ from metadata.context import now_ms
 from metadata.log_record import LogRecord
 from metadata.logs import NoSuchLogError
 from metadata.paths import staging_job_path, staging_ledger_path, staging_log_path
-from pyspark_ledger.datasource.options import (
+from pyspark_ledger.datasource.clients import open_client
+from pyspark_ledger.datasource.errors import LedgerSourceError
+from pyspark_ledger.datasource.options.source_options import (
     LedgerSourceOptions,
     this_host,
 )
-from pyspark_ledger.datasource.planning import LedgerSourceError, open_client
-from pyspark_ledger.datasource.write_columns import WriteLayout, check_against_log
+from pyspark_ledger.datasource.write.columns import WriteLayout, check_against_log
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.log.errors import StaleEpochError
 from pyspark_ledger.log.takeover import check_epoch, take_over
@@ -81,13 +82,13 @@ class WriteJob:
     overwrite: bool
     # The log's writer epoch this job took when it started (a takeover); its commit appends only
     # while the epoch is still its own. None: the job holds no epoch (the streaming sink's base
-    # job: the query takes its epoch on its first commit, see streaming.py).
+    # job: the query takes its epoch on its first commit, see stream/sink.py).
     epoch: int | None = None
     # Raw writes with a `key` column: its type ("binary" | "string"); each entry frames the key
     # (keyed_entries.py). None: entries are the payload alone.
     key_type: str | None = None
     # A routed write (a `log` column): the job-wide node whose state tasks check, instead of
-    # this log's staging node (routed_writer.py). None: an ordinary one-log job.
+    # this log's staging node (routed.py). None: an ordinary one-log job.
     gate_path: str | None = None
 
     @property
@@ -122,7 +123,7 @@ class TaskResult:
 
 
 def _check_compatible(rec: LogRecord, job: WriteJob) -> None:
-    """Appending to a log with data: same payload format and recorded schema (write_columns.py)."""
+    """Appending to a log with data: same payload format and recorded schema (columns.py)."""
     if not job.overwrite:
         check_against_log(rec, job.layout)
 
@@ -151,7 +152,7 @@ def _job_state(value: bytes) -> str | None:
 def prepare_job(opts: LedgerSourceOptions, job_id: str, layout_of: Callable[[str], WriteLayout],
                 overwrite: bool) -> WriteJob:
     """Driver side, when Spark creates the writer: validate, create the log and the job node.
-    layout_of(payload format) checks the DataFrame's columns for that format (write_columns.py)."""
+    layout_of(payload format) checks the DataFrame's columns for that format (columns.py)."""
     name = opts.require_log("writing")
     with open_client(opts) as client:
         existing = client.logs.get_tail(name)  # the head view: format, schema, the open tail
