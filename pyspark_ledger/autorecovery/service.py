@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from pyspark_ledger.autorecovery.copy_pace import CopyPace, check_rate_mb_s
 from pyspark_ledger.autorecovery.elected_auditor import ElectedAuditor
 from pyspark_ledger.autorecovery.metrics import AutorecoveryMetrics
+from pyspark_ledger.autorecovery.offload_task import OffloadTask, OffloadTaskSettings
 from pyspark_ledger.autorecovery.replication_worker import ReplicationWorker
+from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.ledger.context import LedgerContext
 
 log = logging.getLogger(__name__)
@@ -43,6 +45,7 @@ class AutorecoverySettings:
     password: bytes = b""  # empty: work as the operator (replication_worker); else this password for every ledger
     # Misplaced ledgers (placement_scan) are looked for this often, and whenever a rack comes back.
     placement_scan_interval_s: float = 3600.0
+    offload: OffloadTaskSettings = OffloadTaskSettings()  # the leader's offload passes (with a client)
 
     def validate(self) -> None:
         if self.lost_bookie_grace_s < 0 or self.open_ledger_grace_s < 0:
@@ -56,6 +59,7 @@ class AutorecoverySettings:
             raise ValueError("--poll-interval-s must be in 0.05..60")
         if self.placement_scan_interval_s <= 0:
             raise ValueError("--placement-scan-interval-s must be > 0")
+        self.offload.validate()
 
 
 def holder_name() -> str:
@@ -65,7 +69,9 @@ def holder_name() -> str:
 
 class AutorecoveryService:
     def __init__(self, context: LedgerContext, settings: AutorecoverySettings | None = None,
-                 metrics: AutorecoveryMetrics | None = None):
+                 metrics: AutorecoveryMetrics | None = None, *, offload_client: LedgerClient | None = None):
+        """`offload_client`: the client the leader offloads through (the CLI passes its own);
+        without it the leader offloads nothing."""
         self.settings = settings or AutorecoverySettings()
         self.settings.validate()
         self.context = context
@@ -74,9 +80,11 @@ class AutorecoveryService:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         s = self.settings
+        self.offload = None if offload_client is None else OffloadTask(offload_client, s.offload, self.metrics,
+                                                                       s.password)
         self.auditor = ElectedAuditor(context.ledgers.store, self.holder, lost_bookie_grace_s=s.lost_bookie_grace_s,
                                       scan_rate_per_s=s.scan_rate_per_s, metrics=self.metrics, stop=self._stop,
-                                      placement_scan_interval_s=s.placement_scan_interval_s)
+                                      placement_scan_interval_s=s.placement_scan_interval_s, offload=self.offload)
         self.pace = CopyPace(s.rereplication_rate_mb_s, stop=self._stop)  # one bucket for every worker
         self.workers = [ReplicationWorker(context, f"{self.holder}/w{i}", open_ledger_grace_s=s.open_ledger_grace_s,
                                           poll_interval_s=s.poll_interval_s, password=s.password,

@@ -18,7 +18,15 @@ from typing import Any
 from bookie.proto.versions import RELEASE
 from metadata import DigestType, MetadataError
 from metadata.embedded_store import embedded_path_from_env_default
-from pyspark_ledger.cli import autorecovery_commands, bookie_admin, cluster_commands, commands, reshape_commands, standalone
+from pyspark_ledger.cli import (
+    autorecovery_commands,
+    bookie_admin,
+    cluster_commands,
+    commands,
+    offload_commands,
+    reshape_commands,
+    standalone,
+)
 from pyspark_ledger.cli.log_read import add_read_parser
 from pyspark_ledger.cli.no_bookies import explain
 from pyspark_ledger.cli.passwords import add_password_args, check_new_ledger_password, resolve_password
@@ -104,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_log_commands(sub)
     _add_bp44_commands(sub)
     autorecovery_commands.add_parsers(sub)
+    offload_commands.add_parsers(sub)
     reshape_commands.add_parsers(sub, _ledger_args)
     cluster_commands.add_parsers(sub)
     cluster_commands.add_placement_parser(sub)
@@ -249,6 +258,7 @@ HANDLERS: dict[str, Callable[..., int]] = {
     "predictlifespan": commands.predictlifespan,
     "auditor": commands.auditor,
     "autorecovery": autorecovery_commands.autorecovery,
+    "offload": offload_commands.offload,
     "listunderreplicated": autorecovery_commands.listunderreplicated,
     "decommissionbookie": autorecovery_commands.decommissionbookie,
     "expandledger": reshape_commands.expandledger,

@@ -44,6 +44,9 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--open-ledger-grace-s", type=float, default=30.0,
                    help="an OPEN ledger is fenced and closed for re-replication after its mark is this old (default 30)")
     p.add_argument("--no-auditor", action="store_true", help="run workers only, never stand for auditor")
+    p.add_argument("--offload-interval-s", type=float, default=60.0,
+                   help="the elected auditor offloads sealed ledgers to the cluster's offload_store this often "
+                        "(docs/tiered-storage.md; default 60)")
     p.add_argument("--placement-scan-interval-s", type=float, default=3600.0,
                    help="look for ledgers whose write sets span too few racks this often, and whenever a rack "
                         "comes back (default 3600)")
@@ -60,6 +63,7 @@ def add_parsers(sub: Any) -> None:
 
 
 def autorecovery(client: LedgerClient, args: argparse.Namespace) -> int:
+    from pyspark_ledger.autorecovery.offload_task import OffloadTaskSettings
     from pyspark_ledger.autorecovery.service import AutorecoveryService, AutorecoverySettings
 
     # A long-running service logs its normal work at INFO, like a bookie; LEDGER_DEBUG adds DEBUG.
@@ -70,8 +74,9 @@ def autorecovery(client: LedgerClient, args: argparse.Namespace) -> int:
                                     workers=args.workers, open_ledger_grace_s=args.open_ledger_grace_s,
                                     rereplication_rate_mb_s=args.rereplication_rate_mb_s,
                                     auditor=not args.no_auditor,
-                                    placement_scan_interval_s=args.placement_scan_interval_s)
-    service = AutorecoveryService(client.context, settings)
+                                    placement_scan_interval_s=args.placement_scan_interval_s,
+                                    offload=OffloadTaskSettings(interval_s=args.offload_interval_s))
+    service = AutorecoveryService(client.context, settings, offload_client=client)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

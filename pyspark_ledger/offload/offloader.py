@@ -57,7 +57,10 @@ def _sealed_ms(lg: LogLedger) -> int:
 def offload_pass(client: LedgerClient, *, store: str | None = None, logs: list[str] | None = None,
                  everything: bool = False, password: Callable[[str], bytes] = lambda name: b"",
                  stale_ms: int = ATTEMPT_STALE_MS, step: Step = lambda s: None,
-                 now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> PassResult:
+                 now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                 keep_going: Callable[[], bool] = lambda: True) -> PassResult:
+    """One pass: the queue, every chosen ledger of `logs` (default: every log), the queue again.
+    keep_going() is asked before each ledger (a leader that lost its election stops early)."""
     target = store_for(store_uri(client, store))
     result = PassResult()
     result.queue.append(queue_pass(client, stale_ms))
@@ -76,6 +79,8 @@ def offload_pass(client: LedgerClient, *, store: str | None = None, logs: list[s
             lg = rec.by_seq(seq)
             if lg is None:
                 continue
+            if not keep_going():
+                return result
             budget -= 1
             ledger = LedgerInLog(name, rec.ctime_ms, rec.payload_format, seq, lg.ledger_id, lg.ctime_ms)
             try:
