@@ -3,6 +3,7 @@ times and headers (batched), and an Arrow log (one Arrow IPC stream per entry)."
 
 from __future__ import annotations
 
+import os
 import time
 
 import pyarrow as pa
@@ -20,20 +21,26 @@ def ipc(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def fill_raw(client: LedgerClient, name: str, ledgers: int, per_ledger: int = 6) -> None:
-    """`ledgers` sealed ledgers of `per_ledger` messages, two messages per entry at most."""
+def fill_raw(client: LedgerClient, name: str, ledgers: int, per_ledger: int = 6, payload_bytes: int = 0) -> None:
+    """`ledgers` sealed ledgers of `per_ledger` messages, two messages per entry at most; each
+    payload padded with random bytes to `payload_bytes` (incompressible, as a real log's may be)."""
     update_cluster_settings(client.store, {"message_batches": True})
     for _ in range(600):  # the client's settings watch catches up within moments; 60 s bound
         if client.cluster_settings.message_batches:
             break
         time.sleep(0.1)
     assert client.cluster_settings.message_batches
-    w = client.open_log_writer(name, rollover_entries=per_ledger, batch_max_messages=2)
+    w = client.open_log_writer(name, rollover_entries=(per_ledger + 1) // 2, batch_max_messages=2)
     try:
         for i in range(ledgers * per_ledger):
-            w.append(f"payload-{i}".encode(), key=None if i % 3 == 0 else f"k{i % 5}".encode(),
-                     timestamp=1_700_000_000_000 + i if i % 2 else None,
-                     headers=[("h", f"v{i}".encode()), ("h", b"dup")] if i % 4 == 0 else None)
+            head = f"payload-{i}".encode()
+            w.append_async(head + os.urandom(max(payload_bytes - len(head), 0)),
+                           key=None if i % 3 == 0 else f"k{i % 5}".encode(),
+                           timestamp=1_700_000_000_000 + i if i % 2 else None,
+                           headers=[("h", f"v{i}".encode()), ("h", b"dup")] if i % 4 == 0 else None)
+            if i % 2:
+                w.flush()  # two messages per entry: rollover_entries counts whole ledgers exactly
+        w.flush()
     finally:
         w.close()
 
