@@ -11,6 +11,9 @@ bad status, missing or corrupt entry) hands the rest of that window to the clien
 ReadHandle.read_planned, which fails over inside each entry's write set, and later windows
 start from the next replica. Striped fragments (W < E) use read_planned throughout.
 
+An OFFLOADED ledger's ranges come from its Parquet file in the object store, by row group
+(pyspark_ledger/offload), never from a bookie.
+
 The planner already bounded every range by the LAC or last entry, so nothing here reads past it.
 Every entry the data source reads goes through here: batch and streaming partitions
 (read_partition) and the driver's look at a lone Arrow ledger's first entry (arrow_schema_of).
@@ -32,6 +35,7 @@ import pyarrow as pa
 
 from bookie.malloc_tuning import tune_malloc
 from bookie.status import Status
+from metadata.offload_record import is_offloaded
 from pyspark_ledger.datasource.clients import open_client
 from pyspark_ledger.datasource.read import codec
 from pyspark_ledger.datasource.read.entry_decode import DecodedRun, decode_blob
@@ -39,6 +43,7 @@ from pyspark_ledger.datasource.read.meta_columns import MetaColumns
 from pyspark_ledger.datasource.read.planning import LedgerRange
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.ledger.read_handle import ReadHandle
+from pyspark_ledger.offload.offloaded_reads import offloaded_entries, open_ledger_file
 from pyspark_ledger.protocol.digest import Digest, master_key
 from pyspark_ledger.transport.run_response import Run, RunResponse
 
@@ -211,8 +216,24 @@ class RangeReader:
         for run in self.runs():
             yield from self._batches(run)
 
+    def _offloaded_runs(self) -> Iterator[DecodedRun]:
+        """An OFFLOADED ledger's range straight from its file in the object store, by row group
+        (docs/tiered-storage.md): never through a bookie, whose copies may be gone."""
+        lf = open_ledger_file(self.rng.metadata)
+        first, last = self.rng.first_entry_id, self.rng.last_entry_id
+        for g in lf.row_groups_for(first, last):
+            lo, hi = lf.facts.row_groups[g]
+            entries = list(offloaded_entries(lf, max(lo, first), min(hi, last)))
+            if self.spec.payload_format == "raw":
+                yield DecodedRun(entries[0].entry_id, pa.array([e.payload for e in entries], pa.binary()))
+            else:
+                yield DecodedRun(entries[0].entry_id, [pa.py_buffer(e.payload) for e in entries])
+
     def runs(self) -> Generator[DecodedRun, None, None]:
         """The range's entries, verified, in order, as runs of consecutive entries."""
+        if is_offloaded(self.rng.metadata):
+            yield from self._offloaded_runs()
+            return
         rng = self.rng
         step = _window_entries(rng)
         windows = [(i, lo, min(rng.last_entry_id, lo + step - 1))
