@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import TYPE_CHECKING
 
 from bookie.status import Status
 from metadata import LedgerId, LedgerMetadata, write_set
@@ -27,11 +28,12 @@ from pyspark_ledger.errors import (
 from pyspark_ledger.ledger.context import LedgerContext
 from pyspark_ledger.ledger.keys import Credentials, resolve_keys
 from pyspark_ledger.ledger.read_repair import ReadRepair
-from pyspark_ledger.offload.offloaded_reads import offloaded_entries, open_ledger_file
-from pyspark_ledger.offload.parquet_files import LedgerFile
 from pyspark_ledger.protocol.distribution import covers_every_write_set
 from pyspark_ledger.protocol.entry_format import Entry, decode_entry
 from pyspark_ledger.protocol.invariants import InvariantError
+
+if TYPE_CHECKING:
+    from pyspark_ledger.offload.parquet_files import LedgerFile
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +76,7 @@ class ReadHandle:
         self._handle_closed = False
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
-        self._offloaded_file: LedgerFile | None = None
+        self._offloaded_file: LedgerFile | None = None  # an OFFLOADED ledger's file, opened on first use
 
     # ---- metadata -----------------------------------------------------------------------------
 
@@ -226,6 +228,9 @@ class ReadHandle:
     def _offloaded(self, first: int, last: int) -> Iterator[Entry]:
         """The entries of an OFFLOADED ledger, from its file in the object store (never a bookie).
         The password was checked against the metadata when the handle was made (resolve_keys)."""
+        # Imported here: pyarrow's Parquet reader loads only in a process that meets an offloaded ledger.
+        from pyspark_ledger.offload.offloaded_reads import offloaded_entries, open_ledger_file
+
         if self._offloaded_file is None:
             self._offloaded_file = open_ledger_file(self._metadata)
         chunk_started = time.monotonic()

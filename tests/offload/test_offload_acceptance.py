@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -47,10 +47,10 @@ def entry_log_bytes(cluster: LocalCluster) -> int:
     return sum(p.stat().st_size for b in cluster.bookies for p in b.data_dir.rglob("*.log") if p.parent.name == "entries")
 
 
-def wait_until(what: str, done: object) -> None:
+def wait_until(what: str, done: Callable[[], bool]) -> None:
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
-        if done():  # type: ignore[operator]
+        if done():
             return
         time.sleep(0.5)
     raise AssertionError(f"not within {WAIT_S}s: {what}")
