@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from pyspark_ledger.cli.output import print_json, print_table
-from pyspark_ledger.cli.passwords import add_password_args, resolve_password
+from pyspark_ledger.cli.passwords import add_password_args
 from pyspark_ledger.client import LedgerClient
 
 
@@ -40,7 +40,7 @@ def offload(client: LedgerClient, args: argparse.Namespace) -> int:
     from pyspark_ledger.offload.status import log_offload_status
 
     if args.offload_command == "run":
-        password = resolve_password(args)
+        password: bytes = args.password or b""  # resolved by the shell's main (never from argv alone)
         result = offload_pass(client, store=args.store, logs=args.log, everything=args.now,
                               password=lambda _log: password)
         if args.json:
