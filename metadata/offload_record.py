@@ -107,8 +107,13 @@ def offload_record(meta: LedgerMetadata) -> OffloadRecord | None:
 
 
 def is_offloaded(meta: LedgerMetadata) -> bool:
-    """Whether reads of this ledger come from the object store (and its bookies may hold nothing)."""
-    rec = offload_record(meta)
+    """Whether reads of this ledger come from the object store (and its bookies may hold nothing).
+    An unreadable record says no: readers then use the bookies, GC keeps their copies, and the
+    auditor keeps watching them (what the ledger was before any offload)."""
+    try:
+        rec = offload_record(meta)
+    except CorruptMetadataError:
+        return False
     return rec is not None and rec.offloaded
 
 

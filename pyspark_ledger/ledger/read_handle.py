@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from bookie.status import Status
 from metadata import LedgerId, LedgerMetadata, write_set
+from metadata.errors import MetadataError
 from metadata.offload_record import is_offloaded
 from pyspark_ledger.errors import (
     BookieBusyError,
@@ -217,13 +218,21 @@ class ReadHandle:
             except LedgerError:
                 # Offloaded since this handle read its metadata (its bookies' copies may be gone):
                 # the object store has every entry (docs/tiered-storage.md).
-                if not meta.is_closed or not is_offloaded(self.refresh()):
+                if not meta.is_closed or not self._offloaded_meanwhile():
                     raise
                 yield from self._offloaded(nxt, last)
                 return
             self._ctx.metrics.chunk_read(len(entries), chunk_started)
             yield from entries
             nxt = entries[-1].entry_id + 1
+
+    def _offloaded_meanwhile(self) -> bool:
+        """After a failed read of a closed ledger: whether it is OFFLOADED now (then reads go to
+        its file). A metadata error here says no: the read's own error is the one to raise."""
+        try:
+            return is_offloaded(self.refresh())
+        except MetadataError:
+            return False
 
     def _offloaded(self, first: int, last: int) -> Iterator[Entry]:
         """The entries of an OFFLOADED ledger, from its file in the object store (never a bookie).
