@@ -213,6 +213,9 @@ class RangeReader:
                                                 meta=self.meta)
 
     def batches(self) -> Iterator[pa.RecordBatch]:
+        if self.spec.payload_format != "raw" and is_offloaded(self.rng.metadata):
+            yield from self._offloaded_arrow_batches()
+            return
         for run in self.runs():
             yield from self._batches(run)
 
@@ -228,6 +231,16 @@ class RangeReader:
                 yield DecodedRun(entries[0].entry_id, pa.array([e.payload for e in entries], pa.binary()))
             else:
                 yield DecodedRun(entries[0].entry_id, [pa.py_buffer(e.payload) for e in entries])
+
+    def _offloaded_arrow_batches(self) -> Iterator[pa.RecordBatch]:
+        """An offloaded Arrow ledger's rows straight from its Parquet row groups (one per entry),
+        without rebuilding IPC streams."""
+        lf = open_ledger_file(self.rng.metadata)
+        for g in lf.row_groups_for(self.rng.first_entry_id, self.rng.last_entry_id):
+            entry_id = lf.facts.row_groups[g][0]
+            table = lf.pq.read_row_group(g)
+            yield from codec.arrow_entry_batches(table.to_batches(), self.rng.place, entry_id, self.spec.schema,
+                                                 *self.rng.rows_of(entry_id), meta=self.meta)
 
     def runs(self) -> Generator[DecodedRun, None, None]:
         """The range's entries, verified, in order, as runs of consecutive entries."""
