@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from metadata import MetadataError
+from metadata import LedgerId, MetadataError
 from pyspark_ledger.autorecovery.metrics import AutorecoveryMetrics
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.errors import LedgerError
@@ -45,6 +45,7 @@ class OffloadTask:
     metrics: AutorecoveryMetrics | None = None
     password: bytes = b""  # for `mac` ledgers: the autorecovery service's password, if it has one
     _last: float = field(default=float("-inf"))
+    _known: set[LedgerId] = field(default_factory=set)  # seen OFFLOADED: not read again by later passes
 
     def due(self) -> bool:
         return time.monotonic() - self._last >= self.settings.interval_s
@@ -55,7 +56,7 @@ class OffloadTask:
             return None  # no store: nothing to do
         try:
             result = offload_pass(self.client, password=lambda _log: self.password, stale_ms=self.settings.stale_ms,
-                                  keep_going=keep_going)
+                                  keep_going=keep_going, known=self._known)
         except (LedgerError, MetadataError) as exc:
             log.warning("offload pass failed, retried at the next interval error=%s", exc)
             return None

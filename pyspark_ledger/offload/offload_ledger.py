@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 # An attempt still WRITING after this long is taken to be dead: a new attempt may replace it (the
 # old one then cannot record: its compare-and-set needs its own WRITING record).
 ATTEMPT_STALE_MS = 10 * 60 * 1000
+# A ledger is read whole into memory, written as one file and read back: bigger ones are refused
+# (a LogWriter's rollover_max_bytes keeps ledgers far below this by default).
+OFFLOAD_LEDGER_BYTES_MAX = 1 << 30
 STEPS = ("queued", "announced", "written", "verified", "recorded")
 Step = Callable[[str], None]  # called after each step (tests kill the process there)
 
@@ -123,6 +126,9 @@ def _check_offloadable(meta: LedgerMetadata, password: bytes, stale_ms: int) -> 
     """The existing OFFLOADED record, None when an attempt may start, else OffloadRefusedError."""
     if not meta.is_closed:
         raise OffloadRefusedError(f"ledger {meta.ledger_id} is not sealed")
+    if (meta.length_bytes or 0) > OFFLOAD_LEDGER_BYTES_MAX:
+        raise OffloadRefusedError(f"ledger {meta.ledger_id} holds {meta.length_bytes} bytes, over "
+                                  f"OFFLOAD_LEDGER_BYTES_MAX ({OFFLOAD_LEDGER_BYTES_MAX}): roll logs over sooner")
     if meta.digest_type is DigestType.MAC and not meta.check_password(password):
         raise OffloadRefusedError(f"ledger {meta.ledger_id} is a `mac` ledger: only a caller with its password may "
                                   f"offload it (its files are not protected by the password)")

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from metadata.errors import MetadataError
+from metadata.ids import LedgerId
 from metadata.log_record import LogLedger, LogRecord
 from metadata.logs import NoSuchLogError
 from metadata.offload_record import offload_record
@@ -27,6 +28,7 @@ from pyspark_ledger.offload.queue_pass import QueuePassResult, queue_pass
 log = logging.getLogger(__name__)
 
 LEDGERS_PER_PASS_MAX = 10_000
+KNOWN_OFFLOADED_MAX = 1_000_000  # ledgers a caller's `known` set holds before it starts over
 
 
 @dataclass
@@ -45,8 +47,8 @@ def store_uri(client: LedgerClient, override: str | None) -> str:
     return uri
 
 
-def ledger_views(client: LedgerClient, rec: LogRecord, known_offloaded: set[int]) -> list[LedgerView]:
-    return [LedgerView(lg.seq, lg.sealed, _sealed_ms(lg), lg.size_bytes or 0, lg.seq in known_offloaded)
+def ledger_views(rec: LogRecord, known_offloaded: set[LedgerId]) -> list[LedgerView]:
+    return [LedgerView(lg.seq, lg.sealed, _sealed_ms(lg), lg.size_bytes or 0, lg.ledger_id in known_offloaded)
             for lg in rec.ledgers]
 
 
@@ -58,9 +60,13 @@ def offload_pass(client: LedgerClient, *, store: str | None = None, logs: list[s
                  everything: bool = False, password: Callable[[str], bytes] = lambda name: b"",
                  stale_ms: int = ATTEMPT_STALE_MS, step: Step = lambda s: None,
                  now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
-                 keep_going: Callable[[], bool] = lambda: True) -> PassResult:
+                 keep_going: Callable[[], bool] = lambda: True, known: set[LedgerId] | None = None) -> PassResult:
     """One pass: the queue, every chosen ledger of `logs` (default: every log), the queue again.
-    keep_going() is asked before each ledger (a leader that lost its election stops early)."""
+    keep_going() is asked before each ledger (a leader that lost its election stops early).
+    `known`: ledgers seen OFFLOADED by earlier passes (kept by the caller; an OFFLOADED record never
+    goes back while its ledger exists), so a pass reads the metadata of new candidates only."""
+    if known is None or len(known) > KNOWN_OFFLOADED_MAX:
+        known = set()
     target = store_for(store_uri(client, store))
     result = PassResult()
     result.queue.append(queue_pass(client, stale_ms))
@@ -75,7 +81,7 @@ def offload_pass(client: LedgerClient, *, store: str | None = None, logs: list[s
         settings = OffloadSettings.of(rec)
         if not everything and not settings.enabled:
             continue
-        for seq in choose(ledger_views(client, rec, set()), settings, now_ms(), everything=everything, limit=budget):
+        for seq in choose(ledger_views(rec, known), settings, now_ms(), everything=everything, limit=budget):
             lg = rec.by_seq(seq)
             if lg is None:
                 continue
@@ -93,6 +99,7 @@ def offload_pass(client: LedgerClient, *, store: str | None = None, logs: list[s
                 log.info("ledger not offloaded this pass log=%s seq=%d ledger=%s reason=%s", name, seq,
                          lg.ledger_id, exc)
                 continue
+            known.add(lg.ledger_id)
             if before is None or not before.offloaded:
                 result.offloaded.append((name, seq))
                 result.bytes_offloaded += done.size_bytes
