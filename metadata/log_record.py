@@ -260,9 +260,9 @@ def to_json_dict(rec: LogRecord) -> dict[str, Any]:
 
 def _message_format(d: dict[str, Any]) -> str:
     stored = str(d.get("messageFormat", MESSAGE_FORMAT_SINGLE))
-    if d.get("properties", {}).get(MESSAGE_FORMAT_PROPERTY) == MESSAGE_FORMAT_BATCHED:
+    if stored == MESSAGE_FORMAT_SINGLE and d.get("properties", {}).get(MESSAGE_FORMAT_PROPERTY) == MESSAGE_FORMAT_BATCHED:
         return MESSAGE_FORMAT_BATCHED  # a release before the field rewrote the record
-    return stored
+    return stored  # a format this release does not know stays what it is: readers refuse it by name
 
 
 def from_json_dict(d: dict[str, Any], reserved: frozenset[str] = frozenset()) -> LogRecord:

@@ -243,10 +243,15 @@ class LedgerClient:
                          rollover_bytes=rollover_bytes, rollover_age_s=rollover_age_s, crash_hook=crash_hook,
                          batching=batching and self.cluster_settings.message_batches, batch=batch)
 
-    def open_log_reader(self, name: str, password: bytes | str = b"") -> LogReader:
+    def open_log_reader(self, name: str, password: bytes | str = b"", *, subscription: str | None = None,
+                        initial_position: str = "latest") -> LogReader:
+        """A reader of log `name`. With `subscription`, read()/tail() resume after the named
+        durable subscription's position and reader.commit(position) moves it; a subscription
+        that does not exist yet is made at `initial_position` ("latest", the default, as Kafka's
+        auto.offset.reset and Pulsar's; "earliest"; or "none" to refuse). docs/subscriptions.md."""
         from pyspark_ledger.log import LogReader
 
-        return LogReader(self, name, _password(password))
+        return LogReader(self, name, _password(password), subscription=subscription, initial_position=initial_position)
 
     def list_logs(self) -> list[str]:
         return self.logs.names()
@@ -279,6 +284,14 @@ class LedgerClient:
         return self.registry.list(writable=writable, read_only=read_only)
 
     def close(self) -> None:
+        self.close_handles()
+        self._settings_watch.close()
+        self.pool.close()
+        self.store.close()
+
+    def close_handles(self) -> None:
+        """Close and forget every handle this client opened (the client stays open): a client that
+        outlives its users (the Spark data source's per-worker cache) does this after each use."""
         for h in self._handles:
             try:
                 if isinstance(h, WriteHandle):
@@ -288,9 +301,6 @@ class LedgerClient:
             except Exception:
                 log.debug("handle close failed", exc_info=True)
         self._handles.clear()
-        self._settings_watch.close()
-        self.pool.close()
-        self.store.close()
 
     def __enter__(self) -> LedgerClient:
         return self

@@ -12,6 +12,7 @@ longer than the grace period and no scan has covered its loss yet, scan (audit_s
 are registered, a placement scan (placement_scan) marks misplaced closed ledgers: when a rack
 gains its first writable bookie (a rack came back: what could not be spread before can be now),
 when the placement rule in the cluster settings changes, and every placement_scan_interval_s.
+With a retention task (retention_task), the leader also applies every log's retention on its schedule.
 With an offload task (offload_task), the leader also offloads sealed ledgers on its schedule.
 """
 
@@ -35,6 +36,7 @@ from pyspark_ledger.autorecovery.counting_store import CountingStore
 from pyspark_ledger.autorecovery.metrics import AutorecoveryMetrics
 from pyspark_ledger.autorecovery.offload_task import OffloadTask
 from pyspark_ledger.autorecovery.placement_scan import PlacementScan, RackView
+from pyspark_ledger.autorecovery.retention_task import RetentionTask
 from pyspark_ledger.protocol.placement import RackRules, rack_name
 
 log = logging.getLogger(__name__)
@@ -73,7 +75,7 @@ def save_state(store: MetadataStore, state: BookieState | None, bookie_id: str) 
 class ElectedAuditor:
     def __init__(self, store: MetadataStore, holder: str, *, lost_bookie_grace_s: float, scan_rate_per_s: float,
                  metrics: AutorecoveryMetrics, stop: threading.Event, placement_scan_interval_s: float = 3600.0,
-                 offload: OffloadTask | None = None):
+                 retention: RetentionTask | None = None, offload: OffloadTask | None = None):
         self.store = store
         self.holder = holder
         self.grace_ms = int(lost_bookie_grace_s * 1000)
@@ -92,6 +94,7 @@ class ElectedAuditor:
         # What the last placement decision saw: writable racks, the rule, when it last scanned.
         self._placement_seen: tuple[frozenset[str], RackRules] | None = None
         self._placement_scanned_at = time.monotonic()
+        self.retention = retention  # logs' retention, applied on its schedule while leading
         self.offload = offload  # sealed ledgers offloaded on its schedule while leading
         self.leading = False
 
@@ -157,6 +160,7 @@ class ElectedAuditor:
                 states = self._scan_for_losses(states, lost_now, still_leader, left_over)
                 left_over = None
             self._maybe_check_placement(still_leader)
+            self._maybe_apply_retention(still_leader)
             self._maybe_offload(still_leader)
             self._stop.wait(TICK_S)
 
@@ -202,6 +206,17 @@ class ElectedAuditor:
                 out[b] = with_audited(out[b])
                 save_state(self.store, out[b], b)
         return out
+
+    def _maybe_apply_retention(self, still_leader: Callable[[], bool]) -> None:
+        if self.retention is None or not self.retention.due():
+            return
+        checks = [0]
+
+        def keep_going() -> bool:
+            checks[0] += 1
+            return not self._stop.is_set() and (checks[0] % 10 != 0 or still_leader())
+
+        self.retention.run_pass(keep_going)
 
     def _maybe_offload(self, still_leader: Callable[[], bool]) -> None:
         if self.offload is None or not self.offload.due():

@@ -25,7 +25,9 @@ from pyspark_ledger.cli import (
     commands,
     offload_commands,
     reshape_commands,
+    retention_commands,
     standalone,
+    subscription_commands,
 )
 from pyspark_ledger.cli.log_read import add_read_parser
 from pyspark_ledger.cli.no_bookies import explain
@@ -110,8 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ledger_commands(sub)
     _add_bookie_commands(sub)
     _add_log_commands(sub)
+    subscription_commands.add_parsers(sub, _json_adder)
     _add_bp44_commands(sub)
     autorecovery_commands.add_parsers(sub)
+    retention_commands.add_parsers(sub)
     offload_commands.add_parsers(sub)
     reshape_commands.add_parsers(sub, _ledger_args)
     cluster_commands.add_parsers(sub)
@@ -202,7 +206,7 @@ def _quorum_args(p: argparse.ArgumentParser, defaults: tuple[int, int, int] | No
 
 
 def _add_log_commands(sub: Any) -> None:
-    p = sub.add_parser("logs", help="list, show, read, trim or delete named logs")
+    p = sub.add_parser("logs", help="list, show, read, set, trim or delete named logs")
     lsub = p.add_subparsers(dest="logs_command", metavar="ACTION")
     lsub.required = True
     lsub.add_parser = _json_adder(lsub.add_parser)
@@ -211,6 +215,7 @@ def _add_log_commands(sub: Any) -> None:
     q.add_argument("name", help="the log's name")
     q.add_argument("--ledgers", type=int, default=0, metavar="N", help="also list the newest N ledgers (bounded)")
     add_read_parser(lsub)
+    retention_commands.add_set_parser(lsub)
     q = lsub.add_parser("trim", help="trim whole ledgers off the front of a log")
     q.add_argument("name", help="the log's name")
     q.add_argument("--before", help='a position JSON: {"seq": n, "ledger": hex, "entry": n}')
@@ -252,12 +257,14 @@ HANDLERS: dict[str, Callable[..., int]] = {
     "simpletest": commands.simpletest,
     "bookiesanity": commands.bookiesanity,
     "logs": commands.logs,
+    "subscriptions": subscription_commands.subscriptions,
     "quorums": commands.quorums,
     "listorphaned": commands.listorphaned,
     "showowner": commands.showowner,
     "predictlifespan": commands.predictlifespan,
     "auditor": commands.auditor,
     "autorecovery": autorecovery_commands.autorecovery,
+    "retention": retention_commands.retention,
     "offload": offload_commands.offload,
     "listunderreplicated": autorecovery_commands.listunderreplicated,
     "decommissionbookie": autorecovery_commands.decommissionbookie,

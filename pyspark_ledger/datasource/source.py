@@ -30,8 +30,8 @@ from pyspark.sql.pandas.types import from_arrow_schema, from_arrow_type, to_arro
 from pyspark.sql.types import StructField, StructType
 
 from pyspark_ledger.datasource import SOURCE_NAME
-from pyspark_ledger.datasource.clients import open_client
-from pyspark_ledger.datasource.errors import LedgerSourceError, user_errors, user_errors_in_iterator
+from pyspark_ledger.datasource.clients import lease_client
+from pyspark_ledger.datasource.errors import LedgerSourceError, OptionError, user_errors, user_errors_in_iterator
 from pyspark_ledger.datasource.options.source_options import LedgerSourceOptions, parse_options
 from pyspark_ledger.datasource.read.planning import LedgerRange, first_entry_range, plan_ranges, shape_of
 from pyspark_ledger.datasource.read.reader import ReadSpec, arrow_schema_of, read_partition
@@ -93,7 +93,7 @@ class LedgerDataSource(DataSource):
     @user_errors
     def schema(self) -> StructType:
         opts = self._options()
-        with open_client(opts) as client:
+        with lease_client(opts) as client:
             shape = shape_of(client, opts)
             if shape.payload_format == "raw" and shape.schema_json is None:
                 return RAW_SCHEMA  # a keyed raw log records (key, payload) and goes on below
@@ -107,6 +107,9 @@ class LedgerDataSource(DataSource):
 
     @user_errors
     def reader(self, schema: StructType) -> LedgerReader:
+        _no_subscription(self.options, "a batch read neither starts from nor moves a subscription (PySpark's batch "
+                         "reader has no end-of-job hook): readStream takes it, or start a batch read at its position "
+                         "(startingPosition from `ledger subscriptions list`)")
         return LedgerReader(self._options(), schema)
 
     @user_errors
@@ -120,6 +123,8 @@ class LedgerDataSource(DataSource):
         from pyspark_ledger.datasource.stream.sink import parse_stream_options
         from pyspark_ledger.datasource.stream.source import LedgerStreamWriter
 
+        _no_subscription(self.options, "a subscription is a reader's position: it is an option of readStream, "
+                         "not of writeStream")
         opts, settings = parse_stream_options(dict(self.options))
         return LedgerStreamWriter(opts, settings, schema, overwrite, log_schema_json(schema))
 
@@ -133,6 +138,11 @@ class LedgerDataSource(DataSource):
 
 
 DefaultSource = LedgerDataSource
+
+
+def _no_subscription(options: Any, why: str) -> None:
+    if any(str(k).lower() == "subscription" for k in dict(options)):
+        raise OptionError("subscription", why)
 
 
 def _single_ledger_arrow_schema(client: Any, opts: LedgerSourceOptions) -> pa.Schema:
@@ -162,13 +172,13 @@ class LedgerReader(DataSourceReader):
     def __init__(self, opts: LedgerSourceOptions, schema: StructType):
         self.opts = opts
         self.schema = schema
-        with open_client(opts) as client:
+        with lease_client(opts) as client:
             self.payload_format = shape_of(client, opts).payload_format
         self.arrow_schema = _arrow_schema(schema)
 
     @user_errors
     def partitions(self) -> list[InputPartition]:
-        with open_client(self.opts) as client:
+        with lease_client(self.opts) as client:
             return [LedgerPartition(r) for r in plan_ranges(client, self.opts, self.payload_format)]
 
     @user_errors_in_iterator

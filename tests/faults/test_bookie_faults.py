@@ -12,7 +12,7 @@ from typing import Any
 
 from pyspark_ledger.testing.fault_check import MARKER, FaultCounters
 from pyspark_ledger.testing.faults import ProxyMode, corrupt_entry_logs, kill9, paused
-from tests.faults.harness import ROUNDS, FaultCluster, ProxiedBookie, report
+from tests.faults.harness import ROUNDS, WAIT_S, FaultCluster, ProxiedBookie, report
 from tests.faults.rounds import FAULT_S, Round, Workload, run_round
 
 PARTITION_MODES = (ProxyMode.BLACKHOLE, ProxyMode.DROP, ProxyMode.PAUSE)
@@ -119,11 +119,11 @@ def test_full_disk_bookie_goes_read_only(small_fs_cluster: FaultCluster) -> None
     report(f"full disk on a bookie (tmpfs, {fc.disk_mode})", {kind: counters}, started)
 
 
-def _wait_read_only(fc: FaultCluster, bookie_id: str, bound_s: float = 30.0) -> None:
+def _wait_read_only(fc: FaultCluster, bookie_id: str, bound_s: float = WAIT_S) -> None:
     _wait_registered(fc, bookie_id, read_only=True, bound_s=bound_s)
 
 
-def _wait_registered(fc: FaultCluster, bookie_id: str, *, read_only: bool, bound_s: float = 30.0) -> None:
+def _wait_registered(fc: FaultCluster, bookie_id: str, *, read_only: bool, bound_s: float = WAIT_S) -> None:
     from pyspark_ledger.client import LedgerClient
 
     deadline = time.monotonic() + bound_s

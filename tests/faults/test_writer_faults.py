@@ -10,13 +10,13 @@ import time
 from pyspark_ledger.testing.fault_check import FaultCounters
 from pyspark_ledger.testing.faults import expire_zk_session, paused
 from pyspark_ledger.testing.zookeeper_server import LocalZooKeeper
-from tests.faults.harness import ROUNDS, FaultCluster, WriterProcess, report
+from tests.faults.harness import ROUNDS, WAIT_S, FaultCluster, WriterProcess, report
 from tests.faults.rounds import FAULT_S, Round, Workload, run_round
 
 FENCED_ERRORS = ("LogFencedError", "LogWriterStoppedError", "LedgerFencedError")
 
 
-def _wait_logged(writer: WriterProcess, text: str, bound_s: float = 15.0) -> None:
+def _wait_logged(writer: WriterProcess, text: str, bound_s: float = WAIT_S) -> None:
     deadline = time.monotonic() + bound_s
     while text not in writer.stderr_tail(10**7):
         assert time.monotonic() < deadline, f"writer {writer.writer} never logged {text!r}"

@@ -211,7 +211,7 @@ def test_arrow_entries_come_back_as_the_written_columns(client: LedgerClient, lo
 
 def test_a_lone_arrow_ledger_tells_its_schema_through_the_same_reader(client: LedgerClient) -> None:
     """Option ledger on an Arrow ledger: the driver reads entry 0 as every entry is read
-    (planned as a range, verified by entry_decode), checked as a read checks the ledger."""
+    (planned as a range, verified by protocol/entry_runs.py), checked as a read checks the ledger."""
     schema = pa.schema([("id", pa.int64()), ("name", pa.string())])
     packer = ArrowEntryPacker(schema, rows_max=100)
     batch = pa.record_batch([pa.array(range(300), pa.int64()), pa.array([f"n{i}" for i in range(300)])], schema=schema)

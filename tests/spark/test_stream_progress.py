@@ -22,9 +22,9 @@ from pyspark_ledger.datasource.stream.plan import plan_batch
 from pyspark_ledger.datasource.stream.read import available_now_target, initial_offsets, next_batch
 from pyspark_ledger.datasource.stream.sink_progress import read_sink_progress
 from pyspark_ledger.log import Position
+from pyspark_ledger.testing.progress import await_query, wait_on_progress
 
 PAYLOAD_BYTES = 11  # b"event-%05d"
-WAIT_S = 120
 
 
 def produce(client: LedgerClient, name: str, n: int, rollover: int = 100, first: int = 0, size: int = 0) -> None:
@@ -43,7 +43,7 @@ def run_available_now(df: DataFrame, table: str, checkpoint: Path) -> StreamingQ
     """Into a memory table (a new query: the memory sink does not restart from a checkpoint)."""
     q = (df.writeStream.format("memory").queryName(table).option("checkpointLocation", str(checkpoint))
          .trigger(availableNow=True).start())
-    assert q.awaitTermination(WAIT_S), "the AvailableNow query did not stop"
+    await_query(q)  # the AvailableNow query stops
     return q
 
 
@@ -55,14 +55,14 @@ def start_copy(df: DataFrame, uri: str, sink: str, checkpoint: Path) -> Streamin
 
 def copy_available_now(df: DataFrame, uri: str, sink: str, checkpoint: Path) -> StreamingQuery:
     q = start_copy(df, uri, sink, checkpoint)
-    assert q.awaitTermination(WAIT_S), "the AvailableNow query did not stop"
+    await_query(q)  # the AvailableNow query stops
     return q
 
 
 def failure(q: StreamingQuery) -> str:
     """The first line of the error that stops the query, after Spark's prefix naming the query."""
     with pytest.raises(StreamingQueryException) as err:
-        q.awaitTermination(WAIT_S)
+        await_query(q)
     first = str(err.value).splitlines()[0]
     prefix = f"[STREAM_FAILED] Query [id = {q.id}, runId = {q.runId}] terminated with exception: "
     assert first.startswith(prefix) and "Traceback" not in first, first
@@ -143,12 +143,10 @@ def test_log_pattern_picks_up_a_log_that_appears_later(spark: SparkSession, clie
     q = (source(spark, uri, logPattern=f"{log_name}-p.*").writeStream.format("memory").queryName(table)
          .option("checkpointLocation", str(tmp_path / "p")).trigger(processingTime="200 milliseconds").start())
     try:
-        deadline = time.monotonic() + WAIT_S
-        while spark.table(table).count() < 50 and time.monotonic() < deadline:
-            time.sleep(0.5)
+        wait_on_progress("the first log's rows", lambda: spark.table(table).count(), lambda n: n >= 50)
         produce(client, later, 70)
-        while spark.table(table).count() < 120 and time.monotonic() < deadline:
-            time.sleep(0.5)
+        # Nothing changes until a trigger finds the new log: a stall bound of minutes covers that.
+        wait_on_progress("the later log's rows", lambda: spark.table(table).count(), lambda n: n >= 120)
     finally:
         q.stop()
     got = {r["log"]: r["count"] for r in spark.table(table).groupBy("log").count().collect()}
@@ -182,7 +180,7 @@ def test_sink_reports_rows_and_bytes(spark: SparkSession, client: LedgerClient, 
     q = (source(spark, uri, log=log_name, maxEntriesPerTrigger="200").select("payload").writeStream.format("ledger")
          .option("metadataServiceUri", uri).option("log", sink).option("checkpointLocation", str(tmp_path / "s"))
          .trigger(availableNow=True).start())
-    assert q.awaitTermination(WAIT_S)
+    await_query(q)
     batches = [p for p in q.recentProgress if p["numInputRows"]]
     assert all(p["sink"]["numOutputRows"] == p["numInputRows"] for p in batches)
     written = client.describe_log(sink)

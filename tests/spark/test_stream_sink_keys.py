@@ -11,10 +11,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from pyspark_ledger.client import LedgerClient
+from pyspark_ledger.testing.progress import await_query
 from tests.spark.conftest import ledger_opts
 from tests.spark.test_streaming import produce, stream
-
-WAIT_S = 120
 
 
 def _append_keyed(spark: SparkSession, uri: str, name: str, rows: int) -> None:
@@ -33,7 +32,7 @@ def test_a_stream_keeps_its_key_column_in_a_raw_log(spark: SparkSession, uri: st
         .cast("binary").alias("key"), F.col("payload"))
     query = (keyed.writeStream.format("ledger").options(**ledger_opts(uri, sink))
              .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
-    assert query.awaitTermination(WAIT_S), "the stream did not finish within its bound"
+    await_query(query)  # the stream finishes
     got = spark.read.format("ledger").options(**ledger_opts(uri, sink)).load().collect()
     assert [bytes(r.key) for r in got[:10]] == [b"batch-%d" % i for i in range(10)]
     streamed = got[10:]
@@ -50,7 +49,7 @@ def test_a_stream_without_keys_is_refused_by_a_keyed_log(spark: SparkSession, ur
              .options(**ledger_opts(uri, sink)).option("checkpointLocation", str(tmp_path / "ckpt"))
              .trigger(availableNow=True))
     with pytest.raises(Exception) as err:  # Spark's error class differs by where it surfaces
-        query.start().awaitTermination(WAIT_S)
+        await_query(query.start())
     first = str(err.value).splitlines()[0]  # [STREAM_FAILED] ... [PYTHON_DATA_SOURCE_ERROR] ...: the reason
     assert (f"WriteSchemaError: log {sink!r} holds keyed entries (key, payload): add a binary `key` column, or write "
             "the stream to another log (a stream cannot overwrite one)") in first, first  # not "mode overwrite"

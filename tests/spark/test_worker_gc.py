@@ -28,7 +28,7 @@ print(json.dumps({"first": first, "again": again, "frozen": frozen, "collected":
 
 def run_child(env: dict[str, str]) -> dict[str, object]:
     out = subprocess.run([sys.executable, "-c", CHILD], cwd=REPO, env={"PATH": "/usr/bin:/bin", **env},
-                         capture_output=True, text=True, timeout=60, check=False)
+                         capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 

@@ -1,8 +1,8 @@
 """Arrow entries -> rows, in bulk: no per-row Python objects on the read path.
 
-Verified payloads (entry_decode.py, the one decoder of stored entries) become rows. Raw payloads
-are the `payload` column as they are; Arrow payloads are IPC streams opened zero-copy, with the
-metadata columns added (pyspark_ledger/datasource/rows.py). The write side's packer, which makes
+Verified payloads (pyspark_ledger/protocol/entry_runs.py, read by pyspark_ledger/ledger/run_reads.py)
+become rows. Raw payloads are the `payload` column as they are; Arrow payloads are IPC streams
+opened zero-copy, with the metadata columns added (pyspark_ledger/datasource/rows.py). The write side's packer, which makes
 these entries, is pyspark_ledger/datasource/write/packer.py.
 
 No pyspark here (pyarrow, numpy and the client's entry format only).

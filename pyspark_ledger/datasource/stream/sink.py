@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from metadata import MetadataError, NodeExistsError, NoNodeError
+from metadata import InvalidMetadataError, MetadataError, NodeExistsError, NoNodeError
 from metadata.log_record import LogRecord
 from metadata.logs import NoSuchLogError
-from metadata.paths import staging_log_path
+from metadata.paths import check_name, staging_log_path
 from metadata.store import join
-from pyspark_ledger.datasource.clients import open_client
+from pyspark_ledger.datasource.clients import lease_client
 from pyspark_ledger.datasource.errors import LedgerSourceError
 from pyspark_ledger.datasource.options.source_options import LedgerSourceOptions, OptionError, parse_options
 from pyspark_ledger.datasource.options.values import int_option
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STREAM_OPTIONS = ("maxentriespertrigger", "maxbytespertrigger", "testfailcommit",
+STREAM_OPTIONS = ("maxentriespertrigger", "maxbytespertrigger", "testfailcommit", "subscription",
                   # Spark passes the query's checkpoint location to sinks as an option: not ours.
                   "checkpointlocation")
 
@@ -67,6 +67,9 @@ class StreamSettings:
     fail_on_data_loss: bool = True
     # Testing hook: fail the first commit of the query "before" or "after" its compare-and-set.
     test_fail_commit: str | None = None
+    # A durable subscription of each log read (stream/subscription.py): where a query without a
+    # checkpoint starts, moved by every committed micro-batch.
+    subscription: str | None = None
 
 
 _TRIGGER_MAX = 2**62  # the per-trigger limits: any positive integer
@@ -86,8 +89,18 @@ def parse_stream_options(raw: Mapping[str, str]) -> tuple[LedgerSourceOptions, S
         int_option(lower, "maxBytesPerTrigger", None, 1, _TRIGGER_MAX),
         opts.read.fail_on_data_loss,
         fail_commit,
+        _subscription(lower.get("subscription")),
     )
     return opts, settings
+
+
+def _subscription(name: str | None) -> str | None:
+    if name is None:
+        return None
+    try:
+        return check_name("subscription", name)
+    except InvalidMetadataError as exc:
+        raise OptionError("subscription", str(exc)) from None
 
 
 # ---- sink --------------------------------------------------------------------------------------------
@@ -122,7 +135,7 @@ def stream_write_task(base: WriteJob, run_id: str, batches: Iterator[pa.RecordBa
     """Executor: one micro-batch task attempt. The batch's staging node is made on first use
     (there is no driver hook before a micro-batch's tasks run)."""
     job = stream_job(base, query_id, batch_id, run_id)
-    with open_client(job.opts) as client:
+    with lease_client(job.opts) as client:
         try:
             client.store.create(job.staging_path, _job_value(JOB_OPEN, job))
         except NodeExistsError:
@@ -172,7 +185,7 @@ def commit_stream_batch(base: WriteJob, run_id: str, messages: list[StreamTaskRe
     committed = [chosen[p] for p in sorted(chosen) if chosen[p].ledger_id is not None]
     ids = [r.ledger_id for r in committed if r.ledger_id is not None]
     replayed = [False]
-    with open_client(base.opts) as client:
+    with lease_client(base.opts) as client:
         sizes: list[tuple[int, int]] = []
         for r in committed:
             meta, _ = client.ledgers.read(r.ledger_id)  # type: ignore[arg-type]  # committed: has a ledger
@@ -249,7 +262,7 @@ def _clean_batch_staging(client: LedgerClient, base: WriteJob, job: WriteJob, qu
 def abort_stream_batch(base: WriteJob, run_id: str, messages: list[StreamTaskResult | None], batch_id: int) -> None:
     """Driver: the micro-batch failed; delete its ledgers (never one that is in the log)."""
     got = [m for m in messages if m is not None]
-    with open_client(base.opts) as client:
+    with lease_client(base.opts) as client:
         published = client.logs.lookup(base.log_name)  # bounded walk from the newest; unknown counts as in
         prefixes = {m.query_id for m in got}
         runs = {m.run_id for m in got if m.run_id} or {run_id}  # the runs whose tasks staged ledgers

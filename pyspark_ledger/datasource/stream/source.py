@@ -30,7 +30,7 @@ from pyspark.sql.types import StructType
 
 from metadata.log_record import LogRecord
 from metadata.logs import LogExistsError
-from pyspark_ledger.datasource.clients import open_client
+from pyspark_ledger.datasource.clients import lease_client
 from pyspark_ledger.datasource.errors import LedgerSourceError, LedgerUserError, user_errors
 from pyspark_ledger.datasource.options.read import check_stream_read
 from pyspark_ledger.datasource.options.source_options import LedgerSourceOptions
@@ -48,6 +48,7 @@ from pyspark_ledger.datasource.stream.sink import (
     spark_run_id,
     stream_write_task,
 )
+from pyspark_ledger.datasource.stream.subscription import commit_subscription
 from pyspark_ledger.datasource.write.columns import (
     ROUTE_COLUMN,
     STREAM_REMEDY,
@@ -83,7 +84,7 @@ class LedgerStreamWriter(DataSourceStreamArrowWriter):
                                    "batch writes; drop the column, or write each micro-batch with foreachBatch")
         name = opts.require_log("writing")
         types = {f.name: f.dataType.simpleString() for f in schema.fields}
-        with open_client(opts) as client:
+        with lease_client(opts) as client:
             existing = client.logs.get_tail(name)  # the head view: format, schema and the open tail
             rec = existing[0] if existing is not None else None
             fmt = opts.payload_format or (rec.payload_format if rec is not None and rec.ledgers else "raw")
@@ -163,7 +164,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._error: LedgerUserError | None = None
         try:
             check_stream_read(opts.read)
-            with open_client(opts) as client:
+            with lease_client(opts) as client:
                 self.shape = shape_of(client, opts)
         except LedgerUserError as exc:
             self._error = exc
@@ -180,8 +181,8 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @user_errors
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's API
         self._ready()
-        with open_client(self.opts) as client:
-            return offset_to_json(initial_offsets(client, self.opts, self.payload_format))
+        with lease_client(self.opts) as client:
+            return offset_to_json(initial_offsets(client, self.opts, self.payload_format, self.settings.subscription))
 
     @user_errors
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - Spark's API
@@ -195,7 +196,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @user_errors
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802 - Spark's API
         self._ready()
-        with open_client(self.opts) as client:
+        with lease_client(self.opts) as client:
             batch = next_batch(client, self.opts, self.shape, self._offset(start), _limit(limit, self.settings), self._target)
         self._report = batch.report()
         return offset_to_json(batch.end)
@@ -206,14 +207,14 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @user_errors
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's API
         self._ready()
-        with open_client(self.opts) as client:
+        with lease_client(self.opts) as client:
             self._target = available_now_target(client, self.opts)
         log.info("Trigger.AvailableNow target offset=%s", offset_to_json(self._target))
 
     @user_errors
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         self._ready()
-        with open_client(self.opts) as client:
+        with lease_client(self.opts) as client:
             ranges = plan_batch(client, self.opts, self._offset(start), self._offset(end))
         return [StreamPartition(r) for r in ranges]
 
@@ -223,8 +224,14 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                   ReadSpec(self.payload_format, self.arrow_schema, self.opts.password))
 
     def commit(self, end: dict[str, Any]) -> None:
-        # Offsets live in Spark's checkpoint; the log keeps its data until retention trims it.
-        return None
+        """Spark committed the micro-batch ending at `end` (late or twice, maybe). Offsets live in
+        Spark's checkpoint; with option `subscription` the log service keeps a copy, moved here
+        (stream/subscription.py), which retention respects and a query without its checkpoint
+        resumes from. Without it, nothing to do: retention alone decides what the log keeps."""
+        if self.settings.subscription is None:
+            return
+        with lease_client(self.opts) as client:
+            commit_subscription(client, self._offset(end), self.settings.subscription)
 
     def stop(self) -> None:
         return None

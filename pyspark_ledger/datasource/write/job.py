@@ -49,7 +49,7 @@ from metadata.context import now_ms
 from metadata.log_record import LogRecord
 from metadata.logs import NoSuchLogError
 from metadata.paths import staging_job_path, staging_ledger_path, staging_log_path
-from pyspark_ledger.datasource.clients import open_client
+from pyspark_ledger.datasource.clients import lease_client
 from pyspark_ledger.datasource.errors import LedgerSourceError
 from pyspark_ledger.datasource.options.source_options import (
     LedgerSourceOptions,
@@ -154,7 +154,7 @@ def prepare_job(opts: LedgerSourceOptions, job_id: str, layout_of: Callable[[str
     """Driver side, when Spark creates the writer: validate, create the log and the job node.
     layout_of(payload format) checks the DataFrame's columns for that format (columns.py)."""
     name = opts.require_log("writing")
-    with open_client(opts) as client:
+    with lease_client(opts) as client:
         existing = client.logs.get_tail(name)  # the head view: format, schema, the open tail
         rec = existing[0] if existing is not None else None
         fmt = opts.payload_format or (rec.payload_format if rec is not None and rec.ledgers else "raw")
@@ -274,7 +274,7 @@ def commit_job(job: WriteJob, results: list[TaskResult | None]) -> None:
             chosen[r.partition_id] = r
     committed = [chosen[p] for p in sorted(chosen) if chosen[p].ledger_id is not None]
     ids = [r.ledger_id for r in committed if r.ledger_id is not None]
-    with open_client(job.opts) as client:
+    with lease_client(job.opts) as client:
         _set_job_state(client, job, (JOB_OPEN,), JOB_COMMITTING)
         sizes: list[tuple[int, int]] = []
         for r in committed:
@@ -335,7 +335,7 @@ def _published(client: LedgerClient, log_name: str, ids: set[LedgerId]) -> set[L
 
 def abort_job(job: WriteJob) -> None:
     """Driver: the job failed. The log is untouched; every staged ledger is deleted (or marked)."""
-    with open_client(job.opts) as client:
+    with lease_client(job.opts) as client:
         _abort_staged(client, job)
 
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from metadata import MetadataError, NoNodeError
 from metadata.paths import staging_route_path, staging_routes_path
-from pyspark_ledger.datasource.clients import open_client
+from pyspark_ledger.datasource.clients import lease_client
 from pyspark_ledger.datasource.errors import LedgerSourceError
 from pyspark_ledger.datasource.options.source_options import LedgerSourceOptions
 from pyspark_ledger.datasource.write.columns import WriteLayout
@@ -65,7 +65,7 @@ def prepare_routed_job(opts: LedgerSourceOptions, job_id: str, layout_of: Callab
     layout = layout_of(opts.payload_format or "raw")
     base = WriteJob(opts, "", job_id, layout.payload_format, layout.schema_json, overwrite, key_type=layout.key_type,
                     gate_path=staging_routes_path(job_id))
-    with open_client(opts) as client:
+    with lease_client(opts) as client:
         client.store.create(staging_routes_path(job_id), _job_value(JOB_OPEN, base))
     log.info("routed write job prepared job=%s format=%s overwrite=%s", job_id, layout.payload_format, overwrite)
     return base
@@ -91,7 +91,7 @@ def _listed_logs(client: LedgerClient, base: WriteJob) -> list[str]:
 def _commit_log(base: WriteJob, name: str, results: list[TaskResult | None]) -> None:
     """Take the log over (creating it if missing), then commit its ledgers in one compare-and-set."""
     job = replace(base, log_name=name)
-    with open_client(base.opts) as client:
+    with lease_client(base.opts) as client:
         existing = client.logs.get_tail(name)
         if existing is not None and base.overwrite:
             _check_overwritable(existing[0])
@@ -124,7 +124,7 @@ def commit_routed_job(base: WriteJob, results: list[TaskResult | None]) -> None:
     for r in results:
         if r is not None and r.ledger_id is not None:
             by_log[r.log_name].append(r)
-    with open_client(base.opts) as client:
+    with lease_client(base.opts) as client:
         _set_gate(base, client, (JOB_OPEN,), JOB_COMMITTING)
         listed = sorted(set(_listed_logs(client, base)) | set(by_log))
     done: list[str] = []
@@ -140,7 +140,7 @@ def commit_routed_job(base: WriteJob, results: list[TaskResult | None]) -> None:
             _abort_logs(base, [n for n in listed if n not in done])
             raise
         done.append(name)
-    with open_client(base.opts) as client:
+    with lease_client(base.opts) as client:
         try:
             _set_gate(base, client, (JOB_COMMITTING,), JOB_COMMITTED)
         except (MetadataError, LedgerSourceError) as exc:
@@ -151,13 +151,13 @@ def commit_routed_job(base: WriteJob, results: list[TaskResult | None]) -> None:
 
 def abort_routed_job(base: WriteJob) -> None:
     """Driver: the job failed. No log is touched; every listed log's staged ledgers are deleted."""
-    with open_client(base.opts) as client:
+    with lease_client(base.opts) as client:
         try:
             _set_gate(base, client, (JOB_OPEN, JOB_COMMITTING, JOB_ABORTING), JOB_ABORTING)
         except (LedgerSourceError, MetadataError) as exc:
             log.warning("abort: %s", exc)
         listed = _listed_logs(client, base)
     _abort_logs(base, listed)
-    with open_client(base.opts) as client:
+    with lease_client(base.opts) as client:
         _drop_gate(client, base, listed)
     log.info("routed write job aborted job=%s logs=%s", base.job_id, json.dumps(listed))

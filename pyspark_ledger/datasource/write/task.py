@@ -29,7 +29,7 @@ import pyarrow as pa
 from metadata import CloseContext, CreateContext, LedgerState, MetadataError, NodeExistsError, NoNodeError
 from metadata.context import now_ms
 from metadata.paths import staging_ledger_path, staging_log_path, staging_route_path
-from pyspark_ledger.datasource.clients import open_client
+from pyspark_ledger.datasource.clients import lease_client
 from pyspark_ledger.datasource.errors import LedgerSourceError
 from pyspark_ledger.datasource.options.source_options import this_host
 from pyspark_ledger.datasource.write import encode
@@ -59,9 +59,6 @@ INFLIGHT_ENTRIES_MAX = 4_096
 INFLIGHT_BYTES_MAX = 32 * 2**20
 ADD_RUN_ENTRIES = 256  # raw entries added between two looks at the bounds
 ADD_WAIT_TIMEOUT_S = 120.0
-# Task writers tolerate slow bookies longer than the client default: with E == W there is no
-# spare bookie, so an add timeout fails the task.
-TASK_ADD_TIMEOUT_S = 30.0
 # BP-44 hints for a task's ledger: an attempt that is open longer than this is an orphan.
 TASK_LEDGER_MAX_OPEN = timedelta(hours=24)
 # A routed task keeps one ledger open per log it meets (each with its adds in flight).
@@ -262,21 +259,19 @@ class _LogOutput:
 def write_task(job: WriteJob, batches: Iterator[pa.RecordBatch], partition_id: int, attempt_number: int,
                task_attempt_id: int) -> TaskResult:
     """Executor side: write this attempt's rows to a new ledger and seal it."""
-    client = open_client(job.opts, add_timeout_s=TASK_ADD_TIMEOUT_S)
-    out = _LogOutput(client, job, (partition_id, attempt_number, task_attempt_id))
-    try:
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            ledger = out.write(batch)
-            if job.opts.test_fail_attempts:
-                _inject_failure(job, partition_id, attempt_number, ledger)
-        return out.finish()
-    except BaseException as exc:
-        out.discard(f"spark task attempt failed: {exc!r}")
-        raise
-    finally:
-        client.close()
+    with lease_client(job.opts) as client:
+        out = _LogOutput(client, job, (partition_id, attempt_number, task_attempt_id))
+        try:
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                ledger = out.write(batch)
+                if job.opts.test_fail_attempts:
+                    _inject_failure(job, partition_id, attempt_number, ledger)
+            return out.finish()
+        except BaseException as exc:
+            out.discard(f"spark task attempt failed: {exc!r}")
+            raise
 
 
 def _met_log(client: LedgerClient, job: WriteJob) -> None:
@@ -297,30 +292,28 @@ def write_routed_task(base: WriteJob, batches: Iterator[pa.RecordBatch], partiti
                       task_attempt_id: int) -> list[TaskResult]:
     """Executor side of a routed write (a `log` column): one ledger per log this attempt meets,
     each sealed at the end; at most ROUTED_LOGS_PER_TASK_MAX logs."""
-    client = open_client(base.opts, add_timeout_s=TASK_ADD_TIMEOUT_S)
-    outs: dict[str, _LogOutput] = {}
-    ids = (partition_id, attempt_number, task_attempt_id)
-    try:
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            for name, rows in encode.split_by_log(batch):
-                out = outs.get(name)
-                if out is None:
-                    if len(outs) >= ROUTED_LOGS_PER_TASK_MAX:
-                        raise RoutingError(
-                            f"a task met more than {ROUTED_LOGS_PER_TASK_MAX} logs in column `log` (each gets a ledger "
-                            "open until the task ends): write fewer logs per job, or repartition by log")
-                    job = replace(base, log_name=name)
-                    _met_log(client, job)
-                    out = outs[name] = _LogOutput(client, job, ids)
-                ledger = out.write(rows)
-                if base.opts.test_fail_attempts:
-                    _inject_failure(out.job, partition_id, attempt_number, ledger)
-        return [out.finish() for out in outs.values()]
-    except BaseException as exc:
-        for out in outs.values():
-            out.discard(f"spark task attempt failed: {exc!r}")
-        raise
-    finally:
-        client.close()
+    with lease_client(base.opts) as client:
+        outs: dict[str, _LogOutput] = {}
+        ids = (partition_id, attempt_number, task_attempt_id)
+        try:
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                for name, rows in encode.split_by_log(batch):
+                    out = outs.get(name)
+                    if out is None:
+                        if len(outs) >= ROUTED_LOGS_PER_TASK_MAX:
+                            raise RoutingError(
+                                f"a task met more than {ROUTED_LOGS_PER_TASK_MAX} logs in column `log` (each gets a ledger "
+                                "open until the task ends): write fewer logs per job, or repartition by log")
+                        job = replace(base, log_name=name)
+                        _met_log(client, job)
+                        out = outs[name] = _LogOutput(client, job, ids)
+                    ledger = out.write(rows)
+                    if base.opts.test_fail_attempts:
+                        _inject_failure(out.job, partition_id, attempt_number, ledger)
+            return [out.finish() for out in outs.values()]
+        except BaseException as exc:
+            for out in outs.values():
+                out.discard(f"spark task attempt failed: {exc!r}")
+            raise

@@ -1,4 +1,4 @@
-"""The read path's one entry decoder (pyspark_ledger/datasource/read/entry_decode.py), against the client's own entry codec
+"""The entry format's bulk decoder of runs (pyspark_ledger/protocol/entry_runs.py), against the client's own entry codec
 (protocol/entry_format.py): the same verdicts, entry by entry, for both payload shapes."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import crc32c
 import numpy as np
 import pytest
 
-from pyspark_ledger.datasource.read import entry_decode
-from pyspark_ledger.datasource.read.entry_decode import DecodedRun
+from pyspark_ledger.protocol import entry_runs
 from pyspark_ledger.protocol.digest import Digest
 from pyspark_ledger.protocol.entry_format import HEADER_BYTES, decode_entry, encode_entry
+from pyspark_ledger.protocol.entry_runs import DecodedRun
 
 SEED = 20261121
 SHAPES = [False, True]  # contiguous payloads (raw logs), zero-copy views (Arrow logs)
@@ -39,7 +39,7 @@ def test_decode_run_matches_decode_entry(digest_type: str, views: bool) -> None:
     d = Digest.for_ledger(digest_type, b"pw")
     payloads = [rnd.randbytes(rnd.randrange(0, 300)) for _ in range(500)]
     stored = entries(d, 40, payloads, scope=2**63 + 5)
-    run = entry_decode.decode_run(d, 2**63 + 5, 9, 40, stored, views=views)
+    run = entry_runs.decode_run(d, 2**63 + 5, 9, 40, stored, views=views)
     assert run.error is None and run.count == 500
     assert payloads_of(run) == [decode_entry(d, x, 2**63 + 5, 9, 40 + i).payload for i, x in enumerate(stored)]
     assert isinstance(run.payloads, list) == views
@@ -62,7 +62,7 @@ def test_decode_run_stops_at_the_first_bad_entry(damage: str, views: bool) -> No
     else:
         bad[0] ^= 0x40  # format version 2 -> 6, which no release writes (0x10 would make 3: a batch)
     stored[37] = bytes(bad)
-    run = entry_decode.decode_run(d, 0, 9, 0, stored, views=views)
+    run = entry_runs.decode_run(d, 0, 9, 0, stored, views=views)
     assert run.count == 37 and run.error is not None and run.error.startswith("entry 37:")
     assert payloads_of(run) == [bytes([i]) * 50 for i in range(37)]
 
@@ -75,23 +75,23 @@ def test_large_entries_come_out_as_views_of_the_received_bytes(digest_type: str)
     payloads = [bytes([i % 256]) * (i * 37) for i in range(60)]
     stored = entries(d, 5, payloads, scope=3, lid=2**64 - 1)
     data, lengths = blob_of(stored)
-    run = entry_decode.decode_blob(d, 3, 2**64 - 1, 5, data, lengths, views=True)
+    run = entry_runs.decode_blob(d, 3, 2**64 - 1, 5, data, lengths, views=True)
     assert run.error is None
     assert payloads_of(run) == [decode_entry(d, x, 3, 2**64 - 1, 5 + i).payload for i, x in enumerate(stored)]
     base = np.frombuffer(data, dtype=np.uint8).ctypes.data
     assert all(base <= b.address < base + len(data) for b in run.buffers() if b.size)
     wrong = Digest.for_ledger(digest_type, b"other")
     if digest_type == "mac":
-        assert entry_decode.decode_blob(wrong, 3, 2**64 - 1, 5, data, lengths, views=True).error == \
+        assert entry_runs.decode_blob(wrong, 3, 2**64 - 1, 5, data, lengths, views=True).error == \
             "entry 5: digest mismatch (wrong password?)"
 
 
 def test_the_header_layout_is_the_entry_formats() -> None:
     d = Digest.for_ledger("crc32c")
     stored = encode_entry(d, 7, 8, 9, 4, 100, b"x")
-    rec = np.frombuffer(stored[:HEADER_BYTES], dtype=entry_decode.HEADER_DTYPE)[0]
+    rec = np.frombuffer(stored[:HEADER_BYTES], dtype=entry_runs.HEADER_DTYPE)[0]
     assert (int(rec["scope"]), int(rec["ledger"]), int(rec["entry"]), int(rec["lac"]), int(rec["length"])) == (7, 8, 9, 4, 100)
-    assert entry_decode.fixed_prefix(d, 7, 8) == stored[:17]
+    assert entry_runs.fixed_prefix(d, 7, 8) == stored[:17]
 
 
 # ---- runs as a bookie sends them: one buffer plus lengths ---------------------------------------------
@@ -110,7 +110,7 @@ def test_decode_blob_matches_decode_entry(digest_type: str, sizes: str, views: b
     # 1,500 entries: enough for the one-pass crc check of equal sizes (bookie.crc_batch.PIECES_MIN)
     payloads = [rnd.randbytes(100 if sizes == "equal" else rnd.randrange(0, 300)) for _ in range(1_500)]
     stored = entries(d, 2**40, payloads, scope=2**64 - 1, lid=2**63)
-    run = entry_decode.decode_blob(d, 2**64 - 1, 2**63, 2**40, *blob_of(stored), views=views)
+    run = entry_runs.decode_blob(d, 2**64 - 1, 2**63, 2**40, *blob_of(stored), views=views)
     assert run.error is None and run.count == 1_500
     assert payloads_of(run) == [
         decode_entry(d, x, 2**64 - 1, 2**63, 2**40 + i).payload for i, x in enumerate(stored)]
@@ -131,7 +131,7 @@ def test_decode_blob_matches_decode_entry(digest_type: str, sizes: str, views: b
 def test_a_bad_entry_in_the_middle_of_a_run_is_named(sizes: str, damage: str, why: str, batched: bool, views: bool,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     if batched:  # bookie.crc_batch's one-pass check (for equal sizes), which 100 entries are too few for
-        monkeypatch.setattr(entry_decode, "PIECES_MIN", 1)
+        monkeypatch.setattr(entry_runs, "PIECES_MIN", 1)
     d = Digest.for_ledger("crc32c")
     payloads = [bytes([i]) * (50 if sizes == "equal" else 20 + i) for i in range(100)]
     stored = entries(d, 1000, payloads)
@@ -143,7 +143,7 @@ def test_a_bad_entry_in_the_middle_of_a_run_is_named(sizes: str, damage: str, wh
     else:
         bad[at] ^= 0x40 if damage == "flags" else 0x10  # flags: format 2 -> 6 (0x10 would make 3: a batch)
     stored[37] = bytes(bad)
-    run = entry_decode.decode_blob(d, 0, 9, 1000, *blob_of(stored), views=views)
+    run = entry_runs.decode_blob(d, 0, 9, 1000, *blob_of(stored), views=views)
     assert run.count == 37 and run.error is not None
     assert run.error.startswith(f"entry 1037: {why}"), run.error
     assert payloads_of(run) == payloads[:37]
@@ -155,7 +155,7 @@ def test_a_bad_entry_in_the_middle_of_a_run_is_named(sizes: str, damage: str, wh
     ([45, 45], "a run's lengths add up to 90 bytes but it carries 91"),
 ])
 def test_a_malformed_run_verifies_nothing_and_says_why(lengths: list[int], why: str) -> None:
-    run = entry_decode.decode_blob(Digest.for_ledger("crc32c"), 0, 9, 0, bytes(91) if lengths else b"",
+    run = entry_runs.decode_blob(Digest.for_ledger("crc32c"), 0, 9, 0, bytes(91) if lengths else b"",
                             np.array(lengths, dtype=np.int64))
     assert run.count == 0 and run.error == why
 
@@ -164,7 +164,7 @@ def test_an_entry_shorter_than_a_header_ends_the_run() -> None:
     d = Digest.for_ledger("crc32c")
     stored = entries(d, 0, [b"x" * 10] * 5)
     stored[3] = stored[3][:30]
-    run = entry_decode.decode_blob(d, 0, 9, 0, *blob_of(stored))
+    run = entry_runs.decode_blob(d, 0, 9, 0, *blob_of(stored))
     assert run.count == 3 and run.error == "entry 3: 30 bytes is shorter than a header and digest"
 
 
@@ -172,8 +172,8 @@ def test_an_entry_shorter_than_a_header_ends_the_run() -> None:
 def test_crc32c_rows_matches_crc32c(size: int) -> None:
     rnd = random.Random(SEED + size)
     rows = np.frombuffer(rnd.randbytes(300 * size), dtype=np.uint8).reshape(300, size)
-    assert entry_decode.crc32c_rows(rows).tolist() == [crc32c.crc32c(r.tobytes()) for r in rows]
+    assert entry_runs.crc32c_rows(rows).tolist() == [crc32c.crc32c(r.tobytes()) for r in rows]
     prefix = rnd.randbytes(size // 2)
     rows = rows.copy()
     rows[:, : len(prefix)] = np.frombuffer(prefix, dtype=np.uint8)
-    assert entry_decode.crc32c_rows(rows, prefix).tolist() == [crc32c.crc32c(r.tobytes()) for r in rows]
+    assert entry_runs.crc32c_rows(rows, prefix).tolist() == [crc32c.crc32c(r.tobytes()) for r in rows]

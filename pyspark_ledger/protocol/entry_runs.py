@@ -1,8 +1,8 @@
-"""The one decoder of the read path: runs of stored entries verified in bulk.
+"""Runs of stored entries verified in bulk: the entry format's decoder for range reads.
 
 A bookie answers a range read with runs (bookie.proto EntryRun): the stored entries of
 consecutive ids laid end to end in one buffer, plus their lengths. decode_blob verifies a run
-exactly as pyspark_ledger.protocol.entry_format.decode_entry verifies one entry (format version,
+exactly as entry_format.decode_entry verifies one entry (format version,
 digest type, scope, ledger and entry id, digest), with a handful of vectorised calls instead of
 Python per entry: numpy reads every header at once (a gather of the header bytes, or one strided
 copy when all entries have the same length), the crc32c of every header comes from lookup tables
@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bookie.crc_batch import PIECES_MIN, all_match, byte_tables, shift
-from metadata import DigestType
+from metadata.ledger import DigestType  # the module: the protocol room names what it uses
 from pyspark_ledger.protocol.digest import Digest
 from pyspark_ledger.protocol.entry_format import BATCH_FORMAT_VERSION, FORMAT_VERSION, HEADER_BYTES, flags_byte
 
@@ -41,7 +41,7 @@ from pyspark_ledger.protocol.entry_format import BATCH_FORMAT_VERSION, FORMAT_VE
 _HEADER_FIELDS = [("flags", "u1"), ("scope", ">u8"), ("ledger", ">u8"), ("entry", ">i8"), ("lac", ">i8"), ("length", ">i8")]
 HEADER_DTYPE = np.dtype(_HEADER_FIELDS)
 if HEADER_DTYPE.itemsize != HEADER_BYTES:  # a changed entry format must change this layout too
-    raise ImportError(f"entry_decode's header layout is {HEADER_DTYPE.itemsize} bytes, the entry format's {HEADER_BYTES}")
+    raise ImportError(f"entry_runs' header layout is {HEADER_DTYPE.itemsize} bytes, the entry format's {HEADER_BYTES}")
 # The header bytes every entry of one ledger shares: flags, scope id, ledger id.
 _FIXED_HEADER_BYTES = 17
 # Cut payloads "to the end" with an explicit, safe stop (binary_slice's default overflows).
