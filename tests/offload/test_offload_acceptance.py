@@ -88,6 +88,14 @@ def test_offloaded_history_reads_the_same_after_the_bookies_dropped_it(cluster: 
                 return all(log_offload_status(client, client.describe_log(n), now).due_ledgers == 0 for n in logs)
 
             wait_until("the leader offloads every sealed ledger", all_offloaded)
+
+            def metrics_caught_up() -> bool:  # refreshed after each pass: lag 0, bytes as offloaded
+                r = service.metrics.registry
+                return all(r.get_sample_value("autorecovery_offload_lag_ms", {"log": n}) == 0
+                           and (r.get_sample_value("autorecovery_offloaded_bytes", {"log": n}) or 0) > 0 for n in logs)
+
+            wait_until("the per-log offload metrics show the offload", metrics_caught_up)
+            assert (service.metrics.registry.get_sample_value("autorecovery_offloaded_ledgers_total") or 0) >= 2 * LEDGERS
         finally:
             service.stop()
         now = int(time.time() * 1000)
