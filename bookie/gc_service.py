@@ -15,8 +15,10 @@ from bookie.storage.gc import (
     LedgerFacts,
     LedgerLookup,
 )
+from metadata.context import now_ms
 from metadata.ids import LedgerId
 from metadata.ledgers import LEDGER_ID_COUNTER, LedgerManager
+from metadata.offload_record import offload_record
 from metadata.paths import (
     LEDGER_PATH_LEVELS,
     LEDGERS,
@@ -47,7 +49,9 @@ def metadata_lookup(store: MetadataStore) -> LedgerLookup:
         meta, _ = got
         if not meta.is_closed:
             return LedgerFacts(True)
-        return LedgerFacts(True, meta.last_entry_id, frozenset(meta.bookies()))
+        offload = offload_record(meta)
+        deletable = offload is not None and offload.bookie_copies_deletable(now_ms())
+        return LedgerFacts(True, meta.last_entry_id, frozenset(meta.bookies()), deletable)
 
     return lookup
 

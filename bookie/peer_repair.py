@@ -27,6 +27,7 @@ from bookie.status import Status
 from bookie.storage.engine_types import LedgerKey
 from metadata import LedgerId, write_set
 from metadata.ledgers import LedgerManager
+from metadata.offload_record import is_offloaded
 from metadata.registry import BookieRegistry
 from metadata.store import MetadataStore
 
@@ -72,6 +73,9 @@ class PeerRepair:
             log.info("peer repair skipped: ledger %s has no metadata (GC will delete it)", ledger)
             return 0
         meta, _ = got
+        if is_offloaded(meta):
+            log.info("peer repair skipped: ledger %s is offloaded (readers use the object store)", ledger)
+            return 0
         key = self._storage.stored_master_key(ledger)
         if key is None:
             log.warning("peer repair skipped: no master key stored for ledger %s", ledger)

@@ -86,6 +86,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "fleet upgraded from release 0.1.0 sets it false first, until no such client reads logs (docs/upgrading.md)"),
     Setting("ledger_key_verifiers", bool, True, "new ledgers keep a verifier of their master key in their custom "
             "metadata, and bookies take no other key for them (docs/security.md; older releases ignore it)"),
+    Setting("offload_store", str, "", "where sealed ledgers are offloaded: file:///dir or s3://bucket/prefix, empty for "
+            "none (docs/tiered-storage.md)"),
 )}
 
 

@@ -53,6 +53,12 @@ LOG_SETTINGS: dict[str, LogSetting] = {s.name: s for s in (
                "a LogWriter starts a new ledger after this many bytes (0: never by size)"),
     LogSetting("rollover_max_age_ms", non_negative_int, 3_600_000,
                "a LogWriter starts a new ledger after its ledger is this old (0: never by age)"),
+    LogSetting("offload_after_ms", non_negative_int, None,
+               "offload a sealed ledger to the cluster's offload_store once sealed this long (docs/tiered-storage.md)"),
+    LogSetting("offload_after_bytes", non_negative_int, None,
+               "offload the sealed ledgers beyond the newest this many bytes (docs/tiered-storage.md)"),
+    LogSetting("offload_delete_after_ms", non_negative_int, None,
+               "bookies delete an offloaded ledger's copies this long after its offload (unset: they keep them)"),
 )}
 
 

@@ -16,6 +16,7 @@
     /autorecovery/scan                                 the auditor's scan cursor (a new auditor resumes it)
     /autorecovery/swaps/<qualified name>/<fragment>_<bookie>  a prepared replica swap (two-phase change)
     /cluster/settings                                  settings every client and bookie shares (JSON, metadata.cluster_settings)
+    /offload/files/<attempt>                           an offload attempt's objects, listed first (metadata.offload_queue)
 
 Ledger ids: the 128-bit id (scope id, then ledger id) is written as 32 hex digits and cut into
 eight levels of 4 hex digits. No parent ever holds more than 65,536 children, however many
@@ -51,6 +52,7 @@ STAGING_ROUTES = "/staging-routes"  # Spark writes with a `log` column (pyspark_
 SINK_EPOCHS = "/sink-epochs"  # the writer epoch each streaming query's run holds (datasource/stream/sink_epoch.py)
 CLUSTER_SETTINGS = "/cluster/settings"  # metadata/cluster_settings.py: one JSON object, unknown keys kept
 SINK_PROGRESS = "/sink-progress"  # what each streaming query appended (datasource/stream/sink_progress.py)
+OFFLOAD_FILES = "/offload/files"  # metadata/offload_queue.py: every offload attempt's objects until they are gone
 
 LEDGER_PATH_LEVELS = 8
 SCOPE_PATH_LEVELS = 4

@@ -47,6 +47,9 @@ class LedgerFacts:
     exists: bool
     closed_last: int | None = None
     ensemble_bookies: frozenset[str] | None = None
+    # Offloaded to the object store and past the log's offload_delete_after_ms
+    # (docs/tiered-storage.md): the bookies' copies may go while the metadata stays.
+    offloaded_copy_deletable: bool = False
 
 
 # Raises on any metadata error (the ledger is then left alone); returns exists=False only when
@@ -127,6 +130,7 @@ class GarbageCollector:
             "gc_runs": 0, "last_gc_unix_s": None, "ledgers_deleted": 0, "lookup_errors": 0,
             "dirty_tails_capped": 0, "reclaimed_bytes_total": 0, "compaction_runs_total": 0,
             "last_compaction_unix_s": None, "over_replicated_deleted": 0, "absent_kept_above_highest_id": 0,
+            "offloaded_deleted": 0,
         }
 
     def start(self) -> None:
@@ -228,6 +232,11 @@ class GarbageCollector:
             else:
                 if ledger[0] == SEQUENTIAL_SCOPE:
                     self._highest_seen = max(self._highest_seen, ledger[1])
+                if facts.offloaded_copy_deletable and self._storage.delete_ledger(ledger) == Status.OK:
+                    deleted += 1
+                    self._counters["offloaded_deleted"] += 1
+                    log.info("gc: copy of an offloaded ledger deleted ledger=%s", ledger)
+                    continue
                 if facts.closed_last is not None:
                     self._storage.set_closed_last(ledger, facts.closed_last)
                     capped += 1

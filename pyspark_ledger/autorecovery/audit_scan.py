@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from metadata import CorruptMetadataError, LedgerId, LedgerManager
 from metadata.errors import BadVersionError, NodeExistsError, NoNodeError
+from metadata.offload_record import is_offloaded
 from metadata.paths import AUDITOR_SCAN
 from metadata.store import MetadataStore
 from metadata.underreplication import REASON_LOST, UnderReplicationManager
@@ -145,6 +146,8 @@ class AuditScan:
         self.on_ledger()
         if got is None:
             return  # deleted between the listing and the read
+        if is_offloaded(got[0]):
+            return  # read from the object store (docs/tiered-storage.md): its bookies' copies may be gone
         hit = got[0].bookies() & lost
         if hit and self.marks.mark(lid, hit, REASON_LOST, self.holder):
             self.on_mark()

@@ -13,6 +13,7 @@ are registered, a placement scan (placement_scan) marks misplaced closed ledgers
 gains its first writable bookie (a rack came back: what could not be spread before can be now),
 when the placement rule in the cluster settings changes, and every placement_scan_interval_s.
 With a retention task (retention_task), the leader also applies every log's retention on its schedule.
+With an offload task (offload_task), the leader also offloads sealed ledgers on its schedule.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from pyspark_ledger.autorecovery.audit_scan import AuditScan, ScanCursor, audite
 from pyspark_ledger.autorecovery.bookie_states import DOWN, BookieState, forget_audits, lost, observe, with_audited
 from pyspark_ledger.autorecovery.counting_store import CountingStore
 from pyspark_ledger.autorecovery.metrics import AutorecoveryMetrics
+from pyspark_ledger.autorecovery.offload_task import OffloadTask
 from pyspark_ledger.autorecovery.placement_scan import PlacementScan, RackView
 from pyspark_ledger.autorecovery.retention_task import RetentionTask
 from pyspark_ledger.protocol.placement import RackRules, rack_name
@@ -73,7 +75,7 @@ def save_state(store: MetadataStore, state: BookieState | None, bookie_id: str) 
 class ElectedAuditor:
     def __init__(self, store: MetadataStore, holder: str, *, lost_bookie_grace_s: float, scan_rate_per_s: float,
                  metrics: AutorecoveryMetrics, stop: threading.Event, placement_scan_interval_s: float = 3600.0,
-                 retention: RetentionTask | None = None):
+                 retention: RetentionTask | None = None, offload: OffloadTask | None = None):
         self.store = store
         self.holder = holder
         self.grace_ms = int(lost_bookie_grace_s * 1000)
@@ -93,6 +95,7 @@ class ElectedAuditor:
         self._placement_seen: tuple[frozenset[str], RackRules] | None = None
         self._placement_scanned_at = time.monotonic()
         self.retention = retention  # logs' retention, applied on its schedule while leading
+        self.offload = offload  # sealed ledgers offloaded on its schedule while leading
         self.leading = False
 
     def run(self) -> None:
@@ -158,6 +161,7 @@ class ElectedAuditor:
                 left_over = None
             self._maybe_check_placement(still_leader)
             self._maybe_apply_retention(still_leader)
+            self._maybe_offload(still_leader)
             self._stop.wait(TICK_S)
 
     def _observe(self, previous: dict[str, BookieState]) -> dict[str, BookieState]:
@@ -213,6 +217,11 @@ class ElectedAuditor:
             return not self._stop.is_set() and (checks[0] % 10 != 0 or still_leader())
 
         self.retention.run_pass(keep_going)
+
+    def _maybe_offload(self, still_leader: Callable[[], bool]) -> None:
+        if self.offload is None or not self.offload.due():
+            return
+        self.offload.run_pass(lambda: not self._stop.is_set() and still_leader())
 
     def _maybe_check_placement(self, still_leader: Callable[[], bool]) -> None:
         """Scan for misplaced ledgers when a rack came back, the rule changed, or the interval passed."""

@@ -44,6 +44,13 @@ class AutorecoveryMetrics:
         self.retention_failures = Counter(
             "autorecovery_retention_failures", "log visits of a retention pass that failed (retried next pass)",
             registry=r)
+        self.offload_passes = Counter("autorecovery_offload_passes", "offload passes run by the leader", registry=r)
+        self.offloaded_ledgers = Counter(
+            "autorecovery_offloaded_ledgers", "ledgers offloaded to the object store by the leader", registry=r)
+        self.offload_lag_ms = Gauge(
+            "autorecovery_offload_lag_ms", "how long the oldest ledger due for offload has waited", ["log"], registry=r)
+        self.offloaded_bytes = Gauge(
+            "autorecovery_offloaded_bytes", "bytes of a log's offloaded files", ["log"], registry=r)
         self._server: Any = None
 
     def serve(self, port: int) -> int:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from metadata import BookieInfo, CorruptMetadataError, LedgerId, LedgerManager, LedgerMetadata
+from metadata.offload_record import is_offloaded
 from metadata.store import MetadataStore
 from metadata.underreplication import REASON_MISPLACED, UnderReplicationManager
 from pyspark_ledger.autorecovery.auditor import RateLimiter
@@ -102,8 +103,8 @@ def misplaced_ledgers(ledgers: LedgerManager, view: RackView, rules: RackRules, 
             log.warning("placement check skipped unreadable ledger metadata ledger=%s error=%s", lid, exc)
             continue
         on_ledger()
-        if got is None:
-            continue  # deleted between the listing and the read
+        if got is None or is_offloaded(got[0]):
+            continue  # deleted between the listing and the read, or read from the object store
         found = check_ledger(got[0], view, rules)
         if found is not None:
             yield found

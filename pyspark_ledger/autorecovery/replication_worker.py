@@ -28,6 +28,7 @@ import time
 from metadata import LedgerId, MetadataError
 from metadata.context import now_ms
 from metadata.ephemeral_lock import EphemeralLock, try_lock
+from metadata.offload_record import is_offloaded
 from metadata.paths import replication_lock_path
 from metadata.underreplication import REASON_MISPLACED, UnderReplicationManager
 from pyspark_ledger.autorecovery.copy_pace import CopyPace
@@ -116,6 +117,9 @@ class ReplicationWorker:
             self.marks.clear(lid, version)  # the ledger was deleted: nothing to replicate
             return True
         meta = found[0]
+        if is_offloaded(meta):
+            self.marks.clear(lid, version)  # read from the object store: its bookies' copies may be gone
+            return True
         lost = sorted(set(mark.lost_bookies) & meta.bookies())
         if mark.reason == REASON_MISPLACED and not meta.is_closed:
             # Moving a copy of an open ledger would fence its live writer: never (the auditor marks

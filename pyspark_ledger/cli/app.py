@@ -23,6 +23,7 @@ from pyspark_ledger.cli import (
     bookie_admin,
     cluster_commands,
     commands,
+    offload_commands,
     reshape_commands,
     retention_commands,
     standalone,
@@ -115,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bp44_commands(sub)
     autorecovery_commands.add_parsers(sub)
     retention_commands.add_parsers(sub)
+    offload_commands.add_parsers(sub)
     reshape_commands.add_parsers(sub, _ledger_args)
     cluster_commands.add_parsers(sub)
     cluster_commands.add_placement_parser(sub)
@@ -263,6 +265,7 @@ HANDLERS: dict[str, Callable[..., int]] = {
     "auditor": commands.auditor,
     "autorecovery": autorecovery_commands.autorecovery,
     "retention": retention_commands.retention,
+    "offload": offload_commands.offload,
     "listunderreplicated": autorecovery_commands.listunderreplicated,
     "decommissionbookie": autorecovery_commands.decommissionbookie,
     "expandledger": reshape_commands.expandledger,

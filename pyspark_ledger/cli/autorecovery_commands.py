@@ -44,6 +44,9 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--open-ledger-grace-s", type=float, default=30.0,
                    help="an OPEN ledger is fenced and closed for re-replication after its mark is this old (default 30)")
     p.add_argument("--no-auditor", action="store_true", help="run workers only, never stand for auditor")
+    p.add_argument("--offload-interval-s", type=float, default=60.0,
+                   help="the elected auditor offloads sealed ledgers to the cluster's offload_store this often "
+                        "(docs/tiered-storage.md; default 60)")
     p.add_argument("--placement-scan-interval-s", type=float, default=3600.0,
                    help="look for ledgers whose write sets span too few racks this often, and whenever a rack "
                         "comes back (default 3600)")
@@ -64,6 +67,7 @@ def add_parsers(sub: Any) -> None:
 
 
 def autorecovery(client: LedgerClient, args: argparse.Namespace) -> int:
+    from pyspark_ledger.autorecovery.offload_task import OffloadTaskSettings
     from pyspark_ledger.autorecovery.retention_task import RetentionSettings
     from pyspark_ledger.autorecovery.service import AutorecoveryService, AutorecoverySettings
     from pyspark_ledger.log.subscription_source import store_subscriptions
@@ -78,8 +82,10 @@ def autorecovery(client: LedgerClient, args: argparse.Namespace) -> int:
                                     auditor=not args.no_auditor,
                                     placement_scan_interval_s=args.placement_scan_interval_s,
                                     retention=RetentionSettings(interval_s=args.retention_interval_s,
-                                                                logs_per_pass=args.retention_logs_per_pass))
-    service = AutorecoveryService(client.context, settings, logs=client, subscriptions=store_subscriptions(client.store))
+                                                                logs_per_pass=args.retention_logs_per_pass),
+                                    offload=OffloadTaskSettings(interval_s=args.offload_interval_s))
+    service = AutorecoveryService(client.context, settings, logs=client, subscriptions=store_subscriptions(client.store),
+                                  offload_client=client)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

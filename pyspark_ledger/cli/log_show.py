@@ -5,19 +5,22 @@ that takes), bounded by LEDGERS_SHOWN_MAX."""
 from __future__ import annotations
 
 import argparse
+import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from metadata import log_segments as segs
 from metadata import log_trim_marks
-from metadata.log_record import LogLedger
+from metadata.log_record import LogLedger, LogRecord
 from metadata.log_record import to_json_dict as log_json
 from metadata.log_segments import LogHead
+from metadata.offload_settings import OffloadSettings
 from pyspark_ledger.cli.output import print_json, print_table
 from pyspark_ledger.cli.retention_commands import settings_rows
 
 if TYPE_CHECKING:
     from pyspark_ledger.client import LedgerClient
+    from pyspark_ledger.offload.status import LogOffloadStatus
 
 LEDGERS_SHOWN_MAX = 100_000
 
@@ -46,6 +49,7 @@ def show(client: LedgerClient, args: argparse.Namespace) -> int:
     shown = newest_ledgers(client, head, wanted) if wanted else list(rec.ledgers)
     count = ledger_count(head)
     queued = max(head.trim_seq - head.deleted_seq, 0)
+    offload = _offload_status(client, rec)
     if args.json:
         d: dict[str, Any] = log_json(rec)
         d["ledgers"] = [{"seq": lg.seq, "ledger": lg.ledger_id.qualified_name, "ctimeMs": lg.ctime_ms,
@@ -53,7 +57,8 @@ def show(client: LedgerClient, args: argparse.Namespace) -> int:
         c = log_trim_marks.retention_counts(rec)
         d.update(ledgerCount=count, trimSeq=head.trim_seq, segments=head.seg_next - head.seg_first,
                  deletionQueueSeqs=queued, settings={k: v for k, v, _ in settings_rows(rec)},
-                 retentionTrims={"ledgers": c.ledgers, "bytes": c.bytes, "passes": c.passes, "lastMs": c.last_ms})
+                 retentionTrims={"ledgers": c.ledgers, "bytes": c.bytes, "passes": c.passes, "lastMs": c.last_ms},
+                 offload=None if offload is None else offload.to_json())
         print_json(d)
         return 0
     print(f"log {rec.name}: writer epoch {rec.writer_epoch}, {count} ledger(s) (seq {head.trim_seq}..{rec.next_seq - 1}), "
@@ -74,7 +79,19 @@ def show(client: LedgerClient, args: argparse.Namespace) -> int:
               f"last at {_ms(c.last_ms or 0)} UTC")
     if rec.pending_deletions or queued:
         print(f"pending deletions: {len(rec.pending_deletions)} listed, {queued} seq(s) queued in trimmed segments")
+    if offload is not None:
+        print(f"offload: {offload.offloaded_ledgers} ledger(s) offloaded ({offload.offloaded_bytes} bytes), "
+              f"{offload.due_ledgers} due, lag {offload.lag_ms} ms")
     return 0
+
+
+def _offload_status(client: LedgerClient, rec: LogRecord) -> LogOffloadStatus | None:
+    """Only for a log with offload settings: it reads every ledger's metadata (docs/tiered-storage.md)."""
+    from pyspark_ledger.offload.status import log_offload_status
+
+    if not OffloadSettings.of(rec).enabled:
+        return None
+    return log_offload_status(client, client.describe_log(rec.name), int(time.time() * 1000))
 
 
 def _ms(ms: int) -> str:

@@ -13,9 +13,12 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import TYPE_CHECKING
 
 from bookie.status import Status
 from metadata import LedgerId, LedgerMetadata, write_set
+from metadata.errors import MetadataError
+from metadata.offload_record import is_offloaded
 from pyspark_ledger.errors import (
     BookieBusyError,
     DigestMismatchError,
@@ -29,6 +32,9 @@ from pyspark_ledger.ledger.read_repair import ReadRepair
 from pyspark_ledger.protocol.distribution import covers_every_write_set
 from pyspark_ledger.protocol.entry_format import Entry, decode_entry
 from pyspark_ledger.protocol.invariants import InvariantError
+
+if TYPE_CHECKING:
+    from pyspark_ledger.offload.parquet_files import LedgerFile
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +77,7 @@ class ReadHandle:
         self._handle_closed = False
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
+        self._offloaded_file: LedgerFile | None = None  # an OFFLOADED ledger's file, opened on first use
 
     # ---- metadata -----------------------------------------------------------------------------
 
@@ -196,6 +203,9 @@ class ReadHandle:
         return self.last_add_confirmed()
 
     def _iter_entries(self, first: int, last: int) -> Iterator[Entry]:
+        if is_offloaded(self._metadata):
+            yield from self._offloaded(first, last)
+            return
         nxt = first
         while nxt <= last:
             meta = self._metadata
@@ -203,10 +213,41 @@ class ReadHandle:
             seg_last = meta.segment_last_entry_id(seg_index)
             chunk_last = min(last, nxt + READ_CHUNK_ENTRIES_MAX - 1, seg_last if seg_last is not None else last)
             chunk_started = time.monotonic()
-            entries = self._read_chunk(meta, seg_index, nxt, chunk_last)
+            try:
+                entries = self._read_chunk(meta, seg_index, nxt, chunk_last)
+            except LedgerError:
+                # Offloaded since this handle read its metadata (its bookies' copies may be gone):
+                # the object store has every entry (docs/tiered-storage.md).
+                if not meta.is_closed or not self._offloaded_meanwhile():
+                    raise
+                yield from self._offloaded(nxt, last)
+                return
             self._ctx.metrics.chunk_read(len(entries), chunk_started)
             yield from entries
             nxt = entries[-1].entry_id + 1
+
+    def _offloaded_meanwhile(self) -> bool:
+        """After a failed read of a closed ledger: whether it is OFFLOADED now (then reads go to
+        its file). A metadata error here says no: the read's own error is the one to raise."""
+        try:
+            return is_offloaded(self.refresh())
+        except MetadataError:
+            return False
+
+    def _offloaded(self, first: int, last: int) -> Iterator[Entry]:
+        """The entries of an OFFLOADED ledger, from its file in the object store (never a bookie).
+        The password was checked against the metadata when the handle was made (resolve_keys)."""
+        # Imported here: pyarrow's Parquet reader loads only in a process that meets an offloaded ledger.
+        from pyspark_ledger.offload.offloaded_reads import offloaded_entries, open_ledger_file
+
+        if self._offloaded_file is None:
+            self._offloaded_file = open_ledger_file(self._metadata)
+        chunk_started = time.monotonic()
+        count = 0
+        for e in offloaded_entries(self._offloaded_file, first, last):
+            count += 1
+            yield e
+        self._ctx.metrics.chunk_read(count, chunk_started)
 
     def _read_chunk(self, meta: LedgerMetadata, seg_index: int, first: int, last: int) -> list[Entry]:
         """Read first..last (one fragment). Returns a non-empty ordered prefix (bounded by bytes).

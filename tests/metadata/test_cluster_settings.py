@@ -101,7 +101,7 @@ def test_shell_get_and_set(capsys: pytest.CaptureFixture[str], store_uri: str) -
     assert got["version"] is None and {r["key"]: r["value"] for r in got["settings"]} == {
         "min_racks_per_write_quorum": 2, "enforce_min_racks": False, "storage_format_version": 1,
         "salted_password_digests": False, "message_batches": True,
-        "ledger_key_verifiers": True}
+        "ledger_key_verifiers": True, "offload_store": ""}
     code, out, _ = run("cluster", "set", "min_racks_per_write_quorum=3", "enforce_min_racks=true")
     assert code == 0 and "min_racks_per_write_quorum  3      set" in out
     code, out, _ = run("cluster", "get", "enforce_min_racks")

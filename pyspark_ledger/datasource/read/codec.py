@@ -12,7 +12,7 @@ No pyspark here (pyarrow, numpy and the client's entry format only).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 
@@ -114,7 +114,16 @@ def decode_arrow_entry(payload: pa.Buffer, place: RowPlace, entry_id: int, targe
     exact target schema (Spark checks it). Only the entry's rows with skip_rows <= index <
     keep_rows (a read that starts or ends inside this entry). Zero-copy unless a column's type
     must be cast."""
-    reader = pa.ipc.open_stream(payload)
+    yield from arrow_entry_batches(pa.ipc.open_stream(payload), place, entry_id, target, skip_rows, keep_rows,
+                                   meta=meta, columns=columns)
+
+
+def arrow_entry_batches(reader: Iterable[pa.RecordBatch], place: RowPlace, entry_id: int, target: pa.Schema,
+                        skip_rows: int = 0, keep_rows: int | None = None, *,
+                        meta: MetaColumns | None = None, columns: ReadColumns | None = None
+                        ) -> Iterator[pa.RecordBatch]:
+    """decode_arrow_entry over an entry's record batches however they were read (an IPC stream,
+    or an offloaded entry's Parquet row group: pyspark_ledger/offload)."""
     read_cols = all_columns(target, columns)
     data_fields = list(read_cols.schema)[: read_cols.data_count]
     names = [f.name for f in data_fields]

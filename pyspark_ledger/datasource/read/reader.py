@@ -7,6 +7,9 @@ windows of about WINDOW_BYTES_TARGET, fetches them ahead of the consumer with a 
 (bounded: WINDOWS_AHEAD_MAX), so bookie I/O, verification and Spark's socket writes overlap, and
 turns the runs into Arrow batches (codec.py).
 
+An OFFLOADED ledger's ranges come from its Parquet file in the object store, by row group
+(pyspark_ledger/offload), never from a bookie.
+
 The planner already bounded every range by the LAC or last entry, so nothing here reads past it.
 Every entry the data source reads goes through here: batch and streaming partitions
 (read_partition) and the driver's look at a lone Arrow ledger's first entry (arrow_schema_of).
@@ -25,6 +28,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from bookie.malloc_tuning import tune_malloc
+from metadata.offload_record import is_offloaded
 from pyspark_ledger.datasource.clients import lease_client
 from pyspark_ledger.datasource.read import codec
 from pyspark_ledger.datasource.read.batch_unpack import grouped, unpack_entry
@@ -33,6 +37,7 @@ from pyspark_ledger.datasource.read.meta_columns import MetaColumns
 from pyspark_ledger.datasource.read.planning import LedgerRange
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.ledger.run_reads import RunReads
+from pyspark_ledger.offload.offloaded_reads import offloaded_entries, open_ledger_file
 from pyspark_ledger.protocol.entry_format import BATCH_FORMAT_VERSION, entry_format_of_ledger
 from pyspark_ledger.protocol.entry_runs import DecodedRun
 
@@ -119,11 +124,40 @@ class RangeReader:
                                                 meta=self.meta, columns=self.columns)
 
     def batches(self) -> Iterator[pa.RecordBatch]:
+        if self.spec.payload_format != "raw" and is_offloaded(self.rng.metadata):
+            yield from self._offloaded_arrow_batches()
+            return
         for run in self.runs():
             yield from self._batches(run)
 
+    def _offloaded_runs(self) -> Iterator[DecodedRun]:
+        """An OFFLOADED ledger's range straight from its file in the object store, by row group
+        (docs/tiered-storage.md): never through a bookie, whose copies may be gone."""
+        lf = open_ledger_file(self.rng.metadata)
+        first, last = self.rng.first_entry_id, self.rng.last_entry_id
+        for g in lf.row_groups_for(first, last):
+            lo, hi = lf.facts.row_groups[g]
+            entries = list(offloaded_entries(lf, max(lo, first), min(hi, last)))
+            if self.spec.payload_format == "raw":
+                yield DecodedRun(entries[0].entry_id, pa.array([e.payload for e in entries], pa.binary()))
+            else:
+                yield DecodedRun(entries[0].entry_id, [pa.py_buffer(e.payload) for e in entries])
+
+    def _offloaded_arrow_batches(self) -> Iterator[pa.RecordBatch]:
+        """An offloaded Arrow ledger's rows straight from its Parquet row groups (one per entry),
+        without rebuilding IPC streams."""
+        lf = open_ledger_file(self.rng.metadata)
+        for g in lf.row_groups_for(self.rng.first_entry_id, self.rng.last_entry_id):
+            entry_id = lf.facts.row_groups[g][0]
+            table = lf.pq.read_row_group(g)
+            yield from codec.arrow_entry_batches(table.to_batches(), self.rng.place, entry_id, self.spec.schema,
+                                                 *self.rng.rows_of(entry_id), meta=self.meta, columns=self.columns)
+
     def runs(self) -> Generator[DecodedRun, None, None]:
         """The range's entries, verified, in order, as runs of consecutive entries."""
+        if is_offloaded(self.rng.metadata):
+            yield from self._offloaded_runs()
+            return
         rng = self.rng
         step = _window_entries(rng)
         windows = [(i, lo, min(rng.last_entry_id, lo + step - 1))
