@@ -35,6 +35,14 @@ class LogExistsError(NodeExistsError):
     """create() found a log of that name."""
 
 
+class NoSuchSubscriptionError(NoNodeError):
+    """The log has no subscription of that name."""
+
+
+class SubscriptionExistsError(NodeExistsError):
+    """create() found a subscription of that name on the log."""
+
+
 class BadVersionError(MetadataError):
     """A compare-and-set or delete found a different version: somebody else wrote first.
 

@@ -46,7 +46,7 @@ def choice(*allowed: str) -> Callable[[str], str]:
 # `retention` object, which every release reads.
 LOG_SETTINGS: dict[str, LogSetting] = {s.name: s for s in (
     LogSetting("backlog_quota_bytes", non_negative_int, None,
-               "bytes the slowest subscription may fall behind before the backlog policy acts"),
+               "bytes of the slowest subscription's backlog that policy trim keeps (none: max_size_bytes)"),
     LogSetting("backlog_policy", choice("keep", "trim"), "keep",
                "keep: trim nothing past the slowest subscription; trim: trim anyway, marking it as having lost data"),
     LogSetting("rollover_max_bytes", non_negative_int, 128 * 1024 * 1024,

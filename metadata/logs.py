@@ -29,6 +29,7 @@ from metadata.paths import (
     log_queries_path,
     log_segment_path,
     log_segments_path,
+    log_subscriptions_path,
     sink_epochs_path,
     sink_progress_log_path,
 )
@@ -237,12 +238,13 @@ class LogManager:
         return cas_update(lambda: self.read(name), self.compare_and_set, change, self.retry)
 
     def delete(self, name: str, expected_version: int | None = None) -> None:
-        """Delete the head (the commit point), then its segments and query records."""
+        """Delete the log's segments, query records and subscriptions, then the head (the commit
+        point: a node with children cannot go, and a log's subscriptions go with it)."""
         if expected_version is not None:
             _, version = self.read_head(name)
             if version != expected_version:
                 raise BadVersionError(log_path(name), expected_version, version)
-        for parent in (log_segments_path(name), log_queries_path(name)):
+        for parent in (log_segments_path(name), log_queries_path(name), log_subscriptions_path(name)):
             self._delete_children_and(parent)
         for key in [k for k in self._segments if k[0] == name]:
             self._segments.pop(key, None)

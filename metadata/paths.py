@@ -4,7 +4,8 @@
     /idgen/<counter>                                   id allocation counters (scope 0 ledger ids)
     /bookies/available/<bookie id>                     ephemeral bookie registrations (JSON BookieInfo)
     /bookies/cookies/<bookie id>                       bookie cookies (identity; persistent)
-    /logs/<log name>                                   named logs (later issue)
+    /logs/<log name>                                   named logs (metadata.logs: a head, /segments, /queries)
+    /logs/<log name>/subscriptions/<name>              a log's durable named subscriptions (metadata.subscriptions)
     /orphans/<qualified name>                          orphaned ledgers found by the auditor (BP-44)
     /staging/<log>/<job id>/<qualified name>           a Spark write's task ledgers before its commit
     /staging-routes/<job id>/<log>                     the logs a Spark write routed rows to (its `log` column)
@@ -118,6 +119,15 @@ def log_segment_path(name: str, index: int) -> str:
 def log_queries_path(name: str) -> str:
     """Parent of a log's per-query committed batch records."""
     return f"{log_path(name)}/queries"
+
+
+def log_subscriptions_path(name: str) -> str:
+    """Parent of a log's durable subscriptions (metadata.subscriptions): deleted with the log."""
+    return f"{log_path(name)}/subscriptions"
+
+
+def subscription_path(log: str, name: str) -> str:
+    return f"{log_subscriptions_path(log)}/{check_name('subscription', name)}"
 
 
 def underreplicated_path(lid: LedgerId) -> str:

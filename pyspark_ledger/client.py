@@ -243,10 +243,15 @@ class LedgerClient:
                          rollover_bytes=rollover_bytes, rollover_age_s=rollover_age_s, crash_hook=crash_hook,
                          batching=batching and self.cluster_settings.message_batches, batch=batch)
 
-    def open_log_reader(self, name: str, password: bytes | str = b"") -> LogReader:
+    def open_log_reader(self, name: str, password: bytes | str = b"", *, subscription: str | None = None,
+                        initial_position: str = "latest") -> LogReader:
+        """A reader of log `name`. With `subscription`, read()/tail() resume after the named
+        durable subscription's position and reader.commit(position) moves it; a subscription
+        that does not exist yet is made at `initial_position` ("latest", the default, as Kafka's
+        auto.offset.reset and Pulsar's; "earliest"; or "none" to refuse). docs/subscriptions.md."""
         from pyspark_ledger.log import LogReader
 
-        return LogReader(self, name, _password(password))
+        return LogReader(self, name, _password(password), subscription=subscription, initial_position=initial_position)
 
     def list_logs(self) -> list[str]:
         return self.logs.names()

@@ -12,6 +12,7 @@ longer than the grace period and no scan has covered its loss yet, scan (audit_s
 are registered, a placement scan (placement_scan) marks misplaced closed ledgers: when a rack
 gains its first writable bookie (a rack came back: what could not be spread before can be now),
 when the placement rule in the cluster settings changes, and every placement_scan_interval_s.
+With a retention task (retention_task), the leader also applies every log's retention on its schedule.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from pyspark_ledger.autorecovery.bookie_states import DOWN, BookieState, forget_
 from pyspark_ledger.autorecovery.counting_store import CountingStore
 from pyspark_ledger.autorecovery.metrics import AutorecoveryMetrics
 from pyspark_ledger.autorecovery.placement_scan import PlacementScan, RackView
+from pyspark_ledger.autorecovery.retention_task import RetentionTask
 from pyspark_ledger.protocol.placement import RackRules, rack_name
 
 log = logging.getLogger(__name__)
@@ -70,7 +72,8 @@ def save_state(store: MetadataStore, state: BookieState | None, bookie_id: str) 
 
 class ElectedAuditor:
     def __init__(self, store: MetadataStore, holder: str, *, lost_bookie_grace_s: float, scan_rate_per_s: float,
-                 metrics: AutorecoveryMetrics, stop: threading.Event, placement_scan_interval_s: float = 3600.0):
+                 metrics: AutorecoveryMetrics, stop: threading.Event, placement_scan_interval_s: float = 3600.0,
+                 retention: RetentionTask | None = None):
         self.store = store
         self.holder = holder
         self.grace_ms = int(lost_bookie_grace_s * 1000)
@@ -89,6 +92,7 @@ class ElectedAuditor:
         # What the last placement decision saw: writable racks, the rule, when it last scanned.
         self._placement_seen: tuple[frozenset[str], RackRules] | None = None
         self._placement_scanned_at = time.monotonic()
+        self.retention = retention  # logs' retention, applied on its schedule while leading
         self.leading = False
 
     def run(self) -> None:
@@ -153,6 +157,7 @@ class ElectedAuditor:
                 states = self._scan_for_losses(states, lost_now, still_leader, left_over)
                 left_over = None
             self._maybe_check_placement(still_leader)
+            self._maybe_apply_retention(still_leader)
             self._stop.wait(TICK_S)
 
     def _observe(self, previous: dict[str, BookieState]) -> dict[str, BookieState]:
@@ -197,6 +202,17 @@ class ElectedAuditor:
                 out[b] = with_audited(out[b])
                 save_state(self.store, out[b], b)
         return out
+
+    def _maybe_apply_retention(self, still_leader: Callable[[], bool]) -> None:
+        if self.retention is None or not self.retention.due():
+            return
+        checks = [0]
+
+        def keep_going() -> bool:
+            checks[0] += 1
+            return not self._stop.is_set() and (checks[0] % 10 != 0 or still_leader())
+
+        self.retention.run_pass(keep_going)
 
     def _maybe_check_placement(self, still_leader: Callable[[], bool]) -> None:
         """Scan for misplaced ledgers when a rack came back, the rule changed, or the interval passed."""

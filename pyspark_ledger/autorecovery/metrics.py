@@ -32,6 +32,18 @@ class AutorecoveryMetrics:
             "autorecovery_audit_metadata_requests", "metadata store requests sent by audit scans", registry=r)
         self.marked_ledgers = Counter(
             "autorecovery_marked_ledgers", "under-replication marks the auditor created or extended", registry=r)
+        self.retention_passes = Counter("autorecovery_retention_passes", "retention passes run by the leader",
+                                        registry=r)
+        self.retention_trimmed_ledgers = Counter(
+            "autorecovery_retention_trimmed_ledgers", "ledgers trimmed off logs by retention", registry=r)
+        self.retention_trimmed_bytes = Counter(
+            "autorecovery_retention_trimmed_bytes", "bytes of the ledgers retention trimmed", registry=r)
+        self.retention_lost_subscriptions = Counter(
+            "autorecovery_retention_lost_subscriptions",
+            "subscriptions marked as having lost data by retention (backlog policy trim)", registry=r)
+        self.retention_failures = Counter(
+            "autorecovery_retention_failures", "log visits of a retention pass that failed (retried next pass)",
+            registry=r)
         self._server: Any = None
 
     def serve(self, port: int) -> int:

@@ -23,7 +23,10 @@ from pyspark_ledger.autorecovery.copy_pace import CopyPace, check_rate_mb_s
 from pyspark_ledger.autorecovery.elected_auditor import ElectedAuditor
 from pyspark_ledger.autorecovery.metrics import AutorecoveryMetrics
 from pyspark_ledger.autorecovery.replication_worker import ReplicationWorker
+from pyspark_ledger.autorecovery.retention_task import RetentionSettings, RetentionTask
 from pyspark_ledger.ledger.context import LedgerContext
+from pyspark_ledger.log.retention_pass import SubscriptionSource
+from pyspark_ledger.log.service import LedgerService
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +46,7 @@ class AutorecoverySettings:
     password: bytes = b""  # empty: work as the operator (replication_worker); else this password for every ledger
     # Misplaced ledgers (placement_scan) are looked for this often, and whenever a rack comes back.
     placement_scan_interval_s: float = 3600.0
+    retention: RetentionSettings = RetentionSettings()  # the leader's retention passes (with a log service)
 
     def validate(self) -> None:
         if self.lost_bookie_grace_s < 0 or self.open_ledger_grace_s < 0:
@@ -56,6 +60,7 @@ class AutorecoverySettings:
             raise ValueError("--poll-interval-s must be in 0.05..60")
         if self.placement_scan_interval_s <= 0:
             raise ValueError("--placement-scan-interval-s must be > 0")
+        self.retention.validate()
 
 
 def holder_name() -> str:
@@ -65,7 +70,10 @@ def holder_name() -> str:
 
 class AutorecoveryService:
     def __init__(self, context: LedgerContext, settings: AutorecoverySettings | None = None,
-                 metrics: AutorecoveryMetrics | None = None):
+                 metrics: AutorecoveryMetrics | None = None, *, logs: LedgerService | None = None,
+                 subscriptions: SubscriptionSource | None = None):
+        """`logs`: the log service retention trims through (the CLI passes its client); without
+        it the leader applies no retention."""
         self.settings = settings or AutorecoverySettings()
         self.settings.validate()
         self.context = context
@@ -74,9 +82,10 @@ class AutorecoveryService:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         s = self.settings
+        self.retention = None if logs is None else RetentionTask(logs, subscriptions, s.retention, self.metrics)
         self.auditor = ElectedAuditor(context.ledgers.store, self.holder, lost_bookie_grace_s=s.lost_bookie_grace_s,
                                       scan_rate_per_s=s.scan_rate_per_s, metrics=self.metrics, stop=self._stop,
-                                      placement_scan_interval_s=s.placement_scan_interval_s)
+                                      placement_scan_interval_s=s.placement_scan_interval_s, retention=self.retention)
         self.pace = CopyPace(s.rereplication_rate_mb_s, stop=self._stop)  # one bucket for every worker
         self.workers = [ReplicationWorker(context, f"{self.holder}/w{i}", open_ledger_grace_s=s.open_ledger_grace_s,
                                           poll_interval_s=s.poll_interval_s, password=s.password,

@@ -18,7 +18,16 @@ from typing import Any
 from bookie.proto.versions import RELEASE
 from metadata import DigestType, MetadataError
 from metadata.embedded_store import embedded_path_from_env_default
-from pyspark_ledger.cli import autorecovery_commands, bookie_admin, cluster_commands, commands, reshape_commands, standalone
+from pyspark_ledger.cli import (
+    autorecovery_commands,
+    bookie_admin,
+    cluster_commands,
+    commands,
+    reshape_commands,
+    retention_commands,
+    standalone,
+    subscription_commands,
+)
 from pyspark_ledger.cli.log_read import add_read_parser
 from pyspark_ledger.cli.no_bookies import explain
 from pyspark_ledger.cli.passwords import add_password_args, check_new_ledger_password, resolve_password
@@ -102,8 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ledger_commands(sub)
     _add_bookie_commands(sub)
     _add_log_commands(sub)
+    subscription_commands.add_parsers(sub, _json_adder)
     _add_bp44_commands(sub)
     autorecovery_commands.add_parsers(sub)
+    retention_commands.add_parsers(sub)
     reshape_commands.add_parsers(sub, _ledger_args)
     cluster_commands.add_parsers(sub)
     cluster_commands.add_placement_parser(sub)
@@ -193,7 +204,7 @@ def _quorum_args(p: argparse.ArgumentParser, defaults: tuple[int, int, int] | No
 
 
 def _add_log_commands(sub: Any) -> None:
-    p = sub.add_parser("logs", help="list, show, read, trim or delete named logs")
+    p = sub.add_parser("logs", help="list, show, read, set, trim or delete named logs")
     lsub = p.add_subparsers(dest="logs_command", metavar="ACTION")
     lsub.required = True
     lsub.add_parser = _json_adder(lsub.add_parser)
@@ -202,6 +213,7 @@ def _add_log_commands(sub: Any) -> None:
     q.add_argument("name", help="the log's name")
     q.add_argument("--ledgers", type=int, default=0, metavar="N", help="also list the newest N ledgers (bounded)")
     add_read_parser(lsub)
+    retention_commands.add_set_parser(lsub)
     q = lsub.add_parser("trim", help="trim whole ledgers off the front of a log")
     q.add_argument("name", help="the log's name")
     q.add_argument("--before", help='a position JSON: {"seq": n, "ledger": hex, "entry": n}')
@@ -243,12 +255,14 @@ HANDLERS: dict[str, Callable[..., int]] = {
     "simpletest": commands.simpletest,
     "bookiesanity": commands.bookiesanity,
     "logs": commands.logs,
+    "subscriptions": subscription_commands.subscriptions,
     "quorums": commands.quorums,
     "listorphaned": commands.listorphaned,
     "showowner": commands.showowner,
     "predictlifespan": commands.predictlifespan,
     "auditor": commands.auditor,
     "autorecovery": autorecovery_commands.autorecovery,
+    "retention": retention_commands.retention,
     "listunderreplicated": autorecovery_commands.listunderreplicated,
     "decommissionbookie": autorecovery_commands.decommissionbookie,
     "expandledger": reshape_commands.expandledger,

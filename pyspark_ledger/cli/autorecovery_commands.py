@@ -47,6 +47,10 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--placement-scan-interval-s", type=float, default=3600.0,
                    help="look for ledgers whose write sets span too few racks this often, and whenever a rack "
                         "comes back (default 3600)")
+    p.add_argument("--retention-interval-s", type=float, default=60.0,
+                   help="the elected auditor applies every log's retention this often (default 60)")
+    p.add_argument("--retention-logs-per-pass", type=int, default=1000,
+                   help="logs one retention pass visits at most; the next pass goes on from there (default 1000)")
     p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics on 127.0.0.1:PORT")
     p.add_argument("--exit-with-stdin", action="store_true", help=argparse.SUPPRESS)  # bookie --autorecovery
 
@@ -60,7 +64,9 @@ def add_parsers(sub: Any) -> None:
 
 
 def autorecovery(client: LedgerClient, args: argparse.Namespace) -> int:
+    from pyspark_ledger.autorecovery.retention_task import RetentionSettings
     from pyspark_ledger.autorecovery.service import AutorecoveryService, AutorecoverySettings
+    from pyspark_ledger.log.subscription_source import store_subscriptions
 
     # A long-running service logs its normal work at INFO, like a bookie; LEDGER_DEBUG adds DEBUG.
     level = logging.DEBUG if os.environ.get("LEDGER_DEBUG") else logging.INFO
@@ -70,8 +76,10 @@ def autorecovery(client: LedgerClient, args: argparse.Namespace) -> int:
                                     workers=args.workers, open_ledger_grace_s=args.open_ledger_grace_s,
                                     rereplication_rate_mb_s=args.rereplication_rate_mb_s,
                                     auditor=not args.no_auditor,
-                                    placement_scan_interval_s=args.placement_scan_interval_s)
-    service = AutorecoveryService(client.context, settings)
+                                    placement_scan_interval_s=args.placement_scan_interval_s,
+                                    retention=RetentionSettings(interval_s=args.retention_interval_s,
+                                                                logs_per_pass=args.retention_logs_per_pass))
+    service = AutorecoveryService(client.context, settings, logs=client, subscriptions=store_subscriptions(client.store))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -82,6 +90,11 @@ def autorecovery(client: LedgerClient, args: argparse.Namespace) -> int:
 
         threading.Thread(target=stop_at_stdin_eof, daemon=True).start()
     if args.metrics_port is not None:
+        from pyspark_ledger.autorecovery.subscription_lag import SubscriptionLagCollector, measure
+
+        # The elected process also serves every subscription's lag (docs/subscriptions.md).
+        service.metrics.registry.register(SubscriptionLagCollector(lambda: measure(client, None, settings.password),
+                                                                   lambda: service.leading))
         port = service.metrics.serve(args.metrics_port)
         print(f"metrics on http://127.0.0.1:{port}/metrics", file=sys.stderr, flush=True)
     service.start()

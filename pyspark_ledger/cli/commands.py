@@ -310,6 +310,10 @@ def logs(client: LedgerClient, args: argparse.Namespace) -> int:
         from pyspark_ledger.cli.log_read import read
 
         return read(client, args)
+    if args.logs_command == "set":
+        from pyspark_ledger.cli.retention_commands import logs_set
+
+        return logs_set(client, args)
     before = Position.from_json(args.before) if args.before else None
     trimmed = client.trim_log(args.name, before=before, max_age_s=args.max_age_s, max_size_bytes=args.max_size_bytes)
     if args.json:

@@ -2,8 +2,13 @@
 position (seq, ledger, entry, index), batched entries unpacked message by message.
 
 Text: one line per message, `seq:ledger:entry:index<TAB>payload` (the payload as UTF-8, bytes
-that are not shown as \\x escapes). --json: a list of objects with the position, the payload in
-base64 (lossless), the key in base64 (or null) and the append time (ms, batched messages)."""
+that are not shown as \\x escapes); --print-timestamp adds `timestamp=MS<TAB>` (and
+`event=MS<TAB>` when the message has an event time), --print-headers adds `headers=k:v,...<TAB>`
+before the payload (as Kafka's console consumer's print.timestamp / print.headers). --json: a
+list of objects with the position, the payload in base64 (lossless), the key in base64 (or
+null), the append time (ms, batched messages; null for an unbatched entry), the timestamp (the
+append time, or the ledger's join time for an unbatched entry), the event time (or null) and
+the headers ([{"key": str, "valueBase64": str}], in order, duplicates kept)."""
 
 from __future__ import annotations
 
@@ -36,6 +41,8 @@ def add_read_parser(lsub: Any) -> None:
                         "(index optional); default: the start of the log")
     q.add_argument("--limit", type=int, default=READ_LIMIT_DEFAULT, metavar="N",
                    help=f"print at most N messages (default {READ_LIMIT_DEFAULT}, at most {READ_LIMIT_MAX})")
+    q.add_argument("--print-timestamp", action="store_true", help="show each message's timestamp (and event time)")
+    q.add_argument("--print-headers", action="store_true", help="show each message's headers")
     add_password_args(q)
 
 
@@ -44,7 +51,20 @@ def _json(e: LogEntry) -> dict[str, Any]:
     return {"seq": p.seq, "ledger": p.ledger_id.qualified_name, "entry": p.entry_id, "index": p.index,
             "payloadBase64": base64.b64encode(e.payload).decode(),
             "keyBase64": None if e.key is None else base64.b64encode(e.key).decode(),
-            "appendTimeMs": e.append_time_ms}
+            "appendTimeMs": e.append_time_ms, "timestampMs": e.timestamp_ms, "eventTimeMs": e.event_time_ms,
+            "headers": [{"key": k, "valueBase64": base64.b64encode(v).decode()} for k, v in e.headers]}
+
+
+def _text(e: LogEntry, timestamps: bool, headers: bool) -> str:
+    p = e.position
+    cols = [f"{p.seq}:{p.ledger_id.qualified_name}:{p.entry_id}:{p.index}"]
+    if timestamps:
+        cols.append(f"timestamp={e.timestamp_ms}")
+        if e.event_time_ms is not None:
+            cols.append(f"event={e.event_time_ms}")
+    if headers:
+        cols.append("headers=" + ",".join(f"{k}:{v.decode('utf-8', 'backslashreplace')}" for k, v in e.headers))
+    return "\t".join([*cols, e.payload.decode("utf-8", "backslashreplace")])
 
 
 def read(client: LedgerClient, args: argparse.Namespace) -> int:
@@ -64,7 +84,5 @@ def read(client: LedgerClient, args: argparse.Namespace) -> int:
             print_json([_json(e) for e in messages])
             return 0
         for e in messages:
-            p = e.position
-            print(f"{p.seq}:{p.ledger_id.qualified_name}:{p.entry_id}:{p.index}\t"
-                  f"{e.payload.decode('utf-8', 'backslashreplace')}")
+            print(_text(e, args.print_timestamp, args.print_headers))
     return 0

@@ -9,10 +9,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from metadata import log_segments as segs
+from metadata import log_trim_marks
 from metadata.log_record import LogLedger
 from metadata.log_record import to_json_dict as log_json
 from metadata.log_segments import LogHead
 from pyspark_ledger.cli.output import print_json, print_table
+from pyspark_ledger.cli.retention_commands import settings_rows
 
 if TYPE_CHECKING:
     from pyspark_ledger.client import LedgerClient
@@ -48,8 +50,10 @@ def show(client: LedgerClient, args: argparse.Namespace) -> int:
         d: dict[str, Any] = log_json(rec)
         d["ledgers"] = [{"seq": lg.seq, "ledger": lg.ledger_id.qualified_name, "ctimeMs": lg.ctime_ms,
                          "entryCount": lg.entry_count, "sizeBytes": lg.size_bytes} for lg in shown]
+        c = log_trim_marks.retention_counts(rec)
         d.update(ledgerCount=count, trimSeq=head.trim_seq, segments=head.seg_next - head.seg_first,
-                 deletionQueueSeqs=queued)
+                 deletionQueueSeqs=queued, settings={k: v for k, v, _ in settings_rows(rec)},
+                 retentionTrims={"ledgers": c.ledgers, "bytes": c.bytes, "passes": c.passes, "lastMs": c.last_ms})
         print_json(d)
         return 0
     print(f"log {rec.name}: writer epoch {rec.writer_epoch}, {count} ledger(s) (seq {head.trim_seq}..{rec.next_seq - 1}), "
@@ -62,6 +66,12 @@ def show(client: LedgerClient, args: argparse.Namespace) -> int:
         newest = rec.ledgers[-1] if rec.ledgers else None
         print(f"newest ledger: seq {newest.seq} (its position in the log), ledger id {newest.ledger_id}" if newest else "")
         print("(--ledgers N lists the newest N)")
+    print("settings: " + ", ".join(f"{k}={v}" + ("" if where in ("retention", "set") else f" ({where})")
+                                   for k, v, where in settings_rows(rec)))
+    c = log_trim_marks.retention_counts(rec)
+    if c.passes:
+        print(f"retention trimmed {c.ledgers} ledger(s), {c.bytes} bytes, in {c.passes} pass(es); "
+              f"last at {_ms(c.last_ms or 0)} UTC")
     if rec.pending_deletions or queued:
         print(f"pending deletions: {len(rec.pending_deletions)} listed, {queued} seq(s) queued in trimmed segments")
     return 0

@@ -31,7 +31,7 @@ from pyspark.sql.types import StructField, StructType
 
 from pyspark_ledger.datasource import SOURCE_NAME
 from pyspark_ledger.datasource.clients import lease_client
-from pyspark_ledger.datasource.errors import LedgerSourceError, user_errors, user_errors_in_iterator
+from pyspark_ledger.datasource.errors import LedgerSourceError, OptionError, user_errors, user_errors_in_iterator
 from pyspark_ledger.datasource.options.source_options import LedgerSourceOptions, parse_options
 from pyspark_ledger.datasource.read.planning import LedgerRange, first_entry_range, plan_ranges, shape_of
 from pyspark_ledger.datasource.read.reader import ReadSpec, arrow_schema_of, read_partition
@@ -107,6 +107,9 @@ class LedgerDataSource(DataSource):
 
     @user_errors
     def reader(self, schema: StructType) -> LedgerReader:
+        _no_subscription(self.options, "a batch read neither starts from nor moves a subscription (PySpark's batch "
+                         "reader has no end-of-job hook): readStream takes it, or start a batch read at its position "
+                         "(startingPosition from `ledger subscriptions list`)")
         return LedgerReader(self._options(), schema)
 
     @user_errors
@@ -120,6 +123,8 @@ class LedgerDataSource(DataSource):
         from pyspark_ledger.datasource.stream.sink import parse_stream_options
         from pyspark_ledger.datasource.stream.source import LedgerStreamWriter
 
+        _no_subscription(self.options, "a subscription is a reader's position: it is an option of readStream, "
+                         "not of writeStream")
         opts, settings = parse_stream_options(dict(self.options))
         return LedgerStreamWriter(opts, settings, schema, overwrite, log_schema_json(schema))
 
@@ -133,6 +138,11 @@ class LedgerDataSource(DataSource):
 
 
 DefaultSource = LedgerDataSource
+
+
+def _no_subscription(options: Any, why: str) -> None:
+    if any(str(k).lower() == "subscription" for k in dict(options)):
+        raise OptionError("subscription", why)
 
 
 def _single_ledger_arrow_schema(client: Any, opts: LedgerSourceOptions) -> pa.Schema:

@@ -10,11 +10,12 @@ one is closed. A position is (ledger sequence number, entry id, index): totally 
 log; index is a message's place in a batched entry (0 for an unbatched one).
 
 The room: position (Position, LogEntry), service (what the log needs of a client), errors,
-writer (LogWriter), reader (LogReader), retention (trims). This module only re-exports them.
+writer (LogWriter), reader (LogReader), subscription (a reader's durable position), retention
+(trims). This module only re-exports them.
 """
 
 from pyspark_ledger.log.batching import BatchSettings, MessageHandle
-from pyspark_ledger.log.errors import LogFencedError, LogFormatError, LogWriterStoppedError
+from pyspark_ledger.log.errors import LogFencedError, LogFormatError, LogWriterStoppedError, NotSubscribedError
 from pyspark_ledger.log.position import LogEntry, Position
 from pyspark_ledger.log.reader import TAIL_WAIT_S, LogReader
 from pyspark_ledger.log.retention import choose_trim, set_retention, trim_log
@@ -23,6 +24,6 @@ from pyspark_ledger.log.writer import LedgerOptions, LogWriter
 
 __all__ = [
     "BatchSettings", "LedgerOptions", "LedgerService", "LogEntry", "LogFencedError", "LogFormatError", "LogReader",
-    "LogWriter", "LogWriterStoppedError", "MessageHandle",
+    "LogWriter", "LogWriterStoppedError", "MessageHandle", "NotSubscribedError",
     "Position", "TAIL_WAIT_S", "choose_trim", "set_retention", "trim_log",
 ]

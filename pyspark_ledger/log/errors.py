@@ -36,3 +36,7 @@ class StaleEpochError(LogFencedError):
 class LogFormatError(LedgerError):
     """The log's messages are in a format this release cannot read (metadata.log_record's
     message format, or an entry format): refused by name rather than handed over as bytes."""
+
+
+class NotSubscribedError(LedgerError, ValueError):
+    """A subscription call on a log reader opened without `subscription=`."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import numpy as np
+
 from metadata import LedgerId
 from metadata.log_record import MESSAGE_FORMATS, LogRecord
 from pyspark_ledger.log.errors import LogFormatError
@@ -20,11 +22,13 @@ def check_readable(rec: LogRecord) -> None:
                              f"cannot read (it reads {', '.join(MESSAGE_FORMATS)}): upgrade pyspark-ledger")
 
 
-def messages(seq: int, ledger_id: LedgerId, e: Entry, first: int = 0, last: int | None = None) -> Iterator[LogEntry]:
-    """The messages of entry `e` with index first..last (inclusive; None: to the end)."""
+def messages(seq: int, ledger_id: LedgerId, e: Entry, first: int = 0, last: int | None = None,
+             ledger_time_ms: int | None = None) -> Iterator[LogEntry]:
+    """The messages of entry `e` with index first..last (inclusive; None: to the end).
+    `ledger_time_ms` (the ledger's join time) is every message's `timestamp_ms` fallback."""
     if e.format_version != BATCH_FORMAT_VERSION:
         if first == 0 and (last is None or last >= 0):
-            yield LogEntry(Position(seq, e.entry_id, ledger_id), e.payload)
+            yield LogEntry(Position(seq, e.entry_id, ledger_id), e.payload, ledger_time_ms=ledger_time_ms)
         return
     b = decode_batch(e.payload, where=f"entry {e.entry_id} of ledger {ledger_id}")
     stop = b.count if last is None else min(b.count, last + 1)
@@ -37,4 +41,13 @@ def messages(seq: int, ledger_id: LedgerId, e: Entry, first: int = 0, last: int 
     for i in range(first, stop):
         j = i - first
         event = None if events is None or events[j] == NO_TIME else events[j]
-        yield LogEntry(Position(seq, eid, ledger_id, i), payloads[j], b.key(i), times[j], event, tuple(b.headers(i)))
+        yield LogEntry(Position(seq, eid, ledger_id, i), payloads[j], b.key(i), times[j], event, tuple(b.headers(i)),
+                       ledger_time_ms)
+
+
+def message_times(e: Entry, ledger_time_ms: int) -> np.ndarray:
+    """Each message's time in entry `e` (LogEntry.timestamp_ms, in bulk): a batch's append times,
+    or for an unbatched entry its ledger's join time."""
+    if e.format_version != BATCH_FORMAT_VERSION:
+        return np.array([ledger_time_ms], dtype=np.int64)
+    return decode_batch(e.payload, where=f"entry {e.entry_id}").append_ms

@@ -47,7 +47,11 @@ class Position:
 @dataclass(frozen=True, slots=True)
 class LogEntry:
     """One message of a log: an unbatched entry, or one message of a batch (with its key, append
-    time, event time and headers when the batch carries them)."""
+    time, event time and headers when the batch carries them).
+
+    `timestamp_ms` is the message's time as Spark's `timestamp` column shows it: its own append
+    time, or for an unbatched entry (format 2, no time of its own) the time its ledger joined
+    the log, as before messages had times."""
 
     position: Position
     payload: bytes
@@ -55,3 +59,8 @@ class LogEntry:
     append_time_ms: int | None = None  # None: an unbatched entry (no time of its own)
     event_time_ms: int | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
+    ledger_time_ms: int | None = None  # the ledger's join time (LogLedger.ctime_ms), when read from a log
+
+    @property
+    def timestamp_ms(self) -> int | None:
+        return self.append_time_ms if self.append_time_ms is not None else self.ledger_time_ms

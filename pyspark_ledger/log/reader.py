@@ -11,12 +11,18 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from metadata import LedgerId
 from metadata.log_record import LogLedger, LogRecord
 from metadata.log_segments import LogHead
-from pyspark_ledger.log.messages import check_readable, messages
+from metadata.subscriptions import Subscription, SubscriptionStore
+from pyspark_ledger.log.errors import NotSubscribedError
+from pyspark_ledger.log.messages import check_readable, message_times, messages
 from pyspark_ledger.log.position import LogEntry, Position
 from pyspark_ledger.log.service import LedgerService
+from pyspark_ledger.log.subscription import resume_start, stored, subscribe
+from pyspark_ledger.log.time_search import first_entry_at_or_after, first_index_at_or_after, may_hold_at_or_after
 
 if TYPE_CHECKING:
     from pyspark_ledger.ledger.read_handle import ReadHandle
@@ -25,7 +31,13 @@ TAIL_WAIT_S = 1.0
 
 
 class LogReader:
-    def __init__(self, client: LedgerService, name: str, password: bytes = b""):
+    """Reads a log by position, or as a durable subscription: with `subscription`, read() and
+    tail() without a start resume after the subscription's stored position, and commit() moves
+    it (log/subscription.py; a subscription that does not exist yet is made at
+    `initial_position`: "latest", "earliest" or "none", as Kafka's auto.offset.reset)."""
+
+    def __init__(self, client: LedgerService, name: str, password: bytes = b"", *,
+                 subscription: str | None = None, initial_position: str = "latest"):
         self.client = client
         self.name = name
         self.password = password
@@ -34,6 +46,36 @@ class LogReader:
         self._changed = threading.Event()
         self._watch = client.logs.watch_head(name, self._on_change)
         self._handles: dict[LedgerId, ReadHandle] = {}
+        self.subscription = subscription
+        self._subs = SubscriptionStore(client.logs.store)
+        if subscription is not None:
+            try:
+                subscribe(self, self._subs, subscription, initial_position)
+            except BaseException:
+                self.close()
+                raise
+
+    def commit(self, position: Position, *, allow_backward: bool = False) -> Subscription:
+        """Record `position` as the last message this reader's subscription consumed: the next
+        reader of the subscription resumes after it. Never moves it backward (a late or repeated
+        commit changes nothing) unless allow_backward. Returns the subscription as stored."""
+        if self.subscription is None:
+            raise NotSubscribedError(f"log {self.name!r}: this reader has no subscription to commit "
+                                     "(open_log_reader(..., subscription=NAME))")
+        p = stored(position)
+        return self._subs.commit(self.name, self.subscription, p.seq, p.entry_id, p.index, allow_backward=allow_backward)
+
+    def subscription_state(self) -> Subscription:
+        """The reader's subscription as stored now."""
+        if self.subscription is None:
+            raise NotSubscribedError(f"log {self.name!r}: this reader has no subscription")
+        return self._subs.read(self.name, self.subscription)
+
+    def _start(self, start: Position | None) -> Position | None:
+        """An explicit start wins; else a subscribed reader resumes after its subscription."""
+        if start is not None or self.subscription is None:
+            return start
+        return resume_start(self, self.subscription_state())
 
     @property
     def record(self) -> LogRecord:
@@ -56,6 +98,19 @@ class LogReader:
 
     def _ledger_at_or_after(self, seq: int) -> LogLedger | None:
         return self.client.logs.ledger_at_or_after(self.name, self.head, seq)
+
+    # The public names of what log/subscription.py needs of a reader.
+    def ledger_at_or_after(self, seq: int) -> LogLedger | None:
+        return self._ledger_at_or_after(seq)
+
+    def ledgers_from(self, seq: int) -> Iterator[LogLedger]:
+        return self._ledgers(seq)
+
+    def ledger_handle(self, lid: LedgerId) -> ReadHandle:
+        return self._handle(lid)
+
+    def last_entry(self, lg: LogLedger) -> int:
+        return self._last_entry(lg)
 
     def _handle(self, lid: LedgerId) -> ReadHandle:
         h = self._handles.get(lid)
@@ -99,8 +154,10 @@ class LogReader:
     def read(self, start: Position | None = None, end: Position | None = None) -> Iterator[LogEntry]:
         """Messages from start to end inclusive (defaults: the whole readable log), in order: one
         per unbatched entry, each of a batch with its own index. Only the segments from start's
-        on are fetched, as the read reaches them."""
+        on are fetched, as the read reaches them. No start: the whole log, or for a subscribed
+        reader everything after its subscription's position."""
         self.refresh()
+        start = self._start(start)
         for lg in self._ledgers(0 if start is None else start.seq):
             if end is not None and lg.seq > end.seq:
                 return
@@ -113,13 +170,52 @@ class LogReader:
             for e in self._handle(lg.ledger_id).read_entries(first, last):
                 skip = start.index if start is not None and (lg.seq, e.entry_id) == (start.seq, start.entry_id) else 0
                 upto = end.index if end is not None and (lg.seq, e.entry_id) == (end.seq, end.entry_id) else None
-                yield from messages(lg.seq, lg.ledger_id, e, skip, upto)
+                yield from messages(lg.seq, lg.ledger_id, e, skip, upto, lg.ctime_ms)
+
+    def position_at_time(self, t_ms: int) -> Position | None:
+        """The first message (in log order) whose time (LogEntry.timestamp_ms) is at or after
+        t_ms, as Kafka's offsetsForTimes; None when there is none (yet). Ledgers are passed by
+        their join and seal times, entries of the ledger that may hold t_ms bisected by their
+        own times (log/time_search.py): a few entry reads, not a scan."""
+        self.refresh()
+        ledgers = self._ledgers(0)
+        lg = next(ledgers, None)
+        for _ in range(self.head.record.next_seq + 1):  # bounded by the ledgers there are
+            if lg is None:
+                return None
+            nxt = next(ledgers, None)
+            if may_hold_at_or_after(lg, nxt, t_ms):
+                found = self._position_in_ledger(lg, t_ms)
+                if found is not None:
+                    return found
+            lg = nxt
+        raise AssertionError(f"log {self.name!r}: more ledgers than its next seq says")
+
+    def _position_in_ledger(self, lg: LogLedger, t_ms: int) -> Position | None:
+        h = self._handle(lg.ledger_id)
+        times: dict[int, np.ndarray] = {}  # each entry read once
+
+        def times_of(entry_id: int) -> np.ndarray:
+            if entry_id not in times:
+                times[entry_id] = message_times(next(iter(h.read_entries(entry_id, entry_id))), lg.ctime_ms)
+            return times[entry_id]
+
+        entry_id = first_entry_at_or_after(0, self._last_entry(lg), t_ms, lambda k: int(times_of(k).max()))
+        if entry_id is None:
+            return None
+        index = first_index_at_or_after(times_of(entry_id), t_ms)
+        if index is None:
+            raise AssertionError(f"entry {entry_id} of ledger {lg.ledger_id}: its latest time is at or after "
+                                 f"{t_ms} but no message's is")
+        return Position(lg.seq, entry_id, lg.ledger_id, index)
 
     def tail(self, start: Position | None = None, *, idle_timeout_s: float | None = None) -> Iterator[LogEntry]:
         """Follow the log across rollovers, yielding every message once and in order (from
         `start` inclusive, which may be inside a batch). Waits on the
         log's metadata watch and on long-poll LAC reads, never on sleep loops. Ends after
-        idle_timeout_s without new entries (None: never)."""
+        idle_timeout_s without new entries (None: never). No start: the log's start, or for a
+        subscribed reader the message after its subscription's position."""
+        start = self._start(start)
         seq = start.seq if start is not None else None
         nxt = start.entry_id if start is not None else 0
         skip_at = (start.seq, start.entry_id, start.index) if start is not None and start.index else None
@@ -144,7 +240,7 @@ class LogReader:
             progressed = False
             for e in h.tail(nxt, idle_timeout_s=wait_s if is_last else 0.0):
                 skip = skip_at[2] if skip_at is not None and skip_at[:2] == (lg.seq, e.entry_id) else 0
-                yield from messages(lg.seq, lg.ledger_id, e, skip)
+                yield from messages(lg.seq, lg.ledger_id, e, skip, None, lg.ctime_ms)
                 nxt = e.entry_id + 1
                 progressed = True
             if progressed:

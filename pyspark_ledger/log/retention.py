@@ -6,11 +6,12 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
-from metadata import LedgerId, NoSuchLedgerError, log_trim
+from metadata import LedgerId, MetadataError, NoSuchLedgerError, log_trim, log_trim_marks
 from metadata.context import now_ms
 from metadata.log_record import LogLedger, LogRecord
-from metadata.log_segments import LogHead
+from metadata.log_segments import SEGMENT_LEDGERS, LogHead
 from metadata.logs import LogManager
+from pyspark_ledger.log import trim_choice
 from pyspark_ledger.log.position import Position
 from pyspark_ledger.log.service import LedgerService
 
@@ -21,29 +22,16 @@ TRIM_DELETES_MAX = 16_384  # ledgers one trim call deletes; the rest stay queued
 
 def choose_trim(rec: LogRecord, *, before: Position | None, max_age_ms: int | None, max_size_bytes: int | None,
                 now: int | None = None) -> set[LedgerId]:
-    """Pure: which whole ledgers a trim removes. Never the last ledger (the writer's), never an
-    unsealed one; `before` removes ledgers that end before the position's ledger."""
+    """Pure: which whole ledgers a trim removes (trim_choice's rules without subscriptions, plus
+    `before`: the ledgers that end before the position's ledger). Never the last ledger (the
+    writer's), never an unsealed one; age is judged by the seal time."""
     now = now_ms() if now is None else now
-    candidates = [lg for lg in rec.ledgers[:-1] if lg.sealed]
-    out: set[LedgerId] = set()
+    choice = trim_choice.choose(rec.ledgers, trim_choice.RetentionRules(max_age_ms, max_size_bytes), (), now)
+    out = {lg.ledger_id for lg in choice.removed}
     if before is not None:
-        out |= {lg.ledger_id for lg in candidates if lg.seq < before.seq}
-    if max_age_ms is not None:
-        out |= {lg.ledger_id for lg in candidates if now - lg.ctime_ms > max_age_ms}
-    if max_size_bytes is not None:
-        total = rec.size_bytes
-        for lg in candidates:
-            if total <= max_size_bytes:
-                break
-            out.add(lg.ledger_id)
-            total -= lg.size_bytes or 0
-    # Only a prefix may go: a log never gets holes.
-    prefix: set[LedgerId] = set()
-    for lg in rec.ledgers:
-        if lg.ledger_id not in out:
-            break
-        prefix.add(lg.ledger_id)
-    return prefix
+        trimmable = rec.ledgers[:trim_choice.trimmable_count(rec.ledgers)]
+        out |= {lg.ledger_id for lg in trimmable if lg.seq < before.seq}
+    return out
 
 
 def trim_log(
@@ -72,17 +60,44 @@ def trim_log(
     age_ms = None if max_age_s is None else int(max_age_s * 1000)
     target = trim_target(logs, name, before=before, max_age_ms=age_ms, max_size_bytes=max_size_bytes)
 
-    def step1(r: LogRecord) -> LogRecord | None:
-        upto = min(target, trim_cap(r))
-        return r.trimmed_to(upto) if upto > r.trim_seq else None
-
-    logs.update_head(name, step1)
+    raise_trim_point(logs, name, target)
     crash("after_cas")
     deleted = delete_trimmed(client, name, delete_max, crash)
     crash("after_clear")
     if deleted:
         log.info("log trimmed log=%s deleted_ledgers=%d", name, len(deleted))
     return deleted
+
+
+def raise_trim_point(logs: LogManager, name: str, target: int,
+                     counted: Callable[[LogRecord, int], LogRecord] | None = None) -> int:
+    """Step 1 of a trim: one head CAS raises the trim point to `target` (capped by trim_cap) and
+    records the newest trimmed ledger's entry count (metadata.log_trim_marks.boundary);
+    `counted(record, upto)` adds retention's counters to the same change. Returns the trim point."""
+    def step1(r: LogRecord) -> LogRecord | None:
+        upto = min(target, trim_cap(r))
+        if upto <= r.trim_seq:
+            return None
+        last = _ledger_at(logs, name, r, upto - 1)
+        out = r.trimmed_to(upto)
+        if last is not None and last.entry_count is not None:
+            out = log_trim_marks.with_boundary(out, last.seq, last.entry_count, last.ledger_id.qualified_name)
+        return out if counted is None else counted(out, upto)
+
+    rec, _ = logs.update_head(name, step1)
+    return rec.trim_seq
+
+
+def _ledger_at(logs: LogManager, name: str, r: LogRecord, seq: int) -> LogLedger | None:
+    """The ledger `seq` of a head view: in its tail, else in the sealed segment holding it."""
+    found = r.by_seq(seq)
+    if found is not None:
+        return found
+    try:
+        return next((lg for lg in logs.segment(name, seq // SEGMENT_LEDGERS) if lg.seq == seq), None)
+    except MetadataError as exc:  # the boundary is a hint for readers; the trim goes on without it
+        log.warning("could not read the trimmed boundary ledger log=%s seq=%d error=%s", name, seq, exc)
+        return None
 
 
 def delete_trimmed(client: LedgerService, name: str, delete_max: int = TRIM_DELETES_MAX,
@@ -123,7 +138,7 @@ def trim_target(logs: LogManager, name: str, *, before: Position | None, max_age
         target = max(target, before.seq)
     if max_age_ms is not None:
         for lg in _ledgers_forward(logs, name, head):
-            if now - lg.ctime_ms <= max_age_ms:
+            if not lg.sealed or now - trim_choice.age_reference_ms(lg) <= max_age_ms:
                 break
             target = max(target, lg.seq + 1)
     if max_size_bytes is not None:

@@ -27,6 +27,7 @@ from pyspark_ledger.errors import LedgerError, LedgerFencedError
 from pyspark_ledger.log.batching import BATCH_BYTES_MAX, BatchSettings, Linger, MessageHandle, OpenBatch, Place
 from pyspark_ledger.log.errors import LogFencedError, LogWriterStoppedError, StaleEpochError
 from pyspark_ledger.log.position import Position
+from pyspark_ledger.log.rollover import RolloverPolicy
 from pyspark_ledger.log.service import LedgerService
 from pyspark_ledger.log.takeover import check_epoch, take_over
 from pyspark_ledger.protocol.entry_format import BATCH_FORMAT_VERSION, ENTRY_FORMAT_KEY
@@ -82,9 +83,9 @@ class LogWriter:
         self.client = client
         self.name = name
         self.options = options or LedgerOptions()
-        self.rollover_entries = rollover_entries
-        self.rollover_bytes = rollover_bytes
-        self.rollover_age_s = rollover_age_s
+        # None: from the log's settings once it is open (log.rollover); the arguments win
+        self._rollover_args = (rollover_entries, rollover_bytes, rollover_age_s)
+        self.rollover = RolloverPolicy()
         self._crash = crash_hook or (lambda step: None)
         self._lock = threading.RLock()
         self._stopped: LedgerError | None = None
@@ -103,6 +104,9 @@ class LogWriter:
         self.batch = batch or BatchSettings()
         self._batch: OpenBatch | None = None  # the open batch (under self._lock)
         self._last_sent: Future[Place] | None = None  # the newest batch sent: flush waits on it
+        # The append time of the newest batch sent: times never step back along this writer's
+        # ledgers (a wall clock may), so a search by time inside a ledger can bisect (log/time_search.py).
+        self._append_ms = 0
         self._open(create)
         self._linger = None
         if batching and self.batch.max_delay_ms > 0:
@@ -118,6 +122,8 @@ class LogWriter:
         self.epoch, self.from_seq = taken.epoch, taken.from_seq
         log.info("log writer opening log=%s epoch=%d", self.name, self.epoch)
         rec = taken.record
+        entries, size, age = self._rollover_args
+        self.rollover = RolloverPolicy.for_log(rec, max_entries=entries, max_bytes=size, max_age_s=age)
         previous = rec.ledgers[-1].ledger_id if rec.ledgers else None
         handle = self._new_ledger(previous)
         rec = self._add_to_record(handle)
@@ -298,7 +304,8 @@ class LogWriter:
         self._last_sent = out = b.future
         try:
             self._check_appendable()
-            data = b.encode(time.time_ns() // 1_000_000)
+            self._append_ms = max(self._append_ms, time.time_ns() // 1_000_000)
+            data = b.encode(self._append_ms)
             inner, seq, lid = self._add(data)
         except Exception as exc:  # noqa: BLE001 - settles every message of the batch
             out.set_exception(exc)
@@ -353,13 +360,7 @@ class LogWriter:
         return self._stopped
 
     def _rollover_due(self, next_size: int) -> bool:
-        if self._entries == 0:
-            return False
-        return bool(
-            (self.rollover_entries is not None and self._entries >= self.rollover_entries)
-            or (self.rollover_bytes is not None and self._bytes + next_size > self.rollover_bytes)
-            or (self.rollover_age_s is not None and time.monotonic() - self._opened_at >= self.rollover_age_s)
-        )
+        return self.rollover.due(self._entries, self._bytes, time.monotonic() - self._opened_at, next_size)
 
     def roll_over(self) -> None:
         """Start a new ledger now (the current one is closed)."""

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -15,15 +13,17 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from metadata.subscriptions import SubscriptionStore
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.datasource.options.source_options import OptionError
 from pyspark_ledger.datasource.stream.admission import Limit, admit, offset_after
 from pyspark_ledger.datasource.stream.offsets import LogOffset
 from pyspark_ledger.datasource.stream.scan import scan_log
 from pyspark_ledger.datasource.stream.sink import StreamSettings, parse_stream_options
+from pyspark_ledger.log.subscription import lag
 from pyspark_ledger.testing.progress import await_query, wait_on_progress
+from tests.spark.stream_driver import BATCH_ENTRIES_MAX, kill_driver, start_driver
 
-REPO = Path(__file__).resolve().parents[2]
 # Each kill starts a Spark driver (~30 s here): 3 in CI keeps the suite's time; LEDGER_STREAM_KILLS=10 for a
 # longer run.
 KILLS = int(os.environ.get("LEDGER_STREAM_KILLS", "3"))
@@ -144,27 +144,17 @@ def test_failOnDataLoss_when_the_start_was_trimmed(  # noqa: N802 - named after 
 
 
 def test_kill9_the_streaming_driver_repeatedly(client: LedgerClient, uri: str, log_name: str, tmp_path: Path) -> None:
+    """Killed and restarted from its checkpoint: exactly once. The query also keeps a subscription
+    (option `subscription`), which must change nothing of that and follow the stream."""
     seed = int(os.environ.get("LEDGER_TEST_SEED", "4242"))
     print(f"seed={seed} (replay: LEDGER_TEST_SEED={seed})")
     rng = random.Random(seed)
     payloads = produce(client, log_name, 3000)
     sink = log_name + "-out"
     ckpt = tmp_path / "checkpoint"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
 
     def start(run_s: float) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            [sys.executable, "-m", "tests.spark.stream_driver", uri, log_name, sink, str(ckpt), str(run_s)],
-            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
-        )
-
-    def kill_group(p: subprocess.Popen[str]) -> None:
-        # The driver's own process group: the Python driver and the JVM it launched, nothing else.
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        p.wait(timeout=30)
+        return start_driver(uri, log_name, sink, ckpt, run_s, subscription="etl")
 
     progress = []
     for _ in range(KILLS):
@@ -180,7 +170,7 @@ def test_kill9_the_streaming_driver_repeatedly(client: LedgerClient, uri: str, l
                              lambda n: n > before, alive=lambda: p.poll() is None, poll_s=0.1)
             time.sleep(rng.uniform(0.0, 1.5))
         finally:
-            kill_group(p)
+            kill_driver(p)
         progress.append(len(log_payloads(client, sink)))
     print("output entries after each kill:", progress)
     assert progress[-1] > progress[0] > 0, "the kills must land while the stream makes progress"
@@ -190,7 +180,12 @@ def test_kill9_the_streaming_driver_repeatedly(client: LedgerClient, uri: str, l
         wait_on_progress("the final run", lambda: len(log_payloads(client, sink)), lambda n: n >= len(payloads),
                          alive=lambda: p.poll() is None, poll_s=1.0)
     finally:
-        kill_group(p)
+        kill_driver(p)
     out = log_payloads(client, sink)
     assert len(out) == len(set(out)), "an entry was written twice"
     assert out == [x + b"!" for x in payloads]
+    # The subscription followed the committed batches: at most the last one (whose commit Spark
+    # makes when it plans the next) is not in it yet.
+    with client.open_log_reader(log_name) as r:
+        behind = lag(r, SubscriptionStore(client.store).read(log_name, "etl"), int(time.time() * 1000))
+    assert behind.entries <= BATCH_ENTRIES_MAX, behind

@@ -64,7 +64,8 @@ KNOWN_OPTIONS: dict[str, str] = {
 
 # Taken by the streaming classes before parse_options (streaming.STREAM_OPTIONS): named here so
 # that a misspelling of one gets its "did you mean".
-STREAM_OPTION_NAMES = ("maxEntriesPerTrigger", "maxBytesPerTrigger", "testFailCommit", "checkpointLocation")
+STREAM_OPTION_NAMES = ("maxEntriesPerTrigger", "maxBytesPerTrigger", "testFailCommit", "checkpointLocation",
+                       "subscription")
 # What Spark's Kafka source calls an option -> ours (a Kafka user's first guess gets the answer).
 KAFKA_OPTION_NAMES = {
     "subscribe": "logs", "assign": "startingPositions", "subscribepattern": "logPattern",

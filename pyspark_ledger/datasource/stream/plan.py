@@ -8,7 +8,8 @@ reads what remains, from the first ledger after the gap, with a warning in the d
 The checks are a batch read's (cuts.start_cut, planning's ranges): a start in a trimmed
 ledger, a listed ledger whose metadata is gone. A stream adds two: a log deleted under it
 (read.py) and a position naming another ledger than the log's at that seq (the log was
-deleted and made again).
+deleted and made again). A position at the very end of the newest trimmed ledger lost nothing:
+the head keeps that ledger's entry count to tell (read_to_its_end).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from metadata import LedgerId
+from metadata import LedgerId, log_trim_marks
 from metadata.logs import NoSuchLogError
 from pyspark_ledger.datasource.options.positions import Bound
 from pyspark_ledger.datasource.options.source_options import LedgerSourceOptions
@@ -45,8 +46,18 @@ def _lost(message: str, fail_on_data_loss: bool) -> None:
     log.warning("data loss (failOnDataLoss=false, skipped): %s", message)
 
 
+def read_to_its_end(view: HeadView, at: LogOffset) -> bool:
+    """Whether `at` is the end of the newest trimmed ledger: the stream read all of it, so its
+    trim lost nothing (the head keeps that ledger's entry count: metadata.log_trim_marks)."""
+    b = log_trim_marks.boundary(view.head.record)
+    return (b is not None and at.seq == b.seq == view.trim_seq - 1 and at.entry >= b.entry_count
+            and at.ledger in ("", b.ledger))
+
+
 def _start(view: HeadView, at: LogOffset, new: bool, fail_on_data_loss: bool) -> Cut | None:
     """Where this log's part of the batch starts, after the data-loss checks; None: nothing remains."""
+    if read_to_its_end(view, at):
+        return Cut(view.trim_seq, 0)
     found = view.at_or_after(at.seq)
     here = found is not None and found.seq == at.seq
     other = at.ledger and here and found is not None and found.ledger_id.qualified_name != at.ledger

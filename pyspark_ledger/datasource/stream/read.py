@@ -6,9 +6,10 @@ after the query started (a new log) joins the stream from its beginning, as Kafk
 subscribePattern takes new partitions from their earliest offset: it is looked for at every
 trigger, once it has a ledger, and must hold the stream's payload format and schema.
 
-Starts (Spark asks once, for a new query; a restart goes on from the checkpoint): per log, its
-`startingPositions` entry, else `startingPosition`, else `startingTimestamp`, else `earliest`
-(options/read.py, read/cuts.py: the same checks and data-loss rules as a batch read). A stream
+Starts (Spark asks once, for a new query; a restart goes on from the checkpoint): per log, after
+its `subscription`'s position when the option names one the log has (stream/subscription.py),
+else its `startingPositions` entry, else `startingPosition`, else `startingTimestamp`, else
+`earliest` (options/read.py, read/cuts.py: the same checks and data-loss rules as a batch read). A stream
 starts at an entry: `latest` is the log's readable end when the query starts.
 """
 
@@ -35,6 +36,7 @@ from pyspark_ledger.datasource.read.planning import (
 from pyspark_ledger.datasource.stream.admission import Limit, admit, lag_after, offset_after
 from pyspark_ledger.datasource.stream.offsets import LogOffset, StreamOffset
 from pyspark_ledger.datasource.stream.scan import LogScan, scan_log, tail_of
+from pyspark_ledger.datasource.stream.subscription import subscription_start
 
 if TYPE_CHECKING:
     from pyspark_ledger.client import LedgerClient
@@ -65,10 +67,16 @@ def _start_of(client: LedgerClient, opts: LedgerSourceOptions, head: LogHead, fm
     return LogOffset(cut.seq, cut.entry, first.ledger_id.qualified_name)
 
 
-def initial_offsets(client: LedgerClient, opts: LedgerSourceOptions, fmt: str) -> StreamOffset:
-    """Where a new query starts, per log."""
-    return {name: _start_of(client, opts, read_log_head(client, opts, name), fmt)
-            for name in select_logs(client, opts)}
+def initial_offsets(client: LedgerClient, opts: LedgerSourceOptions, fmt: str,
+                    subscription: str | None = None) -> StreamOffset:
+    """Where a new query starts, per log: after its `subscription`'s position when the log has
+    that subscription (stream/subscription.py), else by the starting options."""
+    out: StreamOffset = {}
+    for name in select_logs(client, opts):
+        at = None if subscription is None else \
+            subscription_start(client, name, subscription, opts.read.fail_on_data_loss)
+        out[name] = at if at is not None else _start_of(client, opts, read_log_head(client, opts, name), fmt)
+    return out
 
 
 def _gone(name: str, at: LogOffset, fail_on_data_loss: bool) -> None:

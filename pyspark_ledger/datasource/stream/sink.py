@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from metadata import MetadataError, NodeExistsError, NoNodeError
+from metadata import InvalidMetadataError, MetadataError, NodeExistsError, NoNodeError
 from metadata.log_record import LogRecord
 from metadata.logs import NoSuchLogError
-from metadata.paths import staging_log_path
+from metadata.paths import check_name, staging_log_path
 from metadata.store import join
 from pyspark_ledger.datasource.clients import lease_client
 from pyspark_ledger.datasource.errors import LedgerSourceError
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STREAM_OPTIONS = ("maxentriespertrigger", "maxbytespertrigger", "testfailcommit",
+STREAM_OPTIONS = ("maxentriespertrigger", "maxbytespertrigger", "testfailcommit", "subscription",
                   # Spark passes the query's checkpoint location to sinks as an option: not ours.
                   "checkpointlocation")
 
@@ -67,6 +67,9 @@ class StreamSettings:
     fail_on_data_loss: bool = True
     # Testing hook: fail the first commit of the query "before" or "after" its compare-and-set.
     test_fail_commit: str | None = None
+    # A durable subscription of each log read (stream/subscription.py): where a query without a
+    # checkpoint starts, moved by every committed micro-batch.
+    subscription: str | None = None
 
 
 _TRIGGER_MAX = 2**62  # the per-trigger limits: any positive integer
@@ -86,8 +89,18 @@ def parse_stream_options(raw: Mapping[str, str]) -> tuple[LedgerSourceOptions, S
         int_option(lower, "maxBytesPerTrigger", None, 1, _TRIGGER_MAX),
         opts.read.fail_on_data_loss,
         fail_commit,
+        _subscription(lower.get("subscription")),
     )
     return opts, settings
+
+
+def _subscription(name: str | None) -> str | None:
+    if name is None:
+        return None
+    try:
+        return check_name("subscription", name)
+    except InvalidMetadataError as exc:
+        raise OptionError("subscription", str(exc)) from None
 
 
 # ---- sink --------------------------------------------------------------------------------------------

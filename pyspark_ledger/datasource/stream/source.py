@@ -48,6 +48,7 @@ from pyspark_ledger.datasource.stream.sink import (
     spark_run_id,
     stream_write_task,
 )
+from pyspark_ledger.datasource.stream.subscription import commit_subscription
 from pyspark_ledger.datasource.write.columns import (
     ROUTE_COLUMN,
     STREAM_REMEDY,
@@ -181,7 +182,7 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's API
         self._ready()
         with lease_client(self.opts) as client:
-            return offset_to_json(initial_offsets(client, self.opts, self.payload_format))
+            return offset_to_json(initial_offsets(client, self.opts, self.payload_format, self.settings.subscription))
 
     @user_errors
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - Spark's API
@@ -223,8 +224,14 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                   ReadSpec(self.payload_format, self.arrow_schema, self.opts.password))
 
     def commit(self, end: dict[str, Any]) -> None:
-        # Offsets live in Spark's checkpoint; the log keeps its data until retention trims it.
-        return None
+        """Spark committed the micro-batch ending at `end` (late or twice, maybe). Offsets live in
+        Spark's checkpoint; with option `subscription` the log service keeps a copy, moved here
+        (stream/subscription.py), which retention respects and a query without its checkpoint
+        resumes from. Without it, nothing to do: retention alone decides what the log keeps."""
+        if self.settings.subscription is None:
+            return
+        with lease_client(self.opts) as client:
+            commit_subscription(client, self._offset(end), self.settings.subscription)
 
     def stop(self) -> None:
         return None
