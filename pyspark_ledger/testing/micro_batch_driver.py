@@ -73,9 +73,26 @@ class MicroBatchRun:
     durations: list[dict[str, int]]  # each micro-batch's durationMs (Spark's progress)
 
 
+# Spark gives a Python worker it starts ~10 s to connect back, a bound of its own that no setting
+# changes; on a machine loaded far past its cores a worker start can miss it, and the query fails
+# before any of this package's code ran. Such a run is started again (a new log pair and checkpoint).
+SPARK_WORKER_START_FAILURE = "Python worker failed to connect back"
+DRIVER_STARTS_MAX = 3
+
+
 def run_micro_batches(uri: str, work: Path, name: str, batches: int, *, cache: bool,
                       trigger: str = "1 second") -> MicroBatchRun:
     """Run the driver for `batches` micro-batches while a thread appends to its source log."""
+    for attempt in range(DRIVER_STARTS_MAX):
+        try:
+            return _run_once(uri, work, f"{name}-{attempt}", batches, cache=cache, trigger=trigger)
+        except RuntimeError as exc:
+            if SPARK_WORKER_START_FAILURE not in str(exc) or attempt + 1 == DRIVER_STARTS_MAX:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _run_once(uri: str, work: Path, name: str, batches: int, *, cache: bool, trigger: str) -> MicroBatchRun:
     from pyspark_ledger.client import LedgerClient
     from pyspark_ledger.datasource import clients
 
@@ -103,7 +120,9 @@ def run_micro_batches(uri: str, work: Path, name: str, batches: int, *, cache: b
         stop.set()
         feeder.join(timeout=60)
     if out.returncode != 0:
-        raise RuntimeError(f"the micro-batch driver failed: {out.stderr[-4000:]}")
+        tail = out.stderr[-4000:]
+        why = SPARK_WORKER_START_FAILURE if SPARK_WORKER_START_FAILURE in out.stderr else ""
+        raise RuntimeError(f"the micro-batch driver failed: {why}\n{tail}")
     sessions = {int(f.name): len(f.read_text().splitlines()) for f in audit.iterdir()}
     return MicroBatchRun(sessions, json.loads(out.stdout.strip().splitlines()[-1]))
 

@@ -59,6 +59,20 @@ def wait_on_progress(what: str, measure: Callable[[], T], done: Callable[[T], bo
     raise NoProgressError(f"{what}: not done after {total_s:.0f} s (at {value!r})")
 
 
+def query_running(query: StreamingQuery) -> Callable[[], bool]:
+    """An `alive` for wait_on_progress: False once the query stopped, and a query that stopped on
+    an error raises that error (so a failed query fails the wait at once, saying why)."""
+    def alive() -> bool:
+        if query.isActive:
+            return True
+        failure = query.exception()
+        if failure is not None:
+            raise failure
+        return False
+
+    return alive
+
+
 def _batches_seen(query: StreamingQuery) -> tuple[Any, ...]:
     progress = query.lastProgress
     if progress is None:

@@ -24,6 +24,8 @@ def too_many(sessions: dict[int, int]) -> dict[int, int]:
 def test_micro_batches_open_one_metadata_session_per_python_process(uri: str, tmp_path: Path) -> None:
     cached = run_micro_batches(uri, tmp_path, "cached", BATCHES, cache=True)
     assert len(cached.durations) == BATCHES
+    print(f"{BATCHES} micro-batches: {sum(cached.sessions.values())} metadata sessions in {len(cached.sessions)} "
+          "Python processes")
     assert cached.sessions and not too_many(cached.sessions), f"more than one session: {too_many(cached.sessions)}"
     # The checker catches a process that opens a session per call.
     uncached = run_micro_batches(uri, tmp_path, "uncached", 2, cache=False)

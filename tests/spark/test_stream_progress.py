@@ -22,7 +22,7 @@ from pyspark_ledger.datasource.stream.plan import plan_batch
 from pyspark_ledger.datasource.stream.read import available_now_target, initial_offsets, next_batch
 from pyspark_ledger.datasource.stream.sink_progress import read_sink_progress
 from pyspark_ledger.log import Position
-from pyspark_ledger.testing.progress import await_query, wait_on_progress
+from pyspark_ledger.testing.progress import await_query, query_running, wait_on_progress
 
 PAYLOAD_BYTES = 11  # b"event-%05d"
 
@@ -143,10 +143,12 @@ def test_log_pattern_picks_up_a_log_that_appears_later(spark: SparkSession, clie
     q = (source(spark, uri, logPattern=f"{log_name}-p.*").writeStream.format("memory").queryName(table)
          .option("checkpointLocation", str(tmp_path / "p")).trigger(processingTime="200 milliseconds").start())
     try:
-        wait_on_progress("the first log's rows", lambda: spark.table(table).count(), lambda n: n >= 50)
+        wait_on_progress("the first log's rows", lambda: spark.table(table).count(), lambda n: n >= 50,
+                         alive=query_running(q))
         produce(client, later, 70)
         # Nothing changes until a trigger finds the new log: a stall bound of minutes covers that.
-        wait_on_progress("the later log's rows", lambda: spark.table(table).count(), lambda n: n >= 120)
+        wait_on_progress("the later log's rows", lambda: spark.table(table).count(), lambda n: n >= 120,
+                         alive=query_running(q))
     finally:
         q.stop()
     got = {r["log"]: r["count"] for r in spark.table(table).groupBy("log").count().collect()}

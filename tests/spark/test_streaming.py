@@ -21,7 +21,7 @@ from pyspark_ledger.datasource.stream.offsets import LogOffset
 from pyspark_ledger.datasource.stream.scan import scan_log
 from pyspark_ledger.datasource.stream.sink import StreamSettings, parse_stream_options
 from pyspark_ledger.log.subscription import lag
-from pyspark_ledger.testing.progress import await_query, wait_on_progress
+from pyspark_ledger.testing.progress import await_query, query_running, wait_on_progress
 from tests.spark.stream_driver import BATCH_ENTRIES_MAX, kill_driver, start_driver
 
 # Each kill starts a Spark driver (~30 s here): 3 in CI keeps the suite's time; LEDGER_STREAM_KILLS=10 for a
@@ -96,7 +96,8 @@ def test_sink_and_source_exactly_once_in_order_with_a_live_producer(spark: Spark
     wait_on_progress("the producer", lambda: len(produced), lambda n: n == 600, alive=t.is_alive)
     t.join(timeout=60)
     try:
-        wait_on_progress("the sink", lambda: len(log_payloads(client, sink)), lambda n: n >= 600)
+        wait_on_progress("the sink", lambda: len(log_payloads(client, sink)), lambda n: n >= 600,
+                         alive=query_running(query))
     finally:
         query.stop()
     assert log_payloads(client, sink) == produced
