@@ -60,6 +60,7 @@ log = logging.getLogger(__name__)
 INFLIGHT_ENTRIES_MAX = 4_096
 INFLIGHT_BYTES_MAX = 32 * 2**20
 ADD_RUN_ENTRIES = 256  # raw entries added between two looks at the bounds
+ADD_RUN_BYTES = 8 * 2**20  # and bytes (Arrow entries are large: a run stays well under the handle's bounds)
 ADD_WAIT_TIMEOUT_S = 120.0
 # BP-44 hints for a task's ledger: an attempt that is open longer than this is an orphan.
 TASK_LEDGER_MAX_OPEN = timedelta(hours=24)
@@ -115,19 +116,22 @@ class _TaskLedger:
         self.add_all([payload])
 
     def add_all(self, payloads: list[bytes]) -> None:
-        """Add entries in order, in runs of ADD_RUN_ENTRIES: the bookkeeping and the bounds check
-        are per run, not per entry (a raw write adds one entry per row)."""
-        add = self.handle.add_entry_async
-        for at in range(0, len(payloads), ADD_RUN_ENTRIES):
-            run = payloads[at : at + ADD_RUN_ENTRIES]
-            last = None
-            for payload in run:
-                last = add(payload)
-            assert last is not None  # a run holds at least one entry
-            size = sum(map(len, run))
-            self._inflight.append((last, len(run), size))
-            self.entries += len(run)
-            self._inflight_entries += len(run)
+        """Add entries in order, as runs (WriteHandle.add_entries_async: one submit step and one
+        future per run, run-encoded to bookies of wire version 2) of at most ADD_RUN_ENTRIES
+        entries and ADD_RUN_BYTES bytes (one entry more than that alone): the bookkeeping and the
+        bounds check are per run, not per entry."""
+        add_run = self.handle.add_entries_async
+        at, count = 0, len(payloads)
+        while at < count:
+            end, size = at + 1, len(payloads[at])
+            while end < count and end - at < ADD_RUN_ENTRIES and size + len(payloads[end]) <= ADD_RUN_BYTES:
+                size += len(payloads[end])
+                end += 1
+            last = add_run(payloads[at:end])
+            n, at = end - at, end
+            self._inflight.append((last, n, size))
+            self.entries += n
+            self._inflight_entries += n
             self._inflight_bytes += size
             if self._inflight_entries > INFLIGHT_ENTRIES_MAX or self._inflight_bytes > INFLIGHT_BYTES_MAX:
                 self._drain()
