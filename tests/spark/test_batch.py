@@ -83,7 +83,7 @@ def eventually(check: Any, stall_s: float = STALL_S) -> None:
 def test_raw_round_trip_of_a_million_entries(spark: SparkSession, uri: str, log_name: str, client: LedgerClient) -> None:
     df = spark.range(ROWS_BIG).select(
         F.expr("cast(concat('entry-', cast(id as string), repeat('.', 80)) as binary)").alias("payload"))
-    write(df, uri, log_name)
+    write(df, uri, log_name, batching="false")  # one row = one entry: this round trip is of entries
     got = read(spark, uri, log_name, maxEntriesPerPartition=300_000)
     assert got.columns == ["payload", *META]
     assert_same_rows(got.select("payload"), df)

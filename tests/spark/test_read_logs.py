@@ -28,7 +28,7 @@ def append(spark: SparkSession, uri: str, name: str, first: int, n: int, fmt: st
     df = ids.select(F.col("id").cast("string").cast("binary").alias("payload")) if fmt == "raw" else \
         ids.select(F.col("id"), F.concat(F.lit("v"), F.col("id").cast("string")).alias("v"))
     df.write.format("ledger").option("metadataServiceUri", uri).option("log", name).option("payloadFormat", fmt) \
-        .option("arrowBatchRows", 100).mode("append").save()
+        .option("arrowBatchRows", 100).option("batching", "false").mode("append").save()  # one row = one entry
 
 
 def ids_of(df: DataFrame) -> list[int]:

@@ -50,7 +50,8 @@ def run_available_now(df: DataFrame, table: str, checkpoint: Path) -> StreamingQ
 def start_copy(df: DataFrame, uri: str, sink: str, checkpoint: Path) -> StreamingQuery:
     """Into a log (the ledger sink restarts from its checkpoint, exactly once)."""
     return (df.select("payload").writeStream.format("ledger").option("metadataServiceUri", uri).option("log", sink)
-            .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+            .option("checkpointLocation", str(checkpoint)).option("batching", "false")  # one row = one entry: counted
+            .trigger(availableNow=True).start())
 
 
 def copy_available_now(df: DataFrame, uri: str, sink: str, checkpoint: Path) -> StreamingQuery:
@@ -181,6 +182,7 @@ def test_sink_reports_rows_and_bytes(spark: SparkSession, client: LedgerClient, 
     sink = log_name + "-out"
     q = (source(spark, uri, log=log_name, maxEntriesPerTrigger="200").select("payload").writeStream.format("ledger")
          .option("metadataServiceUri", uri).option("log", sink).option("checkpointLocation", str(tmp_path / "s"))
+         .option("batching", "false")
          .trigger(availableNow=True).start())
     await_query(q)
     batches = [p for p in q.recentProgress if p["numInputRows"]]

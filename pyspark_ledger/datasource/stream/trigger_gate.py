@@ -20,12 +20,12 @@ from pyspark_ledger.datasource.errors import OptionError
 MAX_TRIGGER_DELAY_MS_DEFAULT = 15 * 60 * 1000  # Kafka's maxTriggerDelay default, 15m
 MAX_TRIGGER_DELAY_MS_MAX = 7 * 24 * 3600 * 1000  # a week: longer is a unit mistake
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)?\s*$")
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)?\s*")  # used with fullmatch
 
 
 def duration_ms(option: str, text: str) -> int:
     """A duration as Spark writes them ("5s", "500ms", "15m", "1h"; a bare number is ms)."""
-    m = _DURATION.match(text.lower())
+    m = _DURATION.fullmatch(text.lower())
     if m is None:
         raise OptionError(option, f"expected a duration such as 5s, 500ms, 15m or 1h, got {text!r}")
     ms = round(float(m.group(1)) * _UNITS_MS[m.group(2) or "ms"])
