@@ -218,6 +218,8 @@ class LocalZooKeeper:
         self.proc = None
 
     def start(self) -> LocalZooKeeper:
+        # A second start would orphan the first process (this object stops only the one it holds).
+        assert self.proc is None or self.proc.poll() is not None, f"ZooKeeper {self.hosts} is already started"
         cfg = self._write_config()
         classpath = ":".join(list(ZOOKEEPER_JARS) + [j for j in OPTIONAL_JARS if os.path.exists(j)])
         cmd = [

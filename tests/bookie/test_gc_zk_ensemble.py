@@ -21,7 +21,7 @@ LEDGERS = 40
 
 
 def test_ledgers_created_through_another_server_are_never_collected(tmp_path: Path) -> None:
-    with LocalZooKeeperEnsemble(tmp_path / "ensemble").start() as ensemble:
+    with LocalZooKeeperEnsemble(tmp_path / "ensemble") as ensemble:  # entering starts it (once)
         leader = ensemble.leader()
         follower = next(m for m in ensemble.members if m is not leader)
         engine = open_engine(tmp_path / "data")
