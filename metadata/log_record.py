@@ -224,7 +224,7 @@ def ledger_to_json(lg: LogLedger) -> dict[str, Any]:
 
 def ledger_from_json(x: dict[str, Any]) -> LogLedger:
     sealed = x.get("sealedMs")
-    extra = _unknown(x, _LEDGER_KEYS) if len(x) > 5 else ()
+    extra = () if x.keys() <= _LEDGER_KEYS else _unknown(x, _LEDGER_KEYS)  # the common case builds nothing
     return LogLedger(int(x["seq"]), LedgerId.from_qualified_name(x["ledger"]), int(x["ctimeMs"]),
                      x.get("entryCount"), x.get("sizeBytes"), None if sealed is None else int(sealed), extra)
 
