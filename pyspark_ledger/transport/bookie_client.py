@@ -167,10 +167,14 @@ class BookieClient:
                          daemon=True).start()
 
     def _resend_now(self, adds: list[StreamedAdd]) -> None:
+        # All on one new stream: if that one dies too, the rest fail with it rather than each
+        # going on whichever stream is current by then (a third connection for some, not others).
+        stream: AddStream | None = None
         for i, add in enumerate(adds):
             add.resent = True
             try:
-                send = self._add_stream().submit(add.batch, add.callback, add.timeout_s, previous=add)
+                stream = stream or self._add_stream()
+                send = stream.submit(add.batch, add.callback, add.timeout_s, previous=add)
             except Exception as exc:  # every add not handed to a stream fails here, or it would hang
                 if not isinstance(exc, BookieUnavailableError):
                     log.exception("resending adds failed bookie=%s", self.bookie_id)
