@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 
 from pyspark_ledger.client import LedgerClient
@@ -17,6 +18,7 @@ from pyspark_ledger.client import LedgerClient
 MIN_ENTRIES, DELAY_S = 1000, 5.0
 SLOW_ENTRIES, SLOW_S = 600, 12.0
 BURST = 1500
+FEW = 30  # under minEntriesPerTrigger: what Trigger.Once and AvailableNow must still read
 WAIT_S = 300.0  # progress bounds: generous, the machine is shared
 # Spark's trigger timestamps come from the JVM, the delay from the source's clock: a trigger's
 # own planning can move the observed gap by a fraction of a second either way.
@@ -73,3 +75,26 @@ def _epoch_s(iso: str) -> float:
     from datetime import datetime
 
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+@pytest.mark.parametrize("trigger", [{"once": True}, {"availableNow": True}])
+def test_once_and_available_now_read_everything_despite_min_entries(
+        spark: SparkSession, client: LedgerClient, uri: str, log_name: str, tmp_path: Path,
+        trigger: dict[str, bool]) -> None:
+    """Trigger.Once and Trigger.AvailableNow read all there is at once, as Kafka's source does
+    (minOffsetsPerTrigger does not apply to them): 30 entries under minEntriesPerTrigger=1000
+    with an hour's delay are read by the one run, not held back to an empty one."""
+    with client.open_log_writer(log_name, batching=False) as writer:
+        for i in range(FEW):
+            writer.append(b"few-%03d" % i)
+    df = (spark.readStream.format("ledger").option("metadataServiceUri", uri).option("log", log_name)
+          .option("minEntriesPerTrigger", str(MIN_ENTRIES)).option("maxTriggerDelay", "1h").load())
+    table = f"once_{log_name[2:]}"
+    query = (df.writeStream.format("memory").queryName(table).option("checkpointLocation", str(tmp_path / "ckpt"))
+             .trigger(**trigger).start())
+    try:
+        assert query.awaitTermination(WAIT_S), f"the {trigger} query did not end within {WAIT_S} s"
+        rows = sorted(r.payload for r in spark.table(table).select("payload").collect())
+    finally:
+        query.stop()
+    assert rows == [b"few-%03d" % i for i in range(FEW)]

@@ -25,6 +25,7 @@ from pyspark.sql.streaming.datasource import (
     ReadLimit,
     ReadMaxBytes,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
@@ -152,6 +153,14 @@ def _limit(limit: ReadLimit, settings: StreamSettings) -> Limit:
     return Limit(entries, size)
 
 
+def _gated(limit: ReadLimit, target: StreamOffset | None) -> bool:
+    """Whether minEntriesPerTrigger / maxTriggerDelay may hold this micro-batch back. Not under
+    Trigger.AvailableNow (a target is set) nor Trigger.Once (Spark swaps the default limit, never
+    ReadAllAvailable when a gate is set, for ReadAllAvailable): both read all there is at once,
+    as Kafka's source does with minOffsetsPerTrigger."""
+    return target is None and not isinstance(limit, ReadAllAvailable)
+
+
 class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Lives in one Python process on the driver for the whole query run: the AvailableNow target
     and the last lag report stay in memory between Spark's calls."""
@@ -199,13 +208,17 @@ class LedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMaxRows(self.settings.max_entries_per_trigger)
         if self.settings.max_bytes_per_trigger is not None:
             return ReadMaxBytes(self.settings.max_bytes_per_trigger)
+        if self.settings.trigger_delay is not None:
+            # Never ReadAllAvailable with a gate: Spark passes ReadAllAvailable instead of this
+            # limit only for Trigger.Once, which latestOffset then does not hold back.
+            return ReadMinRows(self.settings.trigger_delay.min_entries)
         return ReadAllAvailable()
 
     @user_errors
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802 - Spark's API
         self._ready()
         with lease_client(self.opts) as client:
-            gate = None if self._gate is None or self._target is not None else self._gate.admit  # AvailableNow: all
+            gate = None if self._gate is None or not _gated(limit, self._target) else self._gate.admit
             batch = next_batch(client, self.opts, self.shape, self._offset(start), _limit(limit, self.settings),
                                self._target, gate)
         self._report = batch.report()
