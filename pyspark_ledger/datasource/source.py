@@ -166,9 +166,9 @@ class LedgerReader(DataSourceReader):
         self.payload_format = shape.payload_format
         self.arrow_schema = self.columns.schema
         self.pushed: PushedFilters | None = None
-        # Batched messages carry times of their own: a ledger does not share one timestamp, so
-        # planning cannot apply a timestamp filter exactly; Spark keeps those (pushFilters).
-        self.own_times = shape.batched
+        # Batched messages and Arrow entries carry times of their own: a ledger does not share one
+        # timestamp, so planning cannot apply a timestamp filter exactly; Spark keeps those (pushFilters).
+        self.own_times = shape.batched or shape.payload_format == "arrow"
 
     @user_errors
     def partitions(self) -> list[InputPartition]:

@@ -13,6 +13,7 @@ from metadata.log_record import LogLedger
 from pyspark_ledger.log.messages import message_times
 from pyspark_ledger.log.position import Position
 from pyspark_ledger.log.time_search import first_entry_at_or_after, first_index_at_or_after, may_hold_at_or_after
+from pyspark_ledger.protocol.arrow_times import entry_append_ms, ledger_is_timed
 from pyspark_ledger.protocol.entry_format import BATCH_FORMAT_VERSION, entry_format_of_ledger
 
 if TYPE_CHECKING:
@@ -29,15 +30,23 @@ def readable_last_entry(handle: ReadHandle, lg: LogLedger) -> int:
 
 
 def position_in_ledger(handle: ReadHandle, lg: LogLedger, last_entry: int, t_ms: int) -> Position | None:
-    """The first message of ledger `lg` (entries 0..last_entry) at or after t_ms, or None."""
-    if entry_format_of_ledger(handle.metadata.custom) != BATCH_FORMAT_VERSION:
+    """The first message of ledger `lg` (entries 0..last_entry) at or after t_ms, or None. In a
+    ledger of Arrow entries with times of their own (protocol/arrow_times.py), the first row of
+    the first entry at or after t_ms."""
+    timed_arrow = ledger_is_timed(handle.metadata.custom)
+    if not timed_arrow and entry_format_of_ledger(handle.metadata.custom) != BATCH_FORMAT_VERSION:
         # Unbatched: every entry has the ledger's join time; no entry needs reading.
         return Position(lg.seq, 0, lg.ledger_id) if last_entry >= 0 and lg.ctime_ms >= t_ms else None
     times: dict[int, np.ndarray] = {}  # each entry read once
 
     def times_of(entry_id: int) -> np.ndarray:
         if entry_id not in times:
-            times[entry_id] = message_times(next(iter(handle.read_entries(entry_id, entry_id))), lg.ctime_ms)
+            e = next(iter(handle.read_entries(entry_id, entry_id)))
+            if timed_arrow:  # one time for all the entry's rows: index 0 is its first row
+                own = entry_append_ms(e.payload, f"entry {entry_id} of ledger {lg.ledger_id}")
+                times[entry_id] = np.array([lg.ctime_ms if own is None else own], dtype=np.int64)
+            else:
+                times[entry_id] = message_times(e, lg.ctime_ms)
         return times[entry_id]
 
     entry_id = first_entry_at_or_after(0, last_entry, t_ms, lambda k: int(times_of(k).max()))

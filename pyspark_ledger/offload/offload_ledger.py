@@ -34,6 +34,7 @@ from pyspark_ledger.offload import layout
 from pyspark_ledger.offload.errors import OffloadedFileError, OffloadRefusedError
 from pyspark_ledger.offload.parquet_files import LedgerFile, write_ledger_file
 from pyspark_ledger.offload.store import ObjectStore
+from pyspark_ledger.protocol.arrow_times import append_ms_of
 from pyspark_ledger.protocol.entry_format import Entry
 from pyspark_ledger.protocol.invariants import ensure
 
@@ -171,5 +172,6 @@ def _same_messages(t: LedgerInLog, orig: Entry, got: Entry) -> bool:
     if t.payload_format == "arrow":
         a = pa.ipc.open_stream(pa.py_buffer(orig.payload)).read_all()
         b = pa.ipc.open_stream(pa.py_buffer(got.payload)).read_all()
-        return a.num_rows == b.num_rows and a.schema.names == b.schema.names and a.equals(b)
+        return a.num_rows == b.num_rows and a.schema.names == b.schema.names and a.equals(b) and \
+            append_ms_of(a.schema) == append_ms_of(b.schema)
     return list(messages(t.seq, t.ledger_id, orig)) == list(messages(t.seq, t.ledger_id, got))

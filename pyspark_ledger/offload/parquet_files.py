@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 from metadata.ids import LedgerId
 from pyspark_ledger.log.messages import messages
 from pyspark_ledger.offload.errors import OffloadedFileError, OffloadRefusedError
+from pyspark_ledger.protocol.arrow_times import append_ms_of, stamped_schema
 from pyspark_ledger.protocol.entry_format import BATCH_FORMAT_VERSION, FORMAT_VERSION, Entry
 from pyspark_ledger.protocol.message_batch import NO_TIME, encode_batch
 
@@ -52,12 +53,21 @@ class FileFacts:
     row_groups: tuple[tuple[int, int], ...]  # (first entry, last entry) per row group
     entries: int
     messages: int
+    # Arrow: each row group's (entry's) own append time (protocol/arrow_times.py), None for an
+    # entry written before times; empty when no entry has one (files written before times).
+    entry_times: tuple[int | None, ...] = ()
 
     def to_bytes(self) -> bytes:
-        return json.dumps({"version": FILE_FORMAT_VERSION, "log": self.log, "seq": self.seq,
-                           "ledger": self.ledger_id.qualified_name, "payloadFormat": self.payload_format,
-                           "rowGroups": [list(g) for g in self.row_groups], "entries": self.entries,
-                           "messages": self.messages}, sort_keys=True).encode()
+        d = {"version": FILE_FORMAT_VERSION, "log": self.log, "seq": self.seq,
+             "ledger": self.ledger_id.qualified_name, "payloadFormat": self.payload_format,
+             "rowGroups": [list(g) for g in self.row_groups], "entries": self.entries, "messages": self.messages}
+        if any(t is not None for t in self.entry_times):  # a key older readers ignore
+            d["arrowEntryTimes"] = list(self.entry_times)
+        return json.dumps(d, sort_keys=True).encode()
+
+    def entry_ms(self, group: int) -> int | None:
+        """The append time of an Arrow file's row group `group` (one entry), or None."""
+        return self.entry_times[group] if self.entry_times else None
 
     @classmethod
     def from_schema(cls, schema: pa.Schema, where: str) -> FileFacts:
@@ -69,9 +79,18 @@ class FileFacts:
             if int(d["version"]) > FILE_FORMAT_VERSION:
                 raise OffloadedFileError(f"{where}: file format {d['version']} is newer than this release reads")
             return cls(str(d["log"]), int(d["seq"]), LedgerId.from_qualified_name(d["ledger"]), str(d["payloadFormat"]),
-                       tuple((int(a), int(b)) for a, b in d["rowGroups"]), int(d["entries"]), int(d["messages"]))
+                       tuple((int(a), int(b)) for a, b in d["rowGroups"]), int(d["entries"]), int(d["messages"]),
+                       _entry_times(d.get("arrowEntryTimes"), len(d["rowGroups"])))
         except (ValueError, KeyError, TypeError) as exc:
             raise OffloadedFileError(f"{where}: unreadable file metadata: {exc}") from exc
+
+
+def _entry_times(raw: Any, groups: int) -> tuple[int | None, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or len(raw) != groups:
+        raise ValueError(f"arrowEntryTimes must list one time per row group ({groups}), got {raw!r:.80}")
+    return tuple(None if t is None else int(t) for t in raw)
 
 
 def _raw_rows(seq: int, lid: LedgerId, joined_ms: int, entries: list[Entry]) -> pa.RecordBatch:
@@ -106,6 +125,7 @@ def write_ledger_file(log: str, seq: int, lid: LedgerId, payload_format: str, jo
     if payload_format not in (RAW, ARROW):
         raise OffloadRefusedError(f"{where}: payload format {payload_format!r} cannot be offloaded")
     groups: list[tuple[int, int]] = []
+    times: list[int | None] = []  # Arrow: each entry's own append time
     tables: list[pa.Table] = []
     pending: list[Entry] = []
     count = rows = 0
@@ -118,6 +138,7 @@ def write_ledger_file(log: str, seq: int, lid: LedgerId, payload_format: str, jo
         if payload_format == ARROW:
             t = _arrow_table(e, where)
             groups.append((e.entry_id, e.entry_id))
+            times.append(append_ms_of(t.schema, f"{where} entry {e.entry_id}"))
             tables.append(t)
             rows += t.num_rows
             continue
@@ -133,7 +154,7 @@ def write_ledger_file(log: str, seq: int, lid: LedgerId, payload_format: str, jo
         groups.append((pending[0].entry_id, pending[-1].entry_id))
         tables.append(pa.Table.from_batches([batch]))
         rows += batch.num_rows
-    facts = FileFacts(log, seq, lid, payload_format, tuple(groups), count, rows)
+    facts = FileFacts(log, seq, lid, payload_format, tuple(groups), count, rows, tuple(times))
     schema = tables[0].schema if tables else RAW_SCHEMA
     for t in tables[1:]:
         if not t.schema.equals(schema):
@@ -177,14 +198,16 @@ class LedgerFile:
             table = self.pq.read_row_group(g)
             if self.facts.payload_format == ARROW:
                 entry_id = self.facts.row_groups[g][0]
-                yield Entry(entry_id, _ipc_stream(table), format_version=FORMAT_VERSION)
+                yield Entry(entry_id, _ipc_stream(table, self.facts.entry_ms(g)), format_version=FORMAT_VERSION)
             else:
                 yield from (e for e in _raw_entries(table) if first <= e.entry_id <= last)
 
 
-def _ipc_stream(table: pa.Table) -> bytes:
+def _ipc_stream(table: pa.Table, append_ms: int | None) -> bytes:
     sink = pa.BufferOutputStream()
     schema = table.schema.remove_metadata()
+    if append_ms is not None:
+        schema = stamped_schema(schema, append_ms)
     with pa.ipc.new_stream(sink, schema) as w:
         for b in table.replace_schema_metadata(None).to_batches():
             w.write_batch(b)

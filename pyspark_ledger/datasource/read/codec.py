@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+import numpy as np
 import pyarrow as pa
 
 from pyspark_ledger.datasource import keyed_entries
@@ -31,6 +32,7 @@ from pyspark_ledger.datasource.rows import (
     raw_read_schema,
     stamp_array,
 )
+from pyspark_ledger.protocol.arrow_times import append_ms_of
 
 # The columns of a raw log as read (rows.py): a DataFrame read from one can be written back.
 RAW_COLUMNS = ("payload", *META_NAMES)
@@ -114,16 +116,20 @@ def decode_arrow_entry(payload: pa.Buffer, place: RowPlace, entry_id: int, targe
     exact target schema (Spark checks it). Only the entry's rows with skip_rows <= index <
     keep_rows (a read that starts or ends inside this entry). Zero-copy unless a column's type
     must be cast."""
-    yield from arrow_entry_batches(pa.ipc.open_stream(payload), place, entry_id, target, skip_rows, keep_rows,
-                                   meta=meta, columns=columns)
+    reader = pa.ipc.open_stream(payload)
+    entry_ms = append_ms_of(reader.schema, f"entry {entry_id} of ledger {place.ledger}")
+    yield from arrow_entry_batches(reader, place, entry_id, target, skip_rows, keep_rows,
+                                   meta=meta, columns=columns, entry_ms=entry_ms)
 
 
 def arrow_entry_batches(reader: Iterable[pa.RecordBatch], place: RowPlace, entry_id: int, target: pa.Schema,
                         skip_rows: int = 0, keep_rows: int | None = None, *,
-                        meta: MetaColumns | None = None, columns: ReadColumns | None = None
-                        ) -> Iterator[pa.RecordBatch]:
+                        meta: MetaColumns | None = None, columns: ReadColumns | None = None,
+                        entry_ms: int | None = None) -> Iterator[pa.RecordBatch]:
     """decode_arrow_entry over an entry's record batches however they were read (an IPC stream,
-    or an offloaded entry's Parquet row group: pyspark_ledger/offload)."""
+    or an offloaded entry's Parquet row group: pyspark_ledger/offload). `entry_ms`: the entry's
+    own append time (protocol/arrow_times.py), every row's timestamp; None (an entry written
+    before times): the ledger's join time."""
     read_cols = all_columns(target, columns)
     data_fields = list(read_cols.schema)[: read_cols.data_count]
     names = [f.name for f in data_fields]
@@ -147,6 +153,9 @@ def arrow_entry_batches(reader: Iterable[pa.RecordBatch], place: RowPlace, entry
                 cols[i] = cols[i].cast(f.type)
         where: list[pa.Array] = []
         if read_cols.meta_positions:
-            where = read_cols.pick(meta.entry(entry_id, at - n + lo, hi - lo) if meta is not None else
-                                   entry_meta(place, entry_id, at - n + lo, hi - lo))
+            where = meta.entry(entry_id, at - n + lo, hi - lo) if meta is not None else \
+                entry_meta(place, entry_id, at - n + lo, hi - lo)
+            if entry_ms is not None and TIMESTAMP_AT in read_cols.meta_positions:  # the entry's own time
+                where[TIMESTAMP_AT] = stamp_array(np.full(hi - lo, entry_ms, dtype=np.int64))
+            where = read_cols.pick(where)
         yield pa.RecordBatch.from_arrays(cols + where + _no_headers(read_cols, hi - lo), schema=read_cols.schema)

@@ -151,7 +151,8 @@ class RangeReader:
             entry_id = lf.facts.row_groups[g][0]
             table = lf.pq.read_row_group(g)
             yield from codec.arrow_entry_batches(table.to_batches(), self.rng.place, entry_id, self.spec.schema,
-                                                 *self.rng.rows_of(entry_id), meta=self.meta, columns=self.columns)
+                                                 *self.rng.rows_of(entry_id), meta=self.meta, columns=self.columns,
+                                                 entry_ms=lf.facts.entry_ms(g))
 
     def runs(self) -> Generator[DecodedRun, None, None]:
         """The range's entries, verified, in order, as runs of consecutive entries."""

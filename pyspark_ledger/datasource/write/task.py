@@ -46,6 +46,7 @@ from pyspark_ledger.datasource.write.job import (
 )
 from pyspark_ledger.datasource.write.packer import ArrowEntryPacker
 from pyspark_ledger.errors import LedgerError
+from pyspark_ledger.protocol.arrow_times import TIMED_LEDGER_KEY, TIMED_LEDGER_VALUE
 from pyspark_ledger.protocol.entry_format import BATCH_FORMAT_VERSION, ENTRY_FORMAT_KEY
 
 if TYPE_CHECKING:
@@ -68,6 +69,15 @@ TASK_LEDGER_MAX_OPEN = timedelta(hours=24)
 ROUTED_LOGS_PER_TASK_MAX = 64
 
 
+def _ledger_custom(job: WriteJob) -> dict[str, bytes] | None:
+    """A batched raw job's ledger is a format-3 ledger: every entry a message batch
+    (entry_format.py); an Arrow job's ledger says its entries carry their append times
+    (protocol/arrow_times.py)."""
+    if job.payload_format == "arrow":
+        return {TIMED_LEDGER_KEY: TIMED_LEDGER_VALUE}
+    return {ENTRY_FORMAT_KEY: str(BATCH_FORMAT_VERSION).encode()} if job.batched else None
+
+
 class _TaskLedger:
     """The ledger of one task attempt, registered in staging before anything is written."""
 
@@ -84,8 +94,7 @@ class _TaskLedger:
         self.handle: WriteHandle = client.create_ledger(
             o.ensemble_size, o.write_quorum_size, o.ack_quorum_size, o.digest_type, o.password,
             create_context=ctx.build(),
-            # A batched job's ledger is a format-3 ledger: every entry a message batch (entry_format.py).
-            custom={ENTRY_FORMAT_KEY: str(BATCH_FORMAT_VERSION).encode()} if job.batched else None,
+            custom=_ledger_custom(job),
         )
         self.ledger_id = self.handle.ledger_id
         self.node = staging_ledger_path(job.log_name, job.job_id, self.ledger_id)
@@ -246,7 +255,8 @@ class _LogOutput:
             ledger.add_all(encode.raw_entries(batch, job.key_type is not None, job.opts.event_time_column))
             return ledger
         if self.packer is None:
-            self.packer = ArrowEntryPacker(batch.schema, job.opts.arrow_batch_rows, job.opts.arrow_compression)
+            self.packer = ArrowEntryPacker(batch.schema, job.opts.arrow_batch_rows, job.opts.arrow_compression,
+                                           clock_ms=now_ms)  # each entry its append time (_ledger_custom)
         for entry in self.packer.add(batch):
             ledger.add(entry.to_pybytes())  # the one copy the client would make anyway
         return ledger
