@@ -28,6 +28,7 @@ from pyspark_ledger.protocol.message_batch import (
     checked_time_ms,
     encode_batch,
     headers_bytes,
+    plain_headers_bytes,
 )
 
 # Bounds of the writer's settings: a batch is one entry, and an entry is at most 4 MiB
@@ -58,7 +59,8 @@ class OpenBatch:
     """Messages gathered for one entry. Touched only under the writer's lock until it is sent;
     then only its future changes."""
 
-    __slots__ = ("payloads", "keys", "event_ms", "headers", "size_bytes", "opened", "future")
+    __slots__ = ("payloads", "keys", "event_ms", "headers", "size_bytes", "opened", "future", "_last_headers",
+                 "_last_headers_bytes")
 
     def __init__(self, opened: float):
         self.payloads: list[bytes] = []
@@ -69,6 +71,10 @@ class OpenBatch:
         self.size_bytes = HEAD_BYTES
         self.opened = opened  # time.monotonic() of its first message: the linger runs from it
         self.future: Future[Place] = Future()
+        # The last headers checked by the common path and their size: a producer's next message
+        # usually has equal ones, found with one tuple comparison instead of a check.
+        self._last_headers: tuple[Header, ...] = ()
+        self._last_headers_bytes = 2
 
     def add(self, payload: bytes, key: bytes | None, event_ms: int | None, headers: Sequence[Header] | None) -> int:
         """Add one message; returns its index in the batch. A message over a bound is refused
@@ -78,37 +84,53 @@ class OpenBatch:
         h_bytes = 2
         if headers:
             hs = tuple(headers)  # the caller's list may change after append
-            h_bytes = headers_bytes(hs)
+            if hs == self._last_headers:  # equal immutable pairs: same sizes, within the bounds already
+                h_bytes = self._last_headers_bytes
+            else:
+                h_bytes = plain_headers_bytes(hs)
+                if h_bytes >= 0:
+                    self._last_headers, self._last_headers_bytes = hs, h_bytes
+                else:
+                    h_bytes = headers_bytes(hs)  # the full check: raises naming the bound, or accepts
+                    hs = tuple((k, bytes(v)) for k, v in hs)  # copies: a list pair or bytearray may change later
         if key is not None:
             check_key(key)
         if event_ms is not None and (type(event_ms) is not int or not NO_TIME < event_ms <= TIME_MS_MAX):
             event_ms = checked_time_ms(event_ms)  # an int-like, or out of range: converted, or refused by name
-        i = len(self.payloads)
-        self.payloads.append(payload)
-        self.size_bytes += len(payload) + MESSAGE_OVERHEAD_BYTES
+        payloads = self.payloads
+        i = len(payloads)
+        payloads.append(payload)
+        size = len(payload) + MESSAGE_OVERHEAD_BYTES
         if key is not None or self.keys is not None:
             if self.keys is None:
                 self.keys = [None] * i
             self.keys.append(key)
-            self.size_bytes += 4 + (len(key) if key is not None else 0)
-        if event_ms is not None or self.event_ms is not None:
-            if self.event_ms is None:
-                self.event_ms = [NO_TIME] * i
-            self.event_ms.append(NO_TIME if event_ms is None else event_ms)
-            self.size_bytes += 8
-        if hs or self.headers is not None:
-            if self.headers is None:
-                self.headers = [()] * i
-            self.headers.append(hs)
-            self.size_bytes += h_bytes
+            size += 4 + (len(key) if key is not None else 0)
+        events = self.event_ms
+        if event_ms is not None or events is not None:
+            if events is None:
+                events = self.event_ms = [NO_TIME] * i
+            events.append(NO_TIME if event_ms is None else event_ms)
+            size += 8
+        column = self.headers
+        if hs or column is not None:
+            if column is None:
+                column = self.headers = [()] * i
+            column.append(hs)
+            size += h_bytes
+        self.size_bytes += size
         return i
 
     def encode(self, append_ms: int) -> bytes:
         """The entry's payload. The append time is the batch's send time, the same for all its
         messages (as Kafka's LogAppendTime is per record batch)."""
         n = len(self.payloads)
+        hs = self.headers
+        # A producer's constant headers: every message's equal to the first's (the last one's
+        # first, which tells most batches that differ at once; C-level comparisons).
+        uniform = hs is not None and hs[-1] == hs[0] and hs.count(hs[0]) == n
         return encode_batch(self.payloads, [append_ms] * n, keys=self.keys, event_ms=self.event_ms,
-                            headers=self.headers, checked=True)  # add() checked every message
+                            headers=hs, checked=True, headers_uniform=uniform)  # add() checked every message
 
 
 class MessageHandle:

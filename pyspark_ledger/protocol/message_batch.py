@@ -93,29 +93,46 @@ def check_headers(headers: Sequence[Header]) -> None:
                 f"header value of {len(pair[1])} bytes exceeds HEADER_VALUE_BYTES_MAX ({HEADER_VALUE_BYTES_MAX})")
 
 
-def headers_bytes(headers: tuple[Header, ...]) -> int:
-    """Check one message's headers (as check_headers) and return what they add to a batch: its
-    count (2), and per header two lengths (6) and its key and value bytes. The common case (a
-    few (str, bytes) pairs with ASCII keys, well within the bounds) costs no encoding and no
-    call: this runs once per message on the producer's thread."""
+def plain_headers_bytes(headers: tuple[Header, ...]) -> int:
+    """What one message's headers add to a batch (its count (2), and per header two lengths (6)
+    and its key and value bytes) when they are the common case: a few tuples of exactly str
+    (ASCII) and bytes, within the bounds; -1 when they are not (headers_bytes then decides).
+    Headers of this case are immutable all through, so equal ones need no second check.
+    Costs no encoding and no call: this runs once per message on the producer's thread."""
     size = 2
     try:
         if len(headers) > HEADERS_PER_MESSAGE_MAX:
-            raise ValueError
-        for k, v in headers:
+            return -1
+        for pair in headers:  # immutable pairs only: a caller may keep equal ones (batching.py)
+            if type(pair) is not tuple:
+                return -1
+            k, v = pair
             if type(v) is not bytes or type(k) is not str or len(v) > HEADER_VALUE_BYTES_MAX \
                     or len(k) > HEADER_KEY_BYTES_MAX or not k.isascii():
-                raise ValueError
+                return -1
             size += 6 + len(k) + len(v)
-    except (ValueError, TypeError):  # not the common case: the full check raises, naming the bound, or accepts
-        check_headers(headers)  # (bytearray values, non-ASCII keys within the bounds)
-        return 2 + sum(6 + len(k.encode()) + len(v) for k, v in headers)
+    except (ValueError, TypeError):  # not a sequence of pairs
+        return -1
     return size
 
 
-def _header_columns(headers: Sequence[Sequence[Header]]) -> tuple[list[bytes], list[bytes]]:
+def headers_bytes(headers: tuple[Header, ...]) -> int:
+    """Check one message's headers (as check_headers) and return what they add to a batch."""
+    size = plain_headers_bytes(headers)
+    if size < 0:  # not the common case: the full check raises, naming the bound, or accepts
+        check_headers(headers)  # (bytearray values, non-ASCII keys within the bounds)
+        size = 2 + sum(6 + len(k.encode()) + len(v) for k, v in headers)
+    return size
+
+
+def _header_columns(headers: Sequence[Sequence[Header]], uniform: bool = False) -> tuple[list[bytes], list[bytes]]:
     """The header columns and bytes of a batch, in bulk (C-level passes: chain, zip, map, join);
-    ASCII keys are encoded as one string."""
+    ASCII keys are encoded as one string. `uniform`: every message has the first one's headers
+    (a producer's constant headers), so each column is the first message's, repeated."""
+    if uniform and len(headers) > 1:
+        columns, data = _header_columns(headers[:1])
+        n = len(headers)
+        return [c * n for c in columns], [d * n for d in data]
     flat = list(chain.from_iterable(headers))
     names: Sequence[str] = ()
     values: Sequence[bytes] = ()
@@ -134,11 +151,12 @@ def _header_columns(headers: Sequence[Sequence[Header]]) -> tuple[list[bytes], l
 
 def encode_batch(payloads: Sequence[bytes], append_ms: Sequence[int], *, keys: Sequence[bytes | None] | None = None,
                  event_ms: Sequence[int] | None = None, headers: Sequence[Sequence[Header]] | None = None,
-                 checked: bool = False) -> bytes:
+                 checked: bool = False, headers_uniform: bool = False) -> bytes:
     """One batch of len(payloads) messages. keys/event_ms/headers are None when no message has
     one (the common case costs no column); else one value per message (None, NO_TIME, ()).
     checked: the caller checked every key and header against the bounds already (a LogWriter
-    does, message by message, so that the message's own append fails)."""
+    does, message by message, so that the message's own append fails). headers_uniform: the
+    caller knows every message's headers equal the first message's (encoded once, repeated)."""
     n = len(payloads)
     if not 1 <= n <= MESSAGES_PER_ENTRY_MAX:
         raise MessageBoundError(f"a batch holds 1..MESSAGES_PER_ENTRY_MAX ({MESSAGES_PER_ENTRY_MAX}) messages, not {n}")
@@ -161,7 +179,9 @@ def encode_batch(payloads: Sequence[bytes], append_ms: Sequence[int], *, keys: S
         if not checked:
             for hs in headers:
                 check_headers(hs)
-        columns, header_data = _header_columns(headers)
+        # Checked on small batches only (tests): on a full one it would cost what the hint saves.
+        assert not headers_uniform or n > 64 or headers.count(headers[0]) == n, "headers_uniform, yet they differ"
+        columns, header_data = _header_columns(headers, headers_uniform)
         parts += columns
         data += header_data
     return b"".join(parts + data + list(payloads))
