@@ -6,7 +6,9 @@ PYTHONPATH, so both measure the same bookies, disk and hour. Medians and their r
     python bench/before_after.py --before /tmp/before [--rounds 5] [--entries 20000] [--size 1024]
 
 Rows: WriteHandle adds (E3 W3 A2, pipelined) and LogWriter appends with one message per entry
-(batching=False here; the default of a tree without batches).
+(batching=False here; the default of a tree without batches); with --kinds batched, a batched
+LogWriter's plain messages (bench/log_writer_rows.py's produce; both trees must batch), e.g.
+    python bench/before_after.py --before /tmp/stamps-before --kinds batched --size 100 --entries 200000
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ cpu0 = time.process_time()
 with LedgerClient(uri) as client:
     if kind == "handle":
         rate = throughput(client, size, total)
+    elif kind == "batched":
+        from log_writer_rows import produce
+        rate = produce(client, size, total, True)
     else:
         import inspect
         kw = {{"batching": False}} if "batching" in inspect.signature(client.open_log_writer).parameters else {{}}
@@ -66,6 +71,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--entries", type=int, default=20_000)
     ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--kinds", default="handle,log", help="comma-separated: handle, log (unbatched), batched")
     args = ap.parse_args()
     sys.path.insert(0, str(REPO))
     from pyspark_ledger.testing.local_cluster import LocalCluster
@@ -74,7 +80,12 @@ def main() -> None:
     trees = {"before": args.before.resolve(), "after": REPO}
     with tempfile.TemporaryDirectory(prefix="before-after-") as tmp, LocalZooKeeper(Path(tmp) / "zk") as zk, \
             LocalCluster(3, metadata_uri=zk.uri("/ab"), work_dir=Path(tmp) / "cluster") as cluster:
-        for kind in ("handle", "log"):
+        if "batched" in args.kinds:
+            from pyspark_ledger.client import LedgerClient
+            from pyspark_ledger.testing.message_batches import set_message_batches
+            with LedgerClient(cluster.metadata_uri) as client:
+                set_message_batches(client, True)
+        for kind in args.kinds.split(","):
             got: dict[str, list[tuple[float, float]]] = {"before": [], "after": []}
             for r in range(args.rounds):
                 order = ("before", "after") if r % 2 == 0 else ("after", "before")
@@ -82,7 +93,8 @@ def main() -> None:
                     got[name].append(measure(trees[name], cluster.metadata_uri, args.size, args.entries, kind))
             b, a = (statistics.median(x for x, _ in got[n]) for n in ("before", "after"))
             bc, ac = (statistics.median(c for _, c in got[n]) for n in ("before", "after"))
-            print(f"{kind:>6} {args.size} B E3W3A2 unbatched, medians of {args.rounds} alternating rounds: "
+            how = "batched" if kind == "batched" else "unbatched"
+            print(f"{kind:>7} {args.size} B E3W3A2 {how}, medians of {args.rounds} alternating rounds: "
                   f"before {b:,.0f}/s, after {a:,.0f}/s, after/before {a / b:.3f}; client CPU per add "
                   f"before {bc:.1f} us, after {ac:.1f} us, after/before {ac / bc:.3f} "
                   f"(rates before {[round(x) for x, _ in got['before']]}, after {[round(x) for x, _ in got['after']]})")

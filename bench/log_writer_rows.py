@@ -8,7 +8,8 @@
 - compare: alternating rounds of batched and unbatched 100-byte messages from one producer, in
   the same run, reported as medians and their ratio;
 - stamps (issue 32): alternating rounds of batched 100-byte messages without and with an event
-  time and one header (("trace", 16 bytes)), same run, medians and the cost of the stamps.
+  time and one header (("trace", 16 bytes): the same for every message, and a value of its own
+  per message), same run, medians and the cost of the stamps.
 Works against releases without batches too (batching=None: the call of those releases).
 """
 
@@ -33,21 +34,25 @@ def _writer(client: LedgerClient, batching: bool | None) -> Any:
 
 
 STAMP_HEADERS = [("trace", b"0123456789abcdef")]
+# Headers whose value changes from message to message (a trace id each): made before the clock starts.
+VARYING_HEADERS = [[("trace", b"%016x" % i)] for i in range(4096)]
 
 
-def produce(client: LedgerClient, size: int, total: int, batching: bool | None, stamped: bool = False) -> float:
+def produce(client: LedgerClient, size: int, total: int, batching: bool | None, stamped: bool | str = False) -> float:
     """Messages/s of one producer: pipelined append_async, bounded window; `stamped`: each message
-    with an event time and STAMP_HEADERS."""
+    with an event time and STAMP_HEADERS ("varying": a header value of its own, VARYING_HEADERS)."""
     w = _writer(client, batching)
     payload = b"p" * size
     window: deque[Any] = deque()
     append = w.append_async
     event_ms = time.time_ns() // 1_000_000
     start = time.perf_counter()
-    for _ in range(total):
+    for i in range(total):
         if len(window) >= WINDOW_MESSAGES:
             window.popleft().result(timeout=120)
-        if stamped:
+        if stamped == "varying":
+            window.append(append(payload, timestamp=event_ms, headers=VARYING_HEADERS[i & 4095]))
+        elif stamped:
             window.append(append(payload, timestamp=event_ms, headers=STAMP_HEADERS))
         else:
             window.append(append(payload))
@@ -105,19 +110,23 @@ def stamps_row(client: LedgerClient, messages: int, rounds: int) -> tuple[str, i
     rounds (each round in the other order), same run: the stamped rate and its cost, and the
     client's CPU per message (this process: the producer, the linger and transport threads;
     the steadier figure on a loaded machine)."""
-    rate: dict[bool, list[float]] = {False: [], True: []}
-    cpu_us: dict[bool, list[float]] = {False: [], True: []}
+    kinds: tuple[bool | str, ...] = (False, True, "varying")
+    rate: dict[bool | str, list[float]] = {k: [] for k in kinds}
+    cpu_us: dict[bool | str, list[float]] = {k: [] for k in kinds}
     for r in range(rounds):
-        for with_stamps in ((False, True) if r % 2 == 0 else (True, False)):
+        for kind in kinds[r % 3:] + kinds[:r % 3]:  # each kind first, middle and last in turn
             cpu = time.process_time()
-            rate[with_stamps].append(produce(client, 100, messages, True, stamped=with_stamps))
-            cpu_us[with_stamps].append((time.process_time() - cpu) / messages * 1e6)
+            rate[kind].append(produce(client, 100, messages, True, stamped=kind))
+            cpu_us[kind].append((time.process_time() - cpu) / messages * 1e6)
     p, s = statistics.median(rate[False]), statistics.median(rate[True])
     pc, sc = statistics.median(cpu_us[False]), statistics.median(cpu_us[True])
+    v, vc = statistics.median(rate["varying"]), statistics.median(cpu_us["varying"])
     print(f"100 B batched, medians of {rounds} alternating rounds: plain {p:,.0f} msgs/s ({pc:.2f} us client CPU a "
           f"message), with event time and one header {s:,.0f} msgs/s ({sc:.2f} us): rate {100 * (1 - s / p):.1f}% "
-          f"lower, client CPU {100 * (sc / pc - 1):.1f}% higher (rounds: plain {[round(x) for x in rate[False]]}, "
-          f"stamped {[round(x) for x in rate[True]]})")
+          f"lower, client CPU {100 * (sc / pc - 1):.1f}% higher; a header value of its own per message "
+          f"{v:,.0f} msgs/s ({vc:.2f} us): rate {100 * (1 - v / p):.1f}% lower, client CPU {100 * (vc / pc - 1):.1f}% "
+          f"higher (rounds: plain {[round(x) for x in rate[False]]}, stamped {[round(x) for x in rate[True]]}, "
+          f"varying {[round(x) for x in rate['varying']]})")
     return ("LogWriter batched+stamps x1", 100, s, float("nan"), float("nan"),
             f"event time + 1 header; {100 * (1 - s / p):.1f}% below plain")
 

@@ -31,6 +31,8 @@ from pyspark_ledger.protocol.message_batch import (
     plain_headers_bytes,
 )
 
+assert (NO_TIME, TIME_MS_MAX) == (-9223372036854775808, 9223372036854775807), "OpenBatch.add's literals"
+
 # Bounds of the writer's settings: a batch is one entry, and an entry is at most 4 MiB
 # (ledger.write_handle.ENTRY_BYTES_MAX); a linger longer than a minute is a unit mistake.
 BATCH_BYTES_MAX = 4 * 2**20 - 64 * 2**10  # room for the entry header and the batch columns' slack
@@ -59,8 +61,8 @@ class OpenBatch:
     """Messages gathered for one entry. Touched only under the writer's lock until it is sent;
     then only its future changes."""
 
-    __slots__ = ("payloads", "keys", "event_ms", "headers", "size_bytes", "opened", "future", "_last_headers",
-                 "_last_headers_bytes")
+    __slots__ = ("payloads", "keys", "event_ms", "headers", "size_bytes", "opened", "future", "_last_given",
+                 "_last_headers", "_last_headers_bytes")
 
     def __init__(self, opened: float):
         self.payloads: list[bytes] = []
@@ -73,6 +75,7 @@ class OpenBatch:
         self.future: Future[Place] = Future()
         # The last headers checked by the common path and their size: a producer's next message
         # usually has equal ones, found with one tuple comparison instead of a check.
+        self._last_given: Sequence[Header] = ()  # as given (a tuple, or a list copy), compared as given
         self._last_headers: tuple[Header, ...] = ()
         self._last_headers_bytes = 2
 
@@ -83,19 +86,22 @@ class OpenBatch:
         hs: tuple[Header, ...] = ()
         h_bytes = 2
         if headers:
-            hs = tuple(headers)  # the caller's list may change after append
-            if hs == self._last_headers:  # equal immutable pairs: same sizes, within the bounds already
-                h_bytes = self._last_headers_bytes
+            if headers == self._last_given:  # equal to the last checked ones, pair by pair: reuse them
+                hs, h_bytes = self._last_headers, self._last_headers_bytes
             else:
+                hs = tuple(headers)  # the caller's list may change after append
                 h_bytes = plain_headers_bytes(hs)
-                if h_bytes >= 0:
+                if h_bytes >= 0:  # immutable pairs: kept for the next messages (a copy of what was given)
+                    self._last_given = hs if type(headers) is tuple else list(hs)
                     self._last_headers, self._last_headers_bytes = hs, h_bytes
                 else:
                     h_bytes = headers_bytes(hs)  # the full check: raises naming the bound, or accepts
                     hs = tuple((k, bytes(v)) for k, v in hs)  # copies: a list pair or bytearray may change later
         if key is not None:
             check_key(key)
-        if event_ms is not None and (type(event_ms) is not int or not NO_TIME < event_ms <= TIME_MS_MAX):
+        # The bounds as literals (NO_TIME < t <= TIME_MS_MAX; asserted at import): no global lookups.
+        if event_ms is not None and (type(event_ms) is not int or
+                                     not -9223372036854775808 < event_ms <= 9223372036854775807):
             event_ms = checked_time_ms(event_ms)  # an int-like, or out of range: converted, or refused by name
         payloads = self.payloads
         i = len(payloads)

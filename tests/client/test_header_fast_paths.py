@@ -67,3 +67,15 @@ def test_a_message_refused_after_its_headers_were_checked_leaves_the_batch_exact
     b.add(b"next", None, None, [("b", b"2")])
     assert b.encode(T) == slow_encode(b)
     assert decode_batch(b.encode(T)).headers(1) == [("b", b"2")]
+
+
+def test_the_same_list_changed_between_appends_is_checked_again() -> None:
+    given = [("trace", b"ok")]
+    b = fill([(None, given), (None, given)])
+    given[0] = ("trace", b"v" * (HEADER_VALUE_BYTES_MAX + 1))  # the producer reuses its list
+    with pytest.raises(MessageBoundError, match="HEADER_VALUE_BYTES_MAX"):
+        b.add(b"big", None, None, given)
+    given[0] = ("trace", b"other")
+    b.add(b"other", None, None, given)
+    got = decode_batch(b.encode(T))
+    assert [got.headers(i) for i in range(3)] == [[("trace", b"ok")]] * 2 + [[("trace", b"other")]]
