@@ -35,9 +35,9 @@ cpu0 = time.process_time()
 with LedgerClient(uri) as client:
     if kind == "handle":
         rate = throughput(client, size, total)
-    elif kind == "batched":
+    elif kind in ("batched", "stamped"):  # stamped: an event time and one header (log_writer_rows.py)
         from log_writer_rows import produce
-        rate = produce(client, size, total, True)
+        rate = produce(client, size, total, True, stamped=kind == "stamped")
     else:
         import inspect
         kw = {{"batching": False}} if "batching" in inspect.signature(client.open_log_writer).parameters else {{}}
@@ -71,7 +71,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--entries", type=int, default=20_000)
     ap.add_argument("--size", type=int, default=1024)
-    ap.add_argument("--kinds", default="handle,log", help="comma-separated: handle, log (unbatched), batched")
+    ap.add_argument("--kinds", default="handle,log",
+                    help="comma-separated: handle, log (unbatched), batched, stamped (batched with an event time and a header)")
     args = ap.parse_args()
     sys.path.insert(0, str(REPO))
     from pyspark_ledger.testing.local_cluster import LocalCluster
@@ -80,7 +81,7 @@ def main() -> None:
     trees = {"before": args.before.resolve(), "after": REPO}
     with tempfile.TemporaryDirectory(prefix="before-after-") as tmp, LocalZooKeeper(Path(tmp) / "zk") as zk, \
             LocalCluster(3, metadata_uri=zk.uri("/ab"), work_dir=Path(tmp) / "cluster") as cluster:
-        if "batched" in args.kinds:
+        if "batched" in args.kinds or "stamped" in args.kinds:
             from pyspark_ledger.client import LedgerClient
             from pyspark_ledger.testing.message_batches import set_message_batches
             with LedgerClient(cluster.metadata_uri) as client:
@@ -93,7 +94,7 @@ def main() -> None:
                     got[name].append(measure(trees[name], cluster.metadata_uri, args.size, args.entries, kind))
             b, a = (statistics.median(x for x, _ in got[n]) for n in ("before", "after"))
             bc, ac = (statistics.median(c for _, c in got[n]) for n in ("before", "after"))
-            how = "batched" if kind == "batched" else "unbatched"
+            how = {"batched": "batched", "stamped": "batched, event time + 1 header"}.get(kind, "unbatched")
             print(f"{kind:>7} {args.size} B E3W3A2 {how}, medians of {args.rounds} alternating rounds: "
                   f"before {b:,.0f}/s, after {a:,.0f}/s, after/before {a / b:.3f}; client CPU per add "
                   f"before {bc:.1f} us, after {ac:.1f} us, after/before {ac / bc:.3f} "

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from operator import is_
 
 from metadata import LedgerId
 from pyspark_ledger.log.position import Position
@@ -61,8 +62,8 @@ class OpenBatch:
     """Messages gathered for one entry. Touched only under the writer's lock until it is sent;
     then only its future changes."""
 
-    __slots__ = ("payloads", "keys", "event_ms", "headers", "size_bytes", "opened", "future", "_last_given",
-                 "_last_headers", "_last_headers_bytes")
+    __slots__ = ("payloads", "keys", "event_ms", "headers", "size_bytes", "opened", "future", "_last_headers",
+                 "_last_headers_bytes")
 
     def __init__(self, opened: float):
         self.payloads: list[bytes] = []
@@ -75,7 +76,6 @@ class OpenBatch:
         self.future: Future[Place] = Future()
         # The last headers checked by the common path and their size: a producer's next message
         # usually has equal ones, found with one tuple comparison instead of a check.
-        self._last_given: Sequence[Header] = ()  # as given (a tuple, or a list copy), compared as given
         self._last_headers: tuple[Header, ...] = ()
         self._last_headers_bytes = 2
 
@@ -86,13 +86,16 @@ class OpenBatch:
         hs: tuple[Header, ...] = ()
         h_bytes = 2
         if headers:
-            if headers == self._last_given:  # equal to the last checked ones, pair by pair: reuse them
-                hs, h_bytes = self._last_headers, self._last_headers_bytes
+            last = self._last_headers
+            n = len(headers)
+            if n == len(last) and (headers[0] is last[0] if n == 1 else all(map(is_, headers, last))):
+                # The very pairs last checked (immutable tuples of str and bytes): reuse them, no copy
+                # and no check; compared by identity, so a list changed since cannot pass.
+                hs, h_bytes = last, self._last_headers_bytes
             else:
                 hs = tuple(headers)  # the caller's list may change after append
                 h_bytes = plain_headers_bytes(hs)
-                if h_bytes >= 0:  # immutable pairs: kept for the next messages (a copy of what was given)
-                    self._last_given = hs if type(headers) is tuple else list(hs)
+                if h_bytes >= 0:  # immutable pairs: kept for the next messages
                     self._last_headers, self._last_headers_bytes = hs, h_bytes
                 else:
                     h_bytes = headers_bytes(hs)  # the full check: raises naming the bound, or accepts
