@@ -41,7 +41,7 @@ def test_fast_paths_make_the_same_bytes_and_sizes_as_the_general_one(seed: int) 
     data = b.encode(T)
     assert data == slow_encode(b)
     # Mutable pairs take the full path at every message: the same sizes, the same bytes.
-    full = fill([(e, None if h is None else [list(p) for p in h]) for e, h in messages])  # type: ignore[misc]
+    full = fill([(e, None if h is None else [list(p) for p in h]) for e, h in messages])  # type: ignore[misc]  # list pairs on purpose
     assert b.size_bytes == full.size_bytes and data == full.encode(T)
     got = decode_batch(data)
     for k, (_, headers) in enumerate(messages):
@@ -53,10 +53,10 @@ def test_a_header_over_its_bound_is_refused_even_after_equal_keys_passed() -> No
     with pytest.raises(MessageBoundError, match="HEADER_VALUE_BYTES_MAX"):
         b.add(b"big", None, None, [("trace", b"v" * (HEADER_VALUE_BYTES_MAX + 1))])
     pair = ["trace", b"ok"]  # a mutable pair: checked every time, never taken as equal to a checked one
-    b.add(b"list", None, None, [pair])  # type: ignore[list-item]
+    b.add(b"list", None, None, [pair])  # type: ignore[list-item]  # a list pair on purpose
     pair[1] = b"v" * (HEADER_VALUE_BYTES_MAX + 1)
     with pytest.raises(MessageBoundError, match="HEADER_VALUE_BYTES_MAX"):
-        b.add(b"list again", None, None, [pair])  # type: ignore[list-item]
+        b.add(b"list again", None, None, [pair])  # type: ignore[list-item]  # a list pair on purpose
     assert len(b.payloads) == 4 and decode_batch(b.encode(T)).count == 4
 
 
