@@ -44,7 +44,9 @@ def test_the_calling_thread_and_its_new_threads_are_niced_the_others_not() -> No
         out["child"] = child[0]
 
     out = in_thread(run)
-    expected = min(int(out["before"]) + 3, NICE_MAX)  # type: ignore[call-overload]
+    before = out["before"]
+    assert isinstance(before, int)
+    expected = min(before + 3, NICE_MAX)
     assert out["after"] == out["returned"] == expected
     assert out["child"] == expected, "a thread started afterwards inherits the niceness"
     assert os.getpriority(os.PRIO_PROCESS, 0) == mine, "the other threads keep theirs"
