@@ -16,7 +16,11 @@ runs on the other bookies; reported beside this disk's write-and-fsync bandwidth
 same run (machine_speed.write_fsync_mb_s), the acceptance floor min(50, 0.5 x disk / 3) MB/s, the
 writer's adds/s during the copy against without it, and the load average.
 
+--compare-args ARGS runs each bulk round twice, the service with its defaults and with ARGS
+(e.g. '--cpu-nice 0'), alternating the order round by round, and prints the two tables.
+
     python bench/autorecovery_bench.py [--ledgers 200] [--scan-rate 500] [--rounds 1] [--gb 1]
+                                       [--compare-args '--cpu-nice 0']
 """
 
 from __future__ import annotations
@@ -121,28 +125,38 @@ def main() -> None:
     ap.add_argument("--skip-small", action="store_true", help="only the bulk rounds")
     ap.add_argument("--rereplication-rate-mb-s", type=float, default=None,
                     help="the bulk rounds' service rate (default: the service's default, 50)")
+    ap.add_argument("--compare-args", default=None,
+                    help="also run every bulk round with these extra service arguments (e.g. '--cpu-nice 0'), "
+                         "alternating (each round in the other order), and print both side by side")
     args = ap.parse_args()
     print(machine_speed_line())
-    bulk: list[tuple[BulkResult, float, tuple[float, ...]]] = []
+    bulk: list[tuple[str, BulkResult, float, tuple[float, ...]]] = []
     with tempfile.TemporaryDirectory(prefix="autorecovery-bench-") as tmp:
         zk = LocalZooKeeper(Path(tmp) / "zk")
         zk.start()
         try:
             results = [] if args.skip_small else [one_round(zk, Path(tmp), n, args.ledgers, args.scan_rate)
                                                   for n in range(args.rounds)]
+            variants = [("default", [])] + ([(args.compare_args, args.compare_args.split())] if args.compare_args else [])
             for n in range(args.rounds if args.gb > 0 else 0):
-                disk_mb_s = write_fsync_mb_s(tmp)  # the same disk, the same run, just before the round
-                work = Path(tmp) / f"bulk-{n}"
-                work.mkdir()
-                extra = [] if args.rereplication_rate_mb_s is None else [
-                    "--rereplication-rate-mb-s", str(args.rereplication_rate_mb_s)]
-                bulk.append((bulk_round(zk.uri(f"/bulk-{n}"), work, args.gb, *extra), disk_mb_s, os.getloadavg()))
+                for label, more in variants if n % 2 == 0 else variants[::-1]:
+                    disk_mb_s = write_fsync_mb_s(tmp)  # the same disk, the same run, just before the round
+                    work = Path(tmp) / f"bulk-{n}-{len(bulk)}"
+                    work.mkdir()
+                    extra = ([] if args.rereplication_rate_mb_s is None else [
+                        "--rereplication-rate-mb-s", str(args.rereplication_rate_mb_s)]) + more
+                    result = bulk_round(zk.uri(f"/bulk-{n}-{len(bulk)}"), work, args.gb, *extra)
+                    bulk.append((label, result, disk_mb_s, os.getloadavg()))
+                    print(f"round {n} {label}: {result.mb_per_s:.1f} MB/s, writer {result.writer_adds_per_s_during:,.0f}"
+                          f" of {result.writer_adds_per_s_without:,.0f} adds/s ({result.writer_ratio:.2f}), load "
+                          f"{os.getloadavg()[0]:.1f}", flush=True)
         finally:
             zk.stop()
     if results:
         print_small(args, results)
-    if bulk:
-        print_bulk(args.gb, bulk, args.rereplication_rate_mb_s)
+    for label in dict.fromkeys(label for label, *_ in bulk):
+        print_bulk(args.gb, [(r, disk, load) for lb, r, disk, load in bulk if lb == label],
+                   args.rereplication_rate_mb_s, "" if label == "default" else label)
 
 
 def print_small(args: argparse.Namespace, results: list[dict[str, float]]) -> None:
@@ -155,8 +169,10 @@ def print_small(args: argparse.Namespace, results: list[dict[str, float]]) -> No
         print(f"{k:<24} {statistics.median(values):>12.2f}  {' '.join(f'{v:.2f}' for v in values)}")
 
 
-def print_bulk(gb: float, rounds: list[tuple[BulkResult, float, tuple[float, ...]]], rate: float | None) -> None:
-    at = "its default rate (50 MB/s)" if rate is None else f"--rereplication-rate-mb-s {rate:g}"
+def print_bulk(gb: float, rounds: list[tuple[BulkResult, float, tuple[float, ...]]], rate: float | None,
+               more: str) -> None:
+    at = ("its default rate (50 MB/s)" if rate is None else f"--rereplication-rate-mb-s {rate:g}") + (
+        f" and {more}" if more else "")
     print(f"\nbulk: a lost bookie holding {gb:g} GB (256 KiB entries, E3W3A2), ledger autorecovery at {at}, "
           f"a writer of 1 KiB adds on the other bookies; median of {len(rounds)} round(s)")
     rows: dict[str, list[float]] = {}

@@ -19,6 +19,11 @@ adds, 100 B and 1 KiB, alternating rounds, medians (issue 30 item 2).
                                  [--run-entries 200000] [--run-rounds 3] [--no-runs]
     python bench/client_bench.py --journal-dir-layouts [--rounds 3] --no-nats
     python bench/client_bench.py --stamps-only [--log-messages 300000] [--log-rounds 5]
+    python bench/client_bench.py --disk-ratio-only [--log-messages 300000] [--log-rounds 3]
+
+The LogWriter rows include batched 1 KiB messages against this disk's write + fdatasync bandwidth
+divided by three, both measured alternately in the same run (bench/log_writer_rows.py
+disk_ratio_row); --disk-ratio-only runs that row alone.
 
 --journal-dir-layouts measures, in the same run, bookies with today's single --data-dir against
 bookies with a --journal-dir of their own and two --ledger-dirs (all on this machine's one disk),
@@ -117,6 +122,20 @@ def stamps_only(args: argparse.Namespace) -> None:
     print(row)
 
 
+def disk_ratio_only(args: argparse.Namespace) -> None:
+    from log_writer_rows import disk_ratio_row
+
+    from pyspark_ledger.testing.message_batches import set_message_batches
+
+    with tempfile.TemporaryDirectory(prefix="client-bench-") as tmp, LocalZooKeeper(Path(tmp) / "zk") as zk, \
+            LocalCluster(3, metadata_uri=zk.uri("/bench-disk"), work_dir=Path(tmp) / "log-writer") as cluster, \
+            LedgerClient(cluster.metadata_uri) as client:
+        set_message_batches(client, True)
+        print(machine_speed_line())
+        row = disk_ratio_row(client, args.log_messages, args.log_rounds, str(cluster.work_dir))
+    print(row)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--entries", type=int, default=100_000)
@@ -133,7 +152,12 @@ def main() -> None:
     ap.add_argument("--run-entries", type=int, default=200_000, help="entries per add_entries_async round")
     ap.add_argument("--run-rounds", type=int, default=3, help="alternating runs/singles rounds")
     ap.add_argument("--no-runs", action="store_true", help="skip the add_entries_async rows")
+    ap.add_argument("--disk-ratio-only", action="store_true",
+                    help="only batched 1 KiB messages against this disk's write + fdatasync bandwidth / 3 (issue 30)")
     args = ap.parse_args()
+    if args.disk_ratio_only:
+        disk_ratio_only(args)
+        return
     if args.stamps_only:
         stamps_only(args)
         return
@@ -156,11 +180,13 @@ def main() -> None:
                     rate, p50, p99 = (statistics.median(run[size][k] for run in runs[layout]) for k in range(3))
                     rows.append((name, size, rate, p50, p99, "acked after fdatasync (group commit) on 2 of 3 bookies"))
             if not args.no_log_writer:
+                from log_writer_rows import disk_ratio_row
                 from log_writer_rows import rows as log_writer_rows
 
                 with LocalCluster(3, metadata_uri=zk.uri("/bench-log-writer"), work_dir=Path(tmp) / "log-writer") as cluster:
                     with LedgerClient(cluster.metadata_uri) as client:
                         rows += log_writer_rows(client, args.log_messages, args.log_rounds)
+                        rows.append(disk_ratio_row(client, args.log_messages, args.log_rounds, str(cluster.work_dir)))
             if not args.no_runs:
                 from run_rows import rows as run_rows
 

@@ -7,6 +7,10 @@
   the measured peak (a burst every PACE_TICK_S);
 - compare: alternating rounds of batched and unbatched 100-byte messages from one producer, in
   the same run, reported as medians and their ratio;
+- disk ratio (issue 30): alternating rounds of this disk's sequential write + fdatasync bandwidth
+  (machine_speed.write_fsync_mb_s, in the bookies' own directory) and batched 1 KiB messages from
+  one producer, same run, medians: the messages' MB/s against the disk's divided by three (three
+  bookies on one disk journal every byte three times), the issue's bound being 0.8;
 - stamps (issue 32): alternating rounds of batched 100-byte messages without and with an event
   time and one header (("trace", 16 bytes): the same for every message, and a value of its own
   per message), same run, medians and the cost of the stamps.
@@ -129,6 +133,38 @@ def stamps_row(client: LedgerClient, messages: int, rounds: int) -> tuple[str, i
           f"varying {[round(x) for x in rate['varying']]})")
     return ("LogWriter batched+stamps x1", 100, s, float("nan"), float("nan"),
             f"event time + 1 header; {100 * (1 - s / p):.1f}% below plain")
+
+
+DISK_RATIO_BOUND = 0.8  # issue 30: batched 1 KiB messages >= 0.8 x disk write+fsync / 3
+
+
+def disk_ratio_row(client: LedgerClient, messages: int, rounds: int,
+                   directory: str) -> tuple[str, int, float, float, float, str]:
+    """Batched 1 KiB messages (MB/s) against this disk's write + fdatasync bandwidth / 3,
+    measured alternately in the same run (each round in the other order), medians; the client's
+    CPU per message beside it."""
+    from machine_speed import write_fsync_mb_s
+
+    disk: list[float] = []
+    rate: list[float] = []
+    cpu_us: list[float] = []
+    for r in range(rounds):
+        for step in (("disk", "messages") if r % 2 == 0 else ("messages", "disk")):
+            if step == "disk":
+                disk.append(write_fsync_mb_s(directory))
+                continue
+            cpu = time.process_time()
+            rate.append(produce(client, 1024, messages, True))
+            cpu_us.append((time.process_time() - cpu) / messages * 1e6)
+    d, m, c = statistics.median(disk), statistics.median(rate), statistics.median(cpu_us)
+    mb_s = m * 1024 / 1e6
+    ratio = mb_s / (d / 3)
+    print(f"1 KiB batched from one producer, medians of {rounds} alternating rounds: {m:,.0f} msgs/s = {mb_s:.1f} MB/s "
+          f"({c:.2f} us client CPU a message); disk write + fdatasync {d:,.0f} MB/s, / 3 = {d / 3:.1f} MB/s; ratio "
+          f"{ratio:.2f} (bound {DISK_RATIO_BOUND}: {'met' if ratio >= DISK_RATIO_BOUND else 'NOT met'}) (rounds: "
+          f"messages {[round(x) for x in rate]}, disk {[round(x) for x in disk]} MB/s)")
+    return ("LogWriter batched vs disk/3", 1024, m, float("nan"), float("nan"),
+            f"{ratio:.2f} of disk write+fsync/3 ({d:,.0f} MB/s / 3)")
 
 
 def rows(client: LedgerClient, messages: int, rounds: int) -> list[tuple[str, int, float, float, float, str]]:

@@ -10,8 +10,8 @@ from bookie.storage import records
 from bookie.storage.engine_types import _locations
 from bookie.storage.entry_log import EntryLogs
 from bookie.storage.errors import RecordFormatError
-from bookie.storage.group_commit import KIND_ADD, KIND_LAC, JournalItem
 from bookie.storage.journal import JournalPosition
+from bookie.storage.journal_queue import KIND_ADD, KIND_LAC, JournalItem
 from bookie.storage.ledger_table import LedgerTable
 
 log = logging.getLogger(__name__)

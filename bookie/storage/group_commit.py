@@ -1,4 +1,4 @@
-"""Group commit: a bounded queue of journal items, the journal thread and the apply thread.
+"""Group commit: the journal thread and the apply thread (their queue: bookie/storage/journal_queue.py).
 
 The journal thread takes everything queued (greedy, up to a group byte limit), writes it with
 ONE write and ONE fdatasync, and hands the group to the apply thread, which appends the
@@ -20,173 +20,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 from bookie.status import Status
 from bookie.storage.config import JOURNAL_IDLE_WAKE_S
-from bookie.storage.errors import ensure
 from bookie.storage.journal import JournalPosition, JournalWriter
+from bookie.storage.journal_queue import KIND_ADD, JournalItem, JournalQueue
 from bookie.storage.stats import StorageStats
 
 log = logging.getLogger(__name__)
-
-KIND_ADD = 1
-KIND_LAC = 2
-KIND_CONTROL = 3  # master key, fence, delete: nothing to apply after durability
-
-Callback = Callable[[Status], None]
-
-
-class JournalItem:
-    """One request's journal records. `parts` are the framed records (header, body, ...),
-    joined with the rest of the group by the journal thread. Adds reserve their bytes against
-    the pending bound; control items (fence, LAC, delete) reserve nothing: each is a few dozen
-    bytes and its caller blocks until it is durable, so the caller threads bound their number."""
-
-    __slots__ = ("parts", "size", "reserved_bytes", "kind", "ledger", "payload", "on_done")
-
-    def __init__(self, parts: tuple[bytes, ...], kind: int, ledger: tuple[int, int],
-                 payload: Any, on_done: Callback | None, reserved_bytes: int = 0) -> None:
-        self.parts = parts
-        self.size = sum(len(p) for p in parts)
-        self.reserved_bytes = reserved_bytes
-        self.kind = kind
-        self.ledger = ledger
-        self.payload = payload
-        self.on_done = on_done
-
-
-class JournalQueue:
-    def __init__(self, pending_bytes_max: int) -> None:
-        self._pending_bytes_max = pending_bytes_max
-        self._lock = threading.Lock()
-        self._work = threading.Condition(self._lock)
-        self._space = threading.Condition(self._lock)
-        self._items: deque[JournalItem] = deque()
-        self._pending_bytes = 0
-        self._closed = False
-        self._taker_waiting = False
-        # A writer (the journal thread, or a caller writing inline) owns the journal between
-        # taking items and finishing their write: writes, and so journal order, never interleave.
-        self._writing = False
-        self._write_done = threading.Condition(self._lock)
-        # Condition.notify is Python code: the per-add path skips it when the condition's own
-        # waiter list (CPython's Condition._waiters) is empty, the common case.
-
-    def has_items(self) -> bool:
-        return bool(self._items)
-
-    @property
-    def pending_bytes(self) -> int:
-        return self._pending_bytes
-
-    @property
-    def pending_bytes_max(self) -> int:
-        return self._pending_bytes_max
-
-    def reserve(self, nbytes: int, timeout_s: float) -> bool:
-        """Reserve room for `nbytes` of adds, waiting at most `timeout_s`. False = busy.
-        After close the reservation succeeds so the caller's push fails with a clear reason."""
-        ensure(0 < nbytes <= self._pending_bytes_max, "reservation larger than the bound")
-        with self._lock:
-            if not self._space.wait_for(
-                lambda: self._closed or self._pending_bytes + nbytes <= self._pending_bytes_max,
-                timeout_s,
-            ):
-                return False
-            self._pending_bytes += nbytes
-            return True
-
-    def release(self, nbytes: int) -> None:
-        if not nbytes:
-            return
-        with self._lock:
-            self._pending_bytes -= nbytes
-            ensure(self._pending_bytes >= 0, "pending bytes went negative")
-            if self._space._waiters:  # type: ignore[attr-defined]  # Condition's private waiter list
-                self._space.notify_all()
-
-    def push(self, item: JournalItem) -> bool:
-        """Non-blocking; False once the queue is closed (shutdown or journal failure)."""
-        with self._lock:
-            if self._closed:
-                return False
-            self._items.append(item)
-            if self._taker_waiting:  # Condition.notify is Python code: skip it when no one waits
-                self._work.notify()
-            return True
-
-    def claim_idle(self) -> bool:
-        """Claim the journal for an inline write: only when nothing is queued and no one is
-        writing (so journal order stays arrival order). Pair with `end_write()`."""
-        with self._lock:
-            if self._items or self._writing or self._closed:
-                return False
-            self._writing = True
-            return True
-
-    def end_write(self) -> None:
-        """The current writer is done: the journal thread may take the next group."""
-        with self._lock:
-            self._writing = False
-            if self._items and self._taker_waiting:
-                self._work.notify()
-            if self._write_done._waiters:  # type: ignore[attr-defined]  # Condition's private waiter list
-                self._write_done.notify_all()
-
-    def wait_no_writer(self, timeout_s: float) -> bool:
-        """Wait (bounded) until no one is writing: shutdown must not close files under an
-        inline writer. True if idle."""
-        with self._lock:
-            return self._write_done.wait_for(lambda: not self._writing, timeout_s)
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            self._work.notify_all()
-            self._space.notify_all()
-
-    def reopen(self) -> None:
-        """After a journal failure, once the failed committer's threads are gone and the journal
-        is replaced (bookie.writable_again): take items again. Reservations stay counted here."""
-        with self._lock:
-            self._closed = False
-
-    def take(self, group_bytes_max: int, idle_wait_s: float, group_wait_s: float) -> list[JournalItem] | None:
-        """Drain a group: at least one item, then greedily more while under the byte limit.
-        Waits at most `idle_wait_s` for the first item and `group_wait_s` for more.
-        Returns [] when idle, None when closed and empty."""
-        with self._lock:
-            if not self._items or self._writing:
-                if self._closed and not self._items:
-                    return None
-                self._taker_waiting = True
-                try:
-                    self._work.wait(idle_wait_s)
-                finally:
-                    self._taker_waiting = False
-                if not self._items or self._writing:
-                    return None if self._closed and not self._items else []
-            self._writing = True  # released by end_write() once the group is written
-            group = [self._items.popleft()]
-            total = group[0].size
-            deadline = time.monotonic() + group_wait_s if group_wait_s > 0 else 0.0
-            while True:
-                while self._items and total + self._items[0].size <= group_bytes_max:
-                    item = self._items.popleft()
-                    group.append(item)
-                    total += item.size
-                if self._items or total >= group_bytes_max or self._closed or not deadline:
-                    return group
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return group
-                self._taker_waiting = True
-                try:
-                    self._work.wait(remaining)
-                finally:
-                    self._taker_waiting = False
-
 
 ApplyGroup = Callable[[list[JournalItem], JournalPosition], None]
 

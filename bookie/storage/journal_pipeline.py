@@ -11,7 +11,7 @@ from pathlib import Path
 
 from bookie.storage.config import CLOSE_TIMEOUT_S, StorageConfig
 from bookie.storage.errors import InvariantError
-from bookie.storage.group_commit import ApplyGroup, GroupCommitter, JournalQueue
+from bookie.storage.group_commit import ApplyGroup, GroupCommitter
 from bookie.storage.journal import (
     JournalPosition,
     JournalWriter,
@@ -21,6 +21,7 @@ from bookie.storage.journal import (
     list_journal_seqs,
     replay_journal,
 )
+from bookie.storage.journal_queue import JournalQueue
 from bookie.storage.stats import StorageStats
 
 log = logging.getLogger(__name__)

@@ -17,8 +17,8 @@ from bookie.storage import records
 from bookie.storage.config import ENTRY_ID_MAX, LAC_NONE, MASTER_KEY_BYTES_MAX, StorageConfig
 from bookie.storage.engine_types import LedgerKey, _normalize_key, _valid_ledger, _Waiter
 from bookie.storage.format_version import FormatState
-from bookie.storage.group_commit import KIND_ADD, KIND_CONTROL, KIND_LAC, JournalItem
 from bookie.storage.journal_pipeline import JournalPipeline
+from bookie.storage.journal_queue import KIND_ADD, KIND_CONTROL, KIND_LAC, JournalItem
 from bookie.storage.ledger_table import LedgerTable
 from bookie.storage.modes import EngineModes
 from bookie.storage.stats import StorageStats
@@ -98,7 +98,7 @@ class WritePath:
             if meta is not None and meta.fenced and not recovery:
                 status = Status.FENCED
             if status is None:
-                item = JournalItem(key_record + batch.parts, KIND_ADD, ledger, batch, on_done, reserved)
+                item = JournalItem(key_record + batch.parts, KIND_ADD, ledger, batch, on_done, reserved, bulk=recovery)
                 # Claimed under this lock, so a fence that follows is journaled after this add.
                 if allow_inline and committer is not None and committer.claim_inline():
                     inline = item

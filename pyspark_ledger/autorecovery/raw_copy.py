@@ -42,11 +42,13 @@ COPY_TIMEOUT_S = 60.0
 # Bytes and batches one copy has sent and not yet had acknowledged. A replacement's journal writes
 # its adds in arrival order, so a writer's small add waits behind every copy byte queued there:
 # with 16 MiB per copy and 4 copies a running writer fell to 0.14 of its rate (1 GB bench), with
-# 4 MiB in batches of 1 MiB it keeps about half (issue 30's report). 4 MiB still covers a round
-# trip at the default 50 MB/s many times over.
+# 4 MiB in batches of 1 MiB it kept about half (issue 30's report). The bookie now journals recovery
+# adds as bulk items (bookie/storage/journal_queue.py): at most BULK_GROUP_BYTES_MAX (512 KiB) of
+# them ride in one group commit, so a batch is at most that too (a batch is one journal item),
+# and 4 of them, 2 MiB, still cover a round trip at the default 50 MB/s many times over.
 IN_FLIGHT_BYTES_MAX = 4 * 2**20
 IN_FLIGHT_BATCHES_MAX = 4
-COPY_BATCH_BYTES_MAX = 2**20  # also below a bookie's pending-add limit (64 MiB by default)
+COPY_BATCH_BYTES_MAX = 512 * 2**10  # also below a bookie's pending-add limit (64 MiB by default)
 READ_ANSWER_BYTES_MAX = 8 * 2**20  # per range read; the bookie caps it too (READ_RESPONSE_BYTES_MAX)
 READS_PER_SOURCE_MAX = 4096  # continued range reads of one bookie in one window (each returns >= 1 entry)
 

@@ -16,6 +16,7 @@ from metadata.ephemeral_lock import read_lock
 from metadata.paths import BOOKIE_COOKIES, audited_bookie_path, replication_lock_path
 from metadata.underreplication import UnderReplicationManager
 from pyspark_ledger.autorecovery.bookie_states import DOWN, READ_ONLY, UP, BookieState
+from pyspark_ledger.autorecovery.cpu_priority import CPU_NICE_DEFAULT
 from pyspark_ledger.cli.output import print_json, print_table
 
 if TYPE_CHECKING:
@@ -41,6 +42,9 @@ def add_parsers(sub: Any) -> None:
                    help="replication workers in this process: ledgers copied at once (default 4)")
     p.add_argument("--rereplication-rate-mb-s", type=float, default=50.0,
                    help="MB (10^6 bytes) per second re-replication copies at most, all workers together (default 50)")
+    p.add_argument("--cpu-nice", type=int, default=CPU_NICE_DEFAULT,
+                   help="add this to the process's CPU niceness, like nice -n: copies yield the cores to running "
+                        "writers (0..19; default 10; 0 leaves it as it is)")
     p.add_argument("--open-ledger-grace-s", type=float, default=30.0,
                    help="an OPEN ledger is fenced and closed for re-replication after its mark is this old (default 30)")
     p.add_argument("--no-auditor", action="store_true", help="run workers only, never stand for auditor")
@@ -67,6 +71,7 @@ def add_parsers(sub: Any) -> None:
 
 
 def autorecovery(client: LedgerClient, args: argparse.Namespace) -> int:
+    from pyspark_ledger.autorecovery.cpu_priority import check_cpu_nice, lower_cpu_priority
     from pyspark_ledger.autorecovery.offload_task import OffloadTaskSettings
     from pyspark_ledger.autorecovery.retention_task import RetentionSettings
     from pyspark_ledger.autorecovery.service import AutorecoveryService, AutorecoverySettings
@@ -84,6 +89,7 @@ def autorecovery(client: LedgerClient, args: argparse.Namespace) -> int:
                                     retention=RetentionSettings(interval_s=args.retention_interval_s,
                                                                 logs_per_pass=args.retention_logs_per_pass),
                                     offload=OffloadTaskSettings(interval_s=args.offload_interval_s))
+    lower_cpu_priority(check_cpu_nice(args.cpu_nice, "--cpu-nice"))  # before the service's threads start
     service = AutorecoveryService(client.context, settings, logs=client, subscriptions=store_subscriptions(client.store),
                                   offload_client=client)
     stop = threading.Event()

@@ -35,6 +35,7 @@ WRITER_ENTRY_BYTES = 1024
 BASELINE_S = 6.0  # the writer's rate without re-replication: this long before the kill, and after
 POLL_S = 0.25
 WAIT_S_MAX = 1800.0
+SERVICE_START_S_MAX = 300.0
 COUNTERS = ("autorecovery_rereplicated_bytes_total", "autorecovery_rereplicated_entries_total",
             "autorecovery_audit_metadata_requests_total", "autorecovery_audit_scanned_ledgers_total",
             "autorecovery_rereplicated_ledgers_total")
@@ -48,6 +49,19 @@ def counters(port: int) -> dict[str, float]:
         if name in out:
             out[name] = float(value)
     return out
+
+
+def wait_for_metrics(port: int, service: Autorecovery) -> None:
+    deadline = time.monotonic() + SERVICE_START_S_MAX
+    while True:
+        try:
+            counters(port)
+            return
+        except OSError:
+            if time.monotonic() > deadline or service.proc.poll() is not None:
+                raise AssertionError(f"the service's metrics did not answer within {SERVICE_START_S_MAX:g} s; "
+                                     f"see {service.log_path}") from None
+            time.sleep(POLL_S)
 
 
 def write_victim_ledgers(uri: str, victim: str, others: list[str], size_bytes: int) -> Written:
@@ -146,7 +160,8 @@ def bulk_round(zk_uri: str, work: Path, size_gb: float, *extra_args: str, check_
         writer = RunningWriter(uri, [b.bookie_id for b in others[:3]]).start()
         port = free_port()
         service = Autorecovery(uri, work / "autorecovery.log", "--metrics-port", str(port), *extra_args)
-        time.sleep(baseline_s)  # the service starts and is elected; the writer's baseline
+        wait_for_metrics(port, service)  # a niced service on a busy machine may take a while to start
+        time.sleep(baseline_s)  # the service is elected; the writer's baseline
         with LedgerClient(uri, add_timeout_s=60) as client:
             killed = time.monotonic()
             victim.kill()

@@ -134,7 +134,7 @@ def check_every_copy(client: LedgerClient, written: Written) -> int:
                 bookie = ensemble[slot]
                 resp = client.pool.get(bookie).read((lid.scope_id, lid.id), e, e, timeout_s=30)
                 assert list(resp.entry_status) == [0] and len(resp.entries) == 1, \
-                    f"{lid} entry {e}: bookie {bookie} answered {list(resp.entry_status)} {resp.message}"
+                    f"{lid} entry {e}: bookie {bookie} answered status {resp.status} {list(resp.entry_status)} {resp.message}"
                 got = decode_entry(digest, resp.entries[0], lid.scope_id, lid.id, e).payload
                 assert bytes(got) == expected, f"{lid} entry {e}: bookie {bookie} holds different bytes"
                 checked += 1

@@ -7,7 +7,7 @@ import threading
 import time
 from pathlib import Path
 
-from bookie.storage.group_commit import KIND_CONTROL, JournalItem, JournalQueue
+from bookie.storage.journal_queue import KIND_CONTROL, JournalItem, JournalQueue
 
 
 def _item(tag: bytes) -> JournalItem:
