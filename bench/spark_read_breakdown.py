@@ -5,12 +5,14 @@ N entries of 100 B) once, then times (after one untimed run of every query, so t
 path before any query is timed), each as the median of --rounds runs after a warm-up, with
 the CPU each kind of process (the JVM, its Python workers, the bookies) spent per run:
 
-  spark ledger      spark.read.format("ledger") ... noop sink: the whole query
+  spark ledger      spark.read.format("ledger") ... noop sink: the whole query (all six
+                    metadata columns, and again with metadataColumns=none)
   spark parquet     the same rows as Parquet, noop sink
   spark replay      a Python data source that yields the very batches our reader produced,
                     from memory: Spark's own cost of a Python source (planning, task launch,
                     Arrow from the Python worker to the JVM, rows into the noop sink), without
-                    any ledger work; the floor a Python data source can reach here
+                    any ledger work; the floor a Python data source can reach here (with
+                    "data columns only": the floor of a read with metadataColumns=none)
   spark replay data the same, with the data columns only (no log, seq, ledger, entry, index,
                     timestamp): what the metadata columns cost Spark per row
   spark replay 5    the data columns and log, seq, ledger (two strings and a long)
@@ -194,8 +196,9 @@ def reader_alone(uri: str, schema: StructType, work: Path, rounds: int, profile:
 
 def spark_figures(spark: SparkSession, uri: str, work: Path, parts: int, columns: int, rounds: int) -> dict[str, float]:
     """Median seconds of each Spark query of the module doc (CPU per process kind in CPU)."""
-    def ledger(name: str) -> None:
-        noop(spark.read.format("ledger").option("metadataServiceUri", uri).option("log", name).load())
+    def ledger(name: str, columns: str = "all") -> None:
+        noop(spark.read.format("ledger").option("metadataServiceUri", uri).option("log", name)
+             .option("metadataColumns", columns).load())
 
     def replay(**options: str) -> Callable[[], None]:
         return lambda: noop(spark.read.format("ledger_replay").option("path", str(work / REPLAY_FILE))
@@ -206,6 +209,7 @@ def spark_figures(spark: SparkSession, uri: str, work: Path, parts: int, columns
     data_columns = columns - 6
     queries: list[tuple[str, Callable[[], None]]] = [
         ("spark ledger", lambda: ledger("bench")),
+        ("spark ledger, metadataColumns=none", lambda: ledger("bench", "none")),
         ("spark parquet", lambda: noop(spark.read.parquet(str(work / "data.parquet")))),
         ("spark replay (from memory)", replay()),
         ("spark replay, data columns only", replay(columns=str(data_columns))),

@@ -1,0 +1,157 @@
+"""Filter pushdown's speed-up (option pushFilters=true) on a log of many ledgers, one run, one machine.
+
+Issue 33's acceptance: on a log of 400 ledgers, `where(seq >= 390)` and a 2.5% time range read
+at most 3% of the full scan's entries; the speed-up is at least 10x on 10M rows. The suite's
+tests/spark/test_pushdown_spark.py checks the planned partitions and entries on a tiny log; this
+bench times the same two queries on a log of real size.
+
+The log is written by Spark as Arrow entries (id bigint + 100 B random payload, the workload of
+spark_bench.py) in --jobs append jobs of --ledgers / --jobs partitions each: one ledger per task,
+so --ledgers ledgers of --rows / --ledgers rows. A ledger's `timestamp` is the time its job
+committed it (docs/spark.md), so the ledgers of one job share one time: with the defaults a job
+holds 10 ledgers, and the time range is one job's time, 10 of 400 ledgers (2.5%).
+
+Each query is timed the same way with and without pushFilters (without it, Spark reads every
+ledger and filters the rows itself: the full scan), as the median of --rounds alternating runs
+after a warm-up of each; the query is an aggregate (count and sum of id) over the filtered rows,
+so both runs must give identical figures (checked) while every row still crosses from the Python
+worker into the JVM (a Python data source has no column pruning). Also printed: the partitions
+each plans. The load average is printed at the start and end of the timed runs.
+
+    LEDGER_PUSHDOWN_ROWS=10000000 python bench/spark_pushdown_bench.py   # the acceptance size
+    python bench/spark_pushdown_bench.py [--rows N] [--ledgers 400] [--jobs 40] [--rounds 3]
+
+--rows defaults to LEDGER_PUSHDOWN_ROWS, else 1,000,000 (docs/contributing.md "Long runs").
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from machine_speed import machine_speed_line
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from spark_bench import payload_column
+
+from pyspark_ledger.client import LedgerClient
+from pyspark_ledger.testing.local_cluster import LocalCluster, local_spark_session
+
+ROWS_VARIABLE = "LEDGER_PUSHDOWN_ROWS"
+ROWS_DEFAULT = 1_000_000
+LOG = "pushdown-bench"
+TARGET_SPEEDUP = 10.0  # issue 33, on 10M rows
+TARGET_SHARE = 0.03  # of the full scan's partitions
+
+
+def build_log(spark: SparkSession, opts: dict[str, str], rows: int, ledgers: int, jobs: int) -> list[int]:
+    """Write the log (module doc); the ledgers' times (ms), in log order."""
+    assert ledgers % jobs == 0 and rows >= ledgers, (rows, ledgers, jobs)
+    per_job = rows // jobs
+    for j in range(jobs):
+        n = per_job if j < jobs - 1 else rows - per_job * (jobs - 1)
+        df = spark.range(j * per_job, j * per_job + n, numPartitions=ledgers // jobs)
+        (df.select(F.col("id"), payload_column("random").alias("payload")).write.format("ledger").options(**opts)
+         .option("payloadFormat", "arrow").mode("append").save())
+    with LedgerClient(opts["metadataServiceUri"]) as client:
+        rec = client.describe_log(LOG)
+    assert len(rec.ledgers) == ledgers, (len(rec.ledgers), ledgers)
+    return [lg.ctime_ms for lg in rec.ledgers]
+
+
+def utc(ms: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+
+
+def timed_pair(pushed: Callable[[], tuple[int, int]], full: Callable[[], tuple[int, int]],
+               rounds: int) -> tuple[float, float]:
+    """Median seconds of each, alternating after a warm-up; both must return the same figures."""
+    fns = (pushed, full)
+    outs = [fn() for fn in fns]
+    assert outs[0] == outs[1] and outs[0][0] > 0, f"pushed {outs[0]} != full scan {outs[1]}"
+    times: tuple[list[float], list[float]] = ([], [])
+    for r in range(rounds):
+        for k in (0, 1) if r % 2 == 0 else (1, 0):
+            start = time.perf_counter()
+            assert fns[k]() == outs[0]
+            times[k].append(time.perf_counter() - start)
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=int(os.environ.get(ROWS_VARIABLE, ROWS_DEFAULT)))
+    ap.add_argument("--ledgers", type=int, default=400)
+    ap.add_argument("--jobs", type=int, default=40, help="append jobs that write the ledgers (their times)")
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+
+    work = Path(tempfile.mkdtemp(prefix="spark-pushdown-bench-"))
+    cluster = LocalCluster(3, work_dir=work / "cluster").start()
+    spark = local_spark_session("spark-pushdown-bench")
+    opts = {"metadataServiceUri": cluster.metadata_uri, "log": LOG}
+    results: list[tuple[str, int, int, float, float, int]] = []
+    loads: list[tuple[float, float, float]] = []
+    try:
+        start = time.perf_counter()
+        times = build_log(spark, opts, args.rows, args.ledgers, args.jobs)
+        t_build = time.perf_counter() - start
+        cut = args.ledgers * 39 // 40  # seq >= 390 of 400
+        # One job's commit time, a quarter into the log: that job's ledgers (2.5% with the defaults).
+        lo = hi = times[args.ledgers // 4]
+        cases: list[tuple[str, Column]] = [
+            (f"seq >= {cut}", F.col("seq") >= cut),
+            (f"timestamp in one job's time ({sum(lo <= t <= hi for t in times)} ledgers)",
+             (F.col("timestamp") >= F.lit(utc(lo))) & (F.col("timestamp") <= F.lit(utc(hi)))),
+        ]
+
+        def query(where: Column, push: bool) -> DataFrame:
+            return (spark.read.format("ledger").options(**opts).option("pushFilters", str(push).lower()).load()
+                    .where(where))
+
+        def figures(where: Column, push: bool) -> Callable[[], tuple[int, int]]:
+            def run() -> tuple[int, int]:
+                row = query(where, push).agg(F.count("*"), F.sum("id")).collect()[0]
+                return int(row[0]), int(row[1] or 0)
+            return run
+
+        loads.append(os.getloadavg())
+        for name, where in cases:
+            parts = (query(where, True).rdd.getNumPartitions(), query(where, False).rdd.getNumPartitions())
+            t_push, t_full = timed_pair(figures(where, True), figures(where, False), args.rounds)
+            results.append((name, *parts, t_push, t_full, figures(where, True)()[0]))
+        loads.append(os.getloadavg())
+    finally:
+        spark.stop()
+        cluster.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+    print("\n" + machine_speed_line())
+    print(f"local[2], 3 bookies; a log of {args.ledgers} ledgers, {args.rows:,} rows of id + 100 B random payload "
+          f"(Arrow entries), written by {args.jobs} append jobs in {t_build:.0f} s; median of {args.rounds} "
+          "alternating runs after a warm-up; query: count and sum(id) of the rows kept")
+    print("load average (1, 5, 15 min) at the start and end of the timed runs: "
+          + " / ".join(f"{a:.1f}, {b:.1f}, {c:.1f}" for a, b, c in loads))
+    print(f"| {'filter':<42} | {'rows kept':>10} | {'partitions':>12} | {'pushed':>8} | {'full scan':>9} | "
+          f"{'speed-up':>8} | target |")
+    print(f"|{'-' * 44}|{'-' * 11}:|{'-' * 13}:|{'-' * 9}:|{'-' * 10}:|{'-' * 9}:|--------|")
+    for name, p_push, p_full, t_push, t_full, kept in results:
+        print(f"| {name:<42} | {kept:>10,} | {p_push:>5} / {p_full:<4} | {t_push:>6.2f} s | {t_full:>7.2f} s | "
+              f"{t_full / t_push:>7.1f}x | >= {TARGET_SPEEDUP:.0f}x, <= {TARGET_SHARE:.0%} of partitions |")
+
+
+if __name__ == "__main__":
+    main()
