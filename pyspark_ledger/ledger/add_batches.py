@@ -5,38 +5,67 @@ transport message, and one bookie's answer to one batch (a refused run's durable
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from operator import attrgetter
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from bookie.status import Status
-from pyspark_ledger.protocol.distribution import byte_bounded_chunks
+from pyspark_ledger.protocol.invariants import ensure
 
 BATCH_ENTRIES_MAX = 2_000
 BATCH_BYTES_MAX = 4 * 2**20
 
 
-class Encoded(Protocol):
+class EncodedRun(Protocol):
+    """What batching needs of a write handle's pending run: its first id, its encoded entries
+    and the LAC they carry."""
+
     @property
-    def data(self) -> bytes: ...
+    def entry_id(self) -> int: ...
+
+    @property
+    def datas(self) -> list[bytes]: ...
+
+    @property
+    def lac(self) -> int: ...
 
 
-E = TypeVar("E", bound=Encoded)
-_data_of = attrgetter("data")
+# One add batch as columns: entry ids (ascending), the LAC each carries, the encoded entries.
+Columns = tuple[Sequence[int], list[int], list[bytes]]
 
 
-def batches(entries: list[E]) -> Iterator[list[E]]:
-    """Consecutive runs of at most BATCH_ENTRIES_MAX entries and (past the first entry)
-    BATCH_BYTES_MAX encoded bytes: one add batch each, well inside a transport message."""
-    if not entries:
-        return
-    if len(entries) <= BATCH_ENTRIES_MAX and sum(map(len, map(_data_of, entries))) <= BATCH_BYTES_MAX:
-        yield entries  # the common case, checked with C-level loops
-        return
-    yield from byte_bounded_chunks(entries, _encoded_size, BATCH_ENTRIES_MAX, BATCH_BYTES_MAX)
+def batches(segments: Sequence[tuple[EncodedRun, int, int]]) -> Iterator[Columns]:
+    """The entries of `segments` ((run, first id, last id), ascending, as WriterMachine.sends
+    hands them out) as consecutive add batches of at most BATCH_ENTRIES_MAX entries and (past
+    the first entry) BATCH_BYTES_MAX encoded bytes: each well inside a transport message. A run
+    costs a slice and a few C-level calls, not a step per entry."""
+    if len(segments) == 1:  # the common case for a run: one segment, checked with C-level loops
+        p, first, last = segments[0]
+        datas = _slice(p, first, last)
+        if len(datas) <= BATCH_ENTRIES_MAX and sum(map(len, datas)) <= BATCH_BYTES_MAX:
+            yield range(first, last + 1), [p.lac] * len(datas), datas
+            return
+    ids: list[int] = []
+    lacs: list[int] = []
+    out: list[bytes] = []
+    size = 0
+    for p, first, last in segments:
+        for i, data in enumerate(_slice(p, first, last)):
+            n = len(data)
+            if out and (len(out) >= BATCH_ENTRIES_MAX or size + n > BATCH_BYTES_MAX):
+                yield ids, lacs, out
+                ids, lacs, out, size = [], [], [], 0
+            ids.append(first + i)
+            lacs.append(p.lac)
+            out.append(data)
+            size += n
+    if out:
+        yield ids, lacs, out
 
 
-def _encoded_size(p: Encoded) -> int:
-    return len(p.data)
+def _slice(p: EncodedRun, first: int, last: int) -> list[bytes]:
+    off = first - p.entry_id
+    datas = p.datas
+    ensure(0 <= off <= last - p.entry_id < len(datas), "a segment lies inside its run")
+    return datas if off == 0 and last - first + 1 == len(datas) else datas[off:off + last - first + 1]
 
 
 # What the write handle does with an answer: (bookie, entry ids, status, message).
@@ -51,7 +80,7 @@ class BatchAnswer:
 
     __slots__ = ("on_batch", "bookie_id", "ids", "stored")
 
-    def __init__(self, on_batch: OnBatch, bookie_id: str, ids: tuple[int, ...]):
+    def __init__(self, on_batch: OnBatch, bookie_id: str, ids: Sequence[int]):
         self.on_batch, self.bookie_id, self.ids, self.stored = on_batch, bookie_id, ids, 0
 
     def on_stored(self, count: int) -> None:
