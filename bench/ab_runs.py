@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -26,27 +27,33 @@ from pyspark_ledger.testing.local_cluster import LocalCluster
 from pyspark_ledger.testing.zookeeper_server import LocalZooKeeper
 
 # What a client process runs: one measurement, printed as JSON (rate, CPU us per entry).
+# The tree goes first on sys.path explicitly: `python -c` puts the working directory ahead of
+# PYTHONPATH, and the working directory is the tree too, so neither can pick up the other tree.
 _CHILD = """
 import json, sys
-sys.path.insert(0, {bench!r})
+sys.path[:0] = [{tree!r}, {bench!r}]
 from run_rows import runs, singles
 from pyspark_ledger.client import LedgerClient
 with LedgerClient({uri!r}) as client:
     rate, cpu = ({kind})(client, {size}, {entries})
-print(json.dumps([rate, cpu]))
+import pyspark_ledger
+print(json.dumps([rate, cpu, pyspark_ledger.__file__]))
 """
 ROWS = (("runs", 100), ("runs", 1024), ("singles", 1024))
 CHILD_TIMEOUT_S = 900
 
 
 def measure(tree: Path, uri: str, kind: str, size: int, entries: int) -> tuple[float, float]:
-    code = _CHILD.format(bench=str(Path(__file__).resolve().parent), uri=uri, kind=kind, size=size, entries=entries)
+    code = _CHILD.format(tree=str(tree), bench=str(Path(__file__).resolve().parent), uri=uri, kind=kind,
+                         size=size, entries=entries)
     env = dict(os.environ, PYTHONPATH=str(tree))
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tree, capture_output=True, text=True,
                          timeout=CHILD_TIMEOUT_S, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"{tree} {kind} {size}: {out.stderr[-2000:]}")
-    rate, cpu = json.loads(out.stdout.strip().splitlines()[-1])
+    rate, cpu, where = json.loads(out.stdout.strip().splitlines()[-1])
+    if not where.startswith(str(tree)):
+        raise RuntimeError(f"the client meant to run {tree} imported {where}")
     return float(rate), float(cpu)
 
 
@@ -57,6 +64,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--entries", type=int, default=100_000)
     args = ap.parse_args()
+    # A terminated run still stops its bookies and ZooKeeper (the context managers below).
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(1))
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
     got: dict[tuple[str, str, int], list[tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="ab-runs-") as tmp, LocalZooKeeper(Path(tmp) / "zk") as zk, \
