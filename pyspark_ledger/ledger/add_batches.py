@@ -5,6 +5,8 @@ transport message, and one bookie's answer to one batch (a refused run's durable
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from itertools import chain, repeat
+from operator import attrgetter, itemgetter
 from typing import Protocol
 
 from bookie.status import Status
@@ -27,6 +29,9 @@ class EncodedRun(Protocol):
     @property
     def lac(self) -> int: ...
 
+    @property
+    def count(self) -> int: ...
+
 
 # One add batch as columns: entry ids (ascending), the LAC each carries, the encoded entries.
 Columns = tuple[Sequence[int], list[int], list[bytes]]
@@ -43,22 +48,45 @@ def batches(segments: Sequence[tuple[EncodedRun, int, int]]) -> Iterator[Columns
         if len(datas) <= BATCH_ENTRIES_MAX and sum(map(len, datas)) <= BATCH_BYTES_MAX:
             yield range(first, last + 1), [p.lac] * len(datas), datas
             return
+    # Gather the columns, then cut only if they pass a bound (checked with C-level loops).
+    ids, lacs, out = _columns(segments)
+    if len(out) <= BATCH_ENTRIES_MAX and sum(map(len, out)) <= BATCH_BYTES_MAX:
+        if out:
+            yield ids, lacs, out
+        return
+    start, size = 0, 0
+    for i, data in enumerate(out):
+        n = len(data)
+        if i > start and (i - start >= BATCH_ENTRIES_MAX or size + n > BATCH_BYTES_MAX):
+            yield ids[start:i], lacs[start:i], out[start:i]
+            start, size = i, 0
+        size += n
+    yield ids[start:], lacs[start:], out[start:]
+
+
+def _columns(segments: Sequence[tuple[EncodedRun, int, int]]) -> tuple[list[int], list[int], list[bytes]]:
+    """The segments' entries as three columns. Single adds only (the unbatched producer's case,
+    every segment a whole run of one): C-level maps; otherwise a step per segment."""
+    runs = list(map(_run_of, segments))
+    if sum(map(_count_of, runs)) == len(runs):
+        return (list(map(_entry_id_of, runs)), list(map(_lac_of, runs)),
+                list(chain.from_iterable(map(_datas_of, runs))))
     ids: list[int] = []
     lacs: list[int] = []
     out: list[bytes] = []
-    size = 0
     for p, first, last in segments:
-        for i, data in enumerate(_slice(p, first, last)):
-            n = len(data)
-            if out and (len(out) >= BATCH_ENTRIES_MAX or size + n > BATCH_BYTES_MAX):
-                yield ids, lacs, out
-                ids, lacs, out, size = [], [], [], 0
-            ids.append(first + i)
-            lacs.append(p.lac)
-            out.append(data)
-            size += n
-    if out:
-        yield ids, lacs, out
+        datas = _slice(p, first, last)
+        ids.extend(range(first, last + 1))
+        lacs.extend(repeat(p.lac, len(datas)))
+        out.extend(datas)
+    return ids, lacs, out
+
+
+_run_of = itemgetter(0)
+_count_of = attrgetter("count")
+_entry_id_of = attrgetter("entry_id")
+_lac_of = attrgetter("lac")
+_datas_of = attrgetter("datas")
 
 
 def _slice(p: EncodedRun, first: int, last: int) -> list[bytes]:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 
-from pyspark_ledger.protocol.invariants import ensure
+from pyspark_ledger.protocol.invariants import InvariantError, ensure
 
 __all__ = ["PendingAdd", "PendingAdds", "id_ranges", "mask_ids"]
 
@@ -41,10 +41,12 @@ class PendingAdd:
     __slots__ = ("entry_id", "count", "last", "done", "size", "sizes", "bookies", "stripes", "acked", "sent")
 
     def __init__(self, entry_id: int, size: int, sizes: Sequence[int] | None = None):
-        ensure(sizes is None or len(sizes) >= 1, "a run holds at least one entry")
+        count = 1 if sizes is None else len(sizes)
+        if count < 1:  # ensure(), inlined: once per add
+            raise InvariantError("a run holds at least one entry")
         self.entry_id = entry_id  # the run's first entry
-        self.count = 1 if sizes is None else len(sizes)
-        self.last = entry_id + self.count - 1
+        self.count = count
+        self.last = entry_id + count - 1
         self.done = 0  # leading entries completed (a run completes a prefix at a time)
         self.size = size  # payload bytes of the whole run
         self.sizes = sizes  # each entry's payload bytes (None: one entry of `size`)
@@ -52,7 +54,9 @@ class PendingAdd:
         self.bookies: tuple[str, ...] = ()
         self.stripes: dict[str, int] | None = None  # bookie -> mask of the entries whose write set holds it
         self.acked: dict[str, int] = {}  # bookie -> mask of entries it acknowledged durably (never 0)
-        self.sent: dict[str, int] = {}  # bookie -> mask of entries sent to it and not failed on (never 0)
+        # bookie -> mask of entries sent to it and not failed on (never 0). Possibly a template
+        # shared by many single adds (WriterMachine.sends): always replaced, never changed in place.
+        self.sent: dict[str, int] = {}
 
     @property
     def full(self) -> int:
@@ -174,8 +178,13 @@ class PendingAdds:
 
     def append(self, p: PendingAdd) -> None:
         """A new run (or entry), from the next id in order; takes the write sets of its ids."""
-        ensure(p.entry_id == self.next_entry_id, "entries are queued in id order without gaps")
-        self._assign(p)
+        if p.entry_id != self.lac + 1 + self.pending_count:  # ensure(), inlined: once per add
+            raise InvariantError("entries are queued in id order without gaps")
+        if p.count == 1 or self._uniform:
+            sets = self.write_sets
+            p.bookies = sets[p.entry_id % len(sets)]
+        else:
+            self._assign(p)
         self.entries.append(p)
         self.by_id[p.entry_id] = p
         self.pending_bytes += p.size
@@ -202,7 +211,13 @@ class PendingAdds:
         (none while an ensemble change is under way); the LAC says how far a run got."""
         for first, last in id_ranges(entry_ids):
             p = self._first_run(first)
+            by_id = self.by_id
             while p is not None and p.entry_id <= last:
+                if p.count == 1:  # a single add: its one bit
+                    if bookie_id in p.bookies:
+                        p.acked[bookie_id] = 1
+                    p = by_id.get(p.entry_id + 1)
+                    continue
                 base = p.entry_id
                 lo = first - base if first > base else 0
                 hi = (last if last < p.last else p.last) - base
@@ -216,7 +231,7 @@ class PendingAdds:
                     mask = ((1 << (hi - lo + 1)) - 1) << lo & p.stripes.get(bookie_id, 0)
                     if mask:
                         p.acked[bookie_id] = p.acked.get(bookie_id, 0) | mask
-                p = self.by_id.get(p.last + 1)
+                p = by_id.get(p.last + 1)
         return self.collect_completed()
 
     def on_send_failed(self, bookie_id: str, entry_ids: Sequence[int]) -> None:
@@ -231,10 +246,10 @@ class PendingAdds:
                     lo = max(first - p.entry_id, 0)
                     hi = min(last, p.last) - p.entry_id
                     left = sent & ~(((1 << (hi - lo + 1)) - 1) << lo)
+                    # Replaced, never changed in place: `sent` may be a shared template (sends).
+                    p.sent = {b: m for b, m in p.sent.items() if b != bookie_id}
                     if left:
                         p.sent[bookie_id] = left
-                    else:
-                        del p.sent[bookie_id]
                 p = self.by_id.get(p.last + 1)
 
     def begin_change(self) -> int:
@@ -274,23 +289,36 @@ class PendingAdds:
         runs completed whole."""
         if self.changing:
             return []
-        entries = self.entries
+        entries, quorum, by_id = self.entries, self.ack_quorum_size, self.by_id
         done: list[PendingAdd] = []
+        lac, nbytes, nentries = self.lac, 0, 0  # written back once, after the loop
         while entries:
             p = entries[0]
-            k = self.completed_through(p)
-            if k > p.done:
-                nbytes = p.bytes_of(p.done, k)
-                self.lac = p.entry_id + k - 1
-                self.length += nbytes
-                self.pending_bytes -= nbytes
-                self.pending_count -= k - p.done
+            if p.count == 1:  # a single add: complete with A acks (masks are never 0), or not
+                if len(p.acked) < quorum:
+                    break
+                lac = p.entry_id
+                nbytes += p.size
+                nentries += 1
+                p.done = 1
+            else:
+                k = self.completed_through(p)
+                if k == p.done:
+                    break
+                lac = p.entry_id + k - 1
+                nbytes += p.bytes_of(p.done, k)
+                nentries += k - p.done
                 p.done = k
-            if k < p.count:
-                break
+                if k < p.count:
+                    break
             entries.popleft()
-            del self.by_id[p.entry_id]
+            del by_id[p.entry_id]
             done.append(p)
+        if nentries:
+            self.lac = lac
+            self.length += nbytes
+            self.pending_bytes -= nbytes
+            self.pending_count -= nentries
         return done
 
     def fail_all(self) -> list[PendingAdd]:

@@ -215,9 +215,11 @@ class WriterMachine:
         whole_sets = self._sorted_sets
         for p in runs:
             # The common case, a fresh run with one write set, from the cache; anything else computed.
-            if p.bookies and not p.sent and not p.acked and not dead and not p.done:
-                targets = whole_sets[p.bookies]
-                p.sent = dict.fromkeys(targets, (1 << p.count) - 1)
+            if not p.sent and not p.acked and p.bookies and not dead and not p.done:
+                targets, sent_one = whole_sets[p.bookies]
+                # A single add shares the template of its targets (PendingAdd.sent is replaced,
+                # never changed in place).
+                p.sent = sent_one if p.count == 1 else dict.fromkeys(targets, (1 << p.count) - 1)
                 group = groups.get(targets)
                 if group is None:
                     groups[targets] = [(p, p.entry_id, p.last)]
@@ -248,14 +250,16 @@ class WriterMachine:
             low = bounds & -bounds
             cuts.append(low.bit_length() - 1)
             bounds ^= low
+        sent = dict(p.sent)  # replaced, never changed in place (it may be a shared template)
         for start, end in zip(cuts, cuts[1:]):
             targets = tuple(b for b, m in needs.items() if m >> start & 1)
             if not targets:
                 continue
             seg = ((1 << (end - start)) - 1) << start
             for b in targets:
-                p.sent[b] = p.sent.get(b, 0) | seg
+                sent[b] = sent.get(b, 0) | seg
             groups.setdefault(targets, []).append((p, p.entry_id + start, p.entry_id + end - 1))
+        p.sent = sent
 
     def on_acks(self, bookie_id: str, entry_ids: Sequence[int]) -> list[PendingAdd]:
         """A bookie durably stored these entries (ascending, as `sends` gave them): the runs that
@@ -365,7 +369,8 @@ class WriterMachine:
         """The E distinct write sets of the current ensemble (entry e uses set e mod E), and
         their sorted forms, which `sends` uses to group entries."""
         sets = write_sets(self.ensemble, self.write_quorum_size)
-        self._sorted_sets = {ws: tuple(sorted(ws)) for ws in sets}
+        # Per write set: its bookies sorted, and a single add's `sent` once sent to all of them.
+        self._sorted_sets = {ws: (tuple(sorted(ws)), dict.fromkeys(ws, 1)) for ws in sets}
         return sets
 
     # ---- explicit LAC ---------------------------------------------------------------------------

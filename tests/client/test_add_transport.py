@@ -451,7 +451,7 @@ def test_a_listener_that_is_not_an_add_listener_fails_the_add() -> None:
 
 def single(entry_id: int, size: int) -> tuple[SimpleNamespace, int, int]:
     """A single add as the machine hands it out: a segment (run, first id, last id) of one entry."""
-    return SimpleNamespace(entry_id=entry_id, datas=[b"x" * size], lac=entry_id - 1), entry_id, entry_id
+    return SimpleNamespace(entry_id=entry_id, count=1, datas=[b"x" * size], lac=entry_id - 1), entry_id, entry_id
 
 
 def cut(segments: list[tuple[SimpleNamespace, int, int]]) -> list[list[int]]:
@@ -476,7 +476,7 @@ def test_a_bookies_entries_are_split_into_batches_within_both_bounds(monkeypatch
     ]
     assert [e for chunk in batches for e in chunk] == list(range(len(sizes)))  # order kept, nothing lost
     # The same entries as one run: the same cuts, the run sliced.
-    run = SimpleNamespace(entry_id=0, datas=[b"x" * n for n in sizes], lac=-1)
+    run = SimpleNamespace(entry_id=0, count=len(sizes), datas=[b"x" * n for n in sizes], lac=-1)
     assert cut([(run, 0, 9)]) == batches
     assert cut([(run, 3, 5)]) == [[3, 4, 5]]  # a segment inside a run (after a change, or E > W)
     ids, lacs, datas = next(add_batches.batches([(run, 3, 5)]))
