@@ -26,7 +26,7 @@ entry of a run.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 
 from pyspark_ledger.protocol.invariants import InvariantError, ensure
 
@@ -75,27 +75,24 @@ class PendingAdd:
         return sum(self.sizes[start:end])
 
 
-def id_ranges(entry_ids: Sequence[int]) -> Iterator[tuple[int, int]]:
-    """`entry_ids` (ascending, distinct: as `sends` hands them out) as maximal ranges (first, last)."""
-    if isinstance(entry_ids, range):
-        if len(entry_ids):
-            ensure(entry_ids.step == 1, "an id range has step 1")
-            yield entry_ids.start, entry_ids.stop - 1
-        return
+def id_ranges(entry_ids: Sequence[int]) -> list[tuple[int, int]]:
+    """`entry_ids` (ascending, distinct: as `sends` hands them out) as maximal ranges (first, last).
+    A list, not a generator: this runs once per bookie answer, mostly for one range."""
     n = len(entry_ids)
     if n == 0:
-        return
-    first = entry_ids[0]
-    if entry_ids[-1] - first == n - 1:  # the common case: consecutive (ascending and distinct by contract)
-        yield first, entry_ids[-1]
-        return
+        return []
+    first, last = entry_ids[0], entry_ids[-1]
+    if last - first == n - 1:  # the common case: consecutive (a range, or ascending and distinct by contract)
+        return [(first, last)]
+    out: list[tuple[int, int]] = []
     prev = first
     for e in entry_ids[1:]:
         if e != prev + 1:
-            yield first, prev
+            out.append((first, prev))
             first = e
         prev = e
-    yield first, prev
+    out.append((first, prev))
+    return out
 
 
 def mask_ids(p: PendingAdd, mask: int) -> list[int]:
@@ -209,9 +206,9 @@ class PendingAdds:
     def on_acks(self, bookie_id: str, entry_ids: Sequence[int]) -> list[PendingAdd]:
         """A bookie durably stored these entries. Returns the runs that completed whole, in order
         (none while an ensemble change is under way); the LAC says how far a run got."""
+        by_id = self.by_id
         for first, last in id_ranges(entry_ids):
-            p = self._first_run(first)
-            by_id = self.by_id
+            p = by_id.get(first) or self._first_run(first)
             while p is not None and p.entry_id <= last:
                 if p.count == 1:  # a single add: its one bit
                     if bookie_id in p.bookies:
