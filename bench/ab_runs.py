@@ -63,16 +63,21 @@ def main() -> None:
     ap.add_argument("--after", type=Path, required=True)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--entries", type=int, default=100_000)
+    ap.add_argument("--rows", default=",".join(f"{k}:{n}" for k, n in ROWS),
+                    help="which rows, as kind:size,... (kinds: runs, singles)")
     args = ap.parse_args()
     # A terminated run still stops its bookies and ZooKeeper (the context managers below).
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(1))
+    rows = [(kind, int(size)) for kind, size in (r.split(":") for r in args.rows.split(","))]
+    if any(kind not in ("runs", "singles") for kind, _ in rows):
+        ap.error(f"--rows: kinds are runs and singles, not {args.rows!r}")
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
     got: dict[tuple[str, str, int], list[tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="ab-runs-") as tmp, LocalZooKeeper(Path(tmp) / "zk") as zk, \
             LocalCluster(3, metadata_uri=zk.uri("/ab-runs"), work_dir=Path(tmp) / "cluster") as cluster:
         for r in range(max(args.rounds, 1)):
             order = ("before", "after") if r % 2 == 0 else ("after", "before")
-            for kind, size in ROWS:
+            for kind, size in rows:
                 line = []
                 for name in order:
                     rate, cpu = measure(trees[name], cluster.metadata_uri, kind, size, args.entries)
@@ -81,7 +86,7 @@ def main() -> None:
                 print(f"round {r} {kind:<7} {size:>5}B  " + "  ".join(line) + f"  load {os.getloadavg()[0]:.1f}",
                       flush=True)
     print("\nmedians (acked/s, client CPU us/entry), after/before:")
-    for kind, size in ROWS:
+    for kind, size in rows:
         b = got[("before", kind, size)]
         a = got[("after", kind, size)]
         br, bc = statistics.median(x[0] for x in b), statistics.median(x[1] for x in b)
