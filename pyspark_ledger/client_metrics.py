@@ -29,8 +29,11 @@ LATENCY_BUCKETS_S = (0.00025, 0.0005, 0.001, 0.002, 0.0035, 0.005, 0.01, 0.025, 
 
 
 class CompletedAdd(Protocol):
-    """What a completed add tells the metrics: its payload size and when it was submitted
-    (time.monotonic())."""
+    """What a completed add (an entry or a run of them) tells the metrics: its entries, their
+    payload size and when it was submitted (time.monotonic())."""
+
+    @property
+    def count(self) -> int: ...
 
     @property
     def size(self) -> int: ...
@@ -40,6 +43,7 @@ class CompletedAdd(Protocol):
 
 
 _size_of = attrgetter("size")
+_count_of = attrgetter("count")
 
 
 class ClientMetrics(Collector):
@@ -85,10 +89,10 @@ class ClientMetrics(Collector):
     # ---- the hooks the handles call ------------------------------------------------------------
 
     def adds_completed(self, run: Sequence[CompletedAdd]) -> None:
-        """One acknowledged run of adds (entry order, oldest first)."""
+        """Acknowledged adds, each an entry or a run (entry order, oldest first)."""
         if not run:
             return
-        self.adds.inc(len(run))
+        self.adds.inc(sum(map(_count_of, run)))
         self.add_bytes.inc(sum(map(_size_of, run)))
         self.add_latency.observe(time.monotonic() - run[0].started)
 

@@ -31,6 +31,7 @@ class RunPayloads(Protocol):
 
 
 _ARROW_BINARY_TYPES = ("binary", "large_binary")
+_BYTES = {bytes}
 
 
 def run_payloads(payloads: Sequence[bytes] | RunPayloads, entry_bytes_max: int) -> list[bytes]:
@@ -47,6 +48,8 @@ def run_payloads(payloads: Sequence[bytes] | RunPayloads, entry_bytes_max: int) 
         datas: list[bytes] = payloads.to_pylist()
     elif isinstance(payloads, (bytes, bytearray, memoryview, str)):
         raise TypeError("add_entries_async takes a sequence of payloads; for one payload use add_entry_async")
+    elif set(map(type, payloads)) <= _BYTES:  # the common case, checked by a C-level loop
+        datas = list(payloads)
     else:
         datas = []
         for i, p in enumerate(payloads):

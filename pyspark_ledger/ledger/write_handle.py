@@ -42,7 +42,7 @@ from pyspark_ledger.ledger.read_handle import ReadHandle
 from pyspark_ledger.ledger.run_payloads import RunPayloads, run_payloads
 from pyspark_ledger.ledger.writer_metadata import record_fragment, write_close
 from pyspark_ledger.protocol.digest import Digest, master_key
-from pyspark_ledger.protocol.entry_format import entry_encoder, entry_format_of_ledger
+from pyspark_ledger.protocol.entry_format import entry_encoder, entry_format_of_ledger, run_encoder
 from pyspark_ledger.protocol.pending_adds import PendingAdd
 from pyspark_ledger.protocol.writer_machine import ChangeDone, Phase, Stop, StopKind, WriteFragment, WriterMachine
 from pyspark_ledger.transport.add_future import AddFuture, AddFutureGroup, complete_run
@@ -59,17 +59,17 @@ CLOSE_DRAIN_TIMEOUT_S = 60.0
 
 
 class _Pending(PendingAdd):
-    """One entry in flight: the protocol's view (id, size, write set, acks) plus what sending
-    and completing need."""
+    """A run of entries in flight (one entry for add_entry_async): the protocol's view (ids, sizes,
+    write sets, acks) plus what sending and completing need: one future for the whole run."""
 
-    __slots__ = ("data", "lac", "future", "started")
+    __slots__ = ("datas", "lac", "future", "started")
 
-    def __init__(self, entry_id: int, data: bytes, lac: int, size: int, future: AddFuture, bookies: tuple[str, ...],
-                 started: float):
-        PendingAdd.__init__(self, entry_id, size, bookies)
-        self.data = data  # the encoded entry
-        self.lac = lac  # the LAC carried in `data`
-        self.future = future
+    def __init__(self, entry_id: int, datas: list[bytes], lac: int, size: int, sizes: list[int] | None,
+                 future: AddFuture, started: float):
+        PendingAdd.__init__(self, entry_id, size, sizes)
+        self.datas = datas  # the encoded entries, in id order
+        self.lac = lac  # the LAC carried in every entry of `datas`
+        self.future = future  # resolves to the run's last entry id
         self.started = started  # time.monotonic() at submit, for the client's add latency metric
 
 
@@ -94,7 +94,9 @@ class WriteHandle(ReadHandle):
         self._digest = Digest.for_ledger(metadata.digest_type, password)
         self._key = (metadata.ledger_id.scope_id, metadata.ledger_id.id)
         # The format the ledger's creator named (2, or 3 for message batches: protocol.message_batch).
-        self._encode = entry_encoder(self._digest, *self._key, entry_format_of_ledger(metadata.custom))
+        entry_format = entry_format_of_ledger(metadata.custom)
+        self._encode = entry_encoder(self._digest, *self._key, entry_format)
+        self._encode_run = run_encoder(self._digest, *self._key, entry_format)
         lock = threading.RLock()
         self._lock = lock  # taken directly on the per-add paths (a Condition's `with` is Python code)
         # Two conditions on one lock: acks wake only add callers waiting for room (or close), not
@@ -105,10 +107,6 @@ class WriteHandle(ReadHandle):
         self._sender_idle = False  # the sender waits for work (under the lock): adds must wake it
         self._poller = context.pool.poller
         self._futures = AddFutureGroup(self._poller)  # one condition for all of this handle's adds
-        # The future of a run's entries before its last: settled already, so completing or failing
-        # them touches nothing (the run's own future is its last entry's).
-        self._settled = AddFuture(self._futures)
-        self._settled.set_result(-1)
         # The protocol's decisions (protocol.writer_machine): where entries go, acks in, ordered
         # completions and the LAC out, ensemble changes, close. Touched only under self._lock.
         self._machine = WriterMachine(metadata.segments[-1].bookies, write_quorum_size=metadata.write_quorum_size,
@@ -166,7 +164,7 @@ class WriteHandle(ReadHandle):
             now = time.monotonic()
             with self._lock:
                 deadline = now + BACKPRESSURE_TIMEOUT_S
-                while (len(adds.entries) >= PENDING_ENTRIES_MAX or adds.pending_bytes + size > PENDING_BYTES_MAX) \
+                while (adds.pending_count >= PENDING_ENTRIES_MAX or adds.pending_bytes + size > PENDING_BYTES_MAX) \
                         and machine.stopped is None and machine.phase is Phase.WRITING:
                     left = deadline - time.monotonic()
                     if left <= 0:
@@ -180,7 +178,7 @@ class WriteHandle(ReadHandle):
                     raise LedgerClosedError(f"ledger {self.ledger_id} is closed for adds")
                 self._next_entry_id = eid + 1
                 self._length_sent = length
-                p = _Pending(eid, data, lac, size, fut, adds.write_set_for(eid), now)
+                p = _Pending(eid, [data], lac, size, None, fut, now)
                 # Low load: the sender thread is idle and nothing is queued, so the machine lets
                 # this thread send at once and save a thread hop of latency. Under load it queues
                 # the entry for the sender, which batches whatever accumulated.
@@ -196,36 +194,32 @@ class WriteHandle(ReadHandle):
         """Queue a run of entries (a list of bytes, or a pyarrow binary / large_binary array without
         nulls) as consecutive ids; the one future resolves to the run's LAST entry id once every
         entry of it is acknowledged (in order; the first is that id minus len(payloads) plus
-        one). One submit step, one future and one send per bookie for the run; bookies speaking
-        wire version 2 get it run-encoded (transport.add_streams.EncodedAddBatch). A failure
-        inside the run (a bookie refusing an entry) fails that entry and every later one: the
-        future fails and the LAC stops before it."""
+        one). One submit step, one encode pass, one pending record in the writer machine (acks
+        kept per bookie as bit masks over the run), one future and one send per bookie for the
+        run; bookies speaking wire version 2 get it run-encoded (transport.encoded_batch). A
+        failure inside the run (a bookie refusing an entry) fails that entry and every later one:
+        the future fails and the LAC stops before it."""
         datas = run_payloads(payloads, ENTRY_BYTES_MAX)
         n, size = len(datas), sum(map(len, datas))
         if n > PENDING_ENTRIES_MAX or size > PENDING_BYTES_MAX:
             raise LedgerError(f"a run of {n} entries and {size} bytes exceeds the bounds of adds in flight "
                               f"({PENDING_ENTRIES_MAX} entries, {PENDING_BYTES_MAX} bytes): split it")
         fut = AddFuture(self._futures)
-        machine, adds = self._machine, self._machine.adds
+        machine = self._machine
+        sizes = list(map(len, datas))
         with self._submit_lock:
-            first, lac, length = self._next_entry_id, adds.lac, self._length_sent
-            encoded: list[tuple[bytes, int, int]] = []
-            for i, data in enumerate(datas):
-                length += len(data)
-                encoded.append((self._encode(first + i, lac, length, data), len(data), first + i))
+            first, lac = self._next_entry_id, machine.adds.lac
+            encoded, length = self._encode_run(first, lac, self._length_sent, datas)
             with self._lock:
                 now = self._wait_for_room(n, size)
                 self._next_entry_id, self._length_sent = first + n, length
-                settled = self._settled
-                run = [_Pending(eid, data, lac, nbytes, settled, adds.write_set_for(eid), now)
-                       for data, nbytes, eid in encoded]
-                run[-1].future = fut  # the run's future settles with its last entry
+                run = _Pending(first, encoded, lac, size, sizes, fut, now)
                 idle = self._sender_idle
-                direct = machine.append_run(run, lac, now, idle)
+                direct = machine.append(run, lac, now, idle)
                 if not direct and idle:
                     self._sender_wake.notify()
             if direct:
-                self._send(run)
+                self._send([run])
         return fut
 
     def _wait_for_room(self, count: int, size: int) -> float:
@@ -234,7 +228,7 @@ class WriteHandle(ReadHandle):
         machine, adds = self._machine, self._machine.adds
         now = time.monotonic()
         deadline = now + BACKPRESSURE_TIMEOUT_S
-        while (len(adds.entries) + count > PENDING_ENTRIES_MAX or adds.pending_bytes + size > PENDING_BYTES_MAX) \
+        while (adds.pending_count + count > PENDING_ENTRIES_MAX or adds.pending_bytes + size > PENDING_BYTES_MAX) \
                 and adds.entries and machine.stopped is None and machine.phase is Phase.WRITING:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -334,22 +328,21 @@ class WriteHandle(ReadHandle):
                 return
 
     def _send(self, outbox: list[_Pending]) -> None:
-        # The machine groups entries by the bookies they still need: with E == W (the common
-        # case) every entry needs the same ones, so the whole outbox is one group, encoded once
-        # per batch and sent to each of its bookies.
+        # The machine groups runs by the bookies they still need: with E == W (the common case)
+        # every run needs the same ones, so the whole outbox is one group, encoded once per
+        # batch and sent to each of its bookies.
         with self._lock:
             groups = self._machine.sends(outbox)
-        for targets, entries in groups.items():
-            for chunk in batches(_ours(entries)):
-                ids = tuple(p.entry_id for p in chunk)
-                batch = EncodedAddBatch(self._key, self._master_key, [(p.entry_id, p.lac, p.data) for p in chunk])
+        for targets, segments in groups.items():
+            for ids, lacs, datas in batches(cast(list[tuple[_Pending, int, int]], segments)):
+                batch = EncodedAddBatch.of_columns(self._key, self._master_key, ids, lacs, datas)
                 # Claim every bookie's stream first, then send to all of them back to back: the
                 # bookies start (and their fsyncs overlap) as close together as possible.
                 sends = [send for bookie_id in targets if (send := self._submit_batch(bookie_id, ids, batch))]
                 for send in sends:
                     send()
 
-    def _submit_batch(self, bookie_id: str, ids: tuple[int, ...], batch: EncodedAddBatch) -> Callable[[], None] | None:
+    def _submit_batch(self, bookie_id: str, ids: Sequence[int], batch: EncodedAddBatch) -> Callable[[], None] | None:
         """Queue `batch` for one bookie; returns the send this thread must run next, if any."""
         if self._ctx.pool.faults.drop("add", bookie_id):
             return None  # lost on the way; the add timeout will notice

@@ -24,16 +24,16 @@ simulated ones) owns all I/O, timing and waiting; this machine owns every decisi
         while cmd is WriteFragment: CAS it; cmd = m.on_fragment_written() / m.on_fragment_conflict(state)
         ChangeDone(completed): resolve them, then send m.take_outbox()   |   Stop: fail everything
 
-Hot path: `append`, `sends` and `on_acks` allocate nothing per entry beyond what PendingAdds
-does; commands are one object per decision (a batch of sends is one dict per call).
-
-Runs (WriteHandle.add_entries_async: one future and one submit step per run) enter through
-`append_run`, one decision for the run, but each entry keeps its own PendingAdd: the ack rules
-are per entry (A answers from its write set, completions in order, an entry refused inside a run
-never completes, so the LAC never passes it), and `sends` groups by targets, so a run is split
-only where consecutive entries' targets differ (E > W: a bookie gets the entries of its stripe,
-in sub-runs); ensemble changes re-queue each unacknowledged entry as before, splitting a run at
-the new fragment. docs/protocol.md says more.
+Hot path: `append`, `sends` and `on_acks` are one step per run, not per entry: a run (from
+WriteHandle.add_entries_async, or one entry) is one PendingAdd holding per-bookie bit masks of
+its entries' acks and sends (protocol.pending_adds), so a run of 256 costs one record, one
+future and one ack step per bookie answer. The ack rules stay per entry (A answers from each
+entry's own write set, completions in order; an entry refused inside a run never completes, so
+the LAC stops before it and the run's later entries wait with it); `sends` hands out segments
+(run, first id, last id), cutting a run only where the bookies its entries need differ (E > W: a
+bookie gets the entries of its stripe, in sub-runs); an ensemble change keeps each entry's acks
+and sends of bookies still in its new write set and re-queues the run from its first
+unacknowledged entry on. docs/protocol.md says more.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from pyspark_ledger.protocol.pending_adds import PendingAdd, PendingAdds
 
 __all__ = [
     "CAS_ATTEMPTS_MAX",
+    "Segment",
     "ENSEMBLE_CHANGES_MAX",
     "ChangeDone",
     "Phase",
@@ -79,6 +80,9 @@ class StopKind(enum.Enum):
     CONFLICT = "conflict"  # a compare-and-set kept conflicting
     FAILED = "failed"  # the driver's own failure (transport, metadata store, session)
 
+
+# Entries of one run to send to one group of bookies: (run, first entry id, last entry id).
+Segment = tuple[PendingAdd, int, int]
 
 _WRITING = Phase.WRITING  # a module global: cheaper than the enum's attribute on the per-entry path
 
@@ -176,13 +180,16 @@ class WriterMachine:
     # ---- adds -----------------------------------------------------------------------------------
 
     def append(self, p: PendingAdd, lac: int, now_s: float, direct: bool = False) -> bool:
-        """A new entry (the next id, with `write_set_for` its id), carrying `lac`. With `direct`
-        (the driver could send it at once) returns True if it may go out now, ahead of nothing;
-        otherwise it is queued in the outbox and False is returned."""
-        if self.phase is not _WRITING or self.stopped is not None:  # ensure(), inlined: once per entry
+        """A new entry or run (`p.count` consecutive ids from the next one), carrying `lac`: one
+        decision and one pending record for the whole run. The ack rules stay per entry (A
+        answers from each entry's write set, completions in order; a run completes a prefix at a
+        time, so an entry refused inside it stops the LAC there). With `direct` (the driver could
+        send it at once) returns True if it may go out now, ahead of nothing; otherwise it is
+        queued in the outbox and False is returned."""
+        if self.phase is not _WRITING or self.stopped is not None:  # ensure(), inlined: once per add
             raise InvariantError("adds are accepted only while writing")
         adds = self.adds
-        adds.append(p)  # ensures the id is the next one
+        adds.append(p)  # ensures the ids follow on
         self.last_add_s = now_s
         if lac > self.last_lac_sent:
             self.last_lac_sent = lac  # piggybacked: no explicit LAC needed up to here
@@ -191,67 +198,83 @@ class WriterMachine:
         self.outbox.append(p)
         return False
 
-    def append_run(self, run: Sequence[PendingAdd], lac: int, now_s: float, direct: bool = False) -> bool:
-        """A run of new entries (consecutive ids from the next one), all carrying `lac`: one
-        decision for the run. Each entry keeps its own write set and acks, so the ack rules are
-        exactly `append`'s (a run completes entry by entry, in order; `sends` splits it where
-        consecutive entries need different bookies, E > W). With `direct`, True if the whole run
-        may go out now, ahead of nothing; otherwise it is queued in the outbox."""
-        if self.phase is not _WRITING or self.stopped is not None:
-            raise InvariantError("adds are accepted only while writing")
-        ensure(len(run) >= 1, "a run holds at least one entry")
-        adds = self.adds
-        was_idle = not adds.entries and not self.outbox and not adds.changing
-        for p in run:
-            adds.append(p)  # ensures each id is the next one
-        self.last_add_s = now_s
-        if lac > self.last_lac_sent:
-            self.last_lac_sent = lac
-        if direct and was_idle:
-            return True
-        self.outbox.extend(run)
-        return False
-
     def take_outbox(self) -> list[PendingAdd]:
-        """The entries to send now; none while a change is under way (their write sets are about
-        to change: the change's end re-queues every unacknowledged entry)."""
+        """The runs to send now; none while a change is under way (their write sets are about
+        to change: the change's end re-queues every unacknowledged run)."""
         if self.change is not None or not self.outbox:
             return []
         out, self.outbox = self.outbox, []
         return out
 
-    def sends(self, entries: Iterable[PendingAdd]) -> dict[tuple[str, ...], list[PendingAdd]]:
-        """Group `entries` by the bookies (sorted) each still needs, and record them as sent.
-        With E == W (the common case) every entry needs the same bookies: one group."""
-        groups: dict[tuple[str, ...], list[PendingAdd]] = {}
+    def sends(self, runs: Iterable[PendingAdd]) -> dict[tuple[str, ...], list[Segment]]:
+        """Group the entries of `runs` by the bookies (sorted) each still needs, as segments
+        (run, first id, last id) of consecutive entries, and record them as sent. With E == W (the
+        common case) a fresh run needs the same bookies throughout: one segment, one group."""
+        groups: dict[tuple[str, ...], list[Segment]] = {}
         dead = self.dead
         whole_sets = self._sorted_sets
-        for p in entries:
-            # The common case, the whole write set, from the cache; anything else computed.
-            targets = whole_sets.get(p.bookies) if not p.sent and not p.acked and not dead else None
-            if targets is None:
-                targets = tuple(sorted(b for b in p.bookies if b not in p.sent and b not in p.acked and b not in dead))
-            if targets:
-                p.sent.extend(targets)
+        for p in runs:
+            # The common case, a fresh run with one write set, from the cache; anything else computed.
+            if not p.sent and not p.acked and p.bookies and not dead and not p.done:
+                targets, sent_one = whole_sets[p.bookies]
+                # A single add shares the template of its targets (PendingAdd.sent is replaced,
+                # never changed in place).
+                p.sent = sent_one if p.count == 1 else dict.fromkeys(targets, (1 << p.count) - 1)
                 group = groups.get(targets)
                 if group is None:
-                    groups[targets] = [p]
+                    groups[targets] = [(p, p.entry_id, p.last)]
                 else:
-                    group.append(p)
+                    group.append((p, p.entry_id, p.last))
+            else:
+                self._partial_sends(p, groups)
         return groups
 
-    def on_acks(self, bookie_id: str, entry_ids: Iterable[int]) -> list[PendingAdd]:
-        """A bookie durably stored these entries: the entries that completed, in order."""
+    def _partial_sends(self, p: PendingAdd, groups: dict[tuple[str, ...], list[Segment]]) -> None:
+        """The entries of run `p` that some bookie of their write set still needs (not sent, not
+        acknowledged, not carried on without), cut where the set of such bookies changes."""
+        pending = ((1 << p.count) - 1) & ~((1 << p.done) - 1)
+        needs: dict[str, int] = {}
+        for b in sorted(p.stripes if p.stripes is not None else p.bookies):
+            if b in self.dead:
+                continue
+            m = p.stripe(b) & pending & ~p.acked.get(b, 0) & ~p.sent.get(b, 0)
+            if m:
+                needs[b] = m
+        if not needs:
+            return
+        bounds = 0  # bit i: some bookie's need changes between entries i-1 and i (or the end)
+        for m in needs.values():
+            bounds |= m ^ (m << 1)
+        cuts: list[int] = []
+        while bounds:
+            low = bounds & -bounds
+            cuts.append(low.bit_length() - 1)
+            bounds ^= low
+        sent = dict(p.sent)  # replaced, never changed in place (it may be a shared template)
+        for start, end in zip(cuts, cuts[1:]):
+            targets = tuple(b for b, m in needs.items() if m >> start & 1)
+            if not targets:
+                continue
+            seg = ((1 << (end - start)) - 1) << start
+            for b in targets:
+                sent[b] = sent.get(b, 0) | seg
+            groups.setdefault(targets, []).append((p, p.entry_id + start, p.entry_id + end - 1))
+        p.sent = sent
+
+    def on_acks(self, bookie_id: str, entry_ids: Sequence[int]) -> list[PendingAdd]:
+        """A bookie durably stored these entries (ascending, as `sends` gave them): the runs that
+        completed whole, in order. The LAC (`lac`) says how far completion got, a run's prefix
+        included."""
         adds = self.adds
         before = adds.lac
         done = adds.on_acks(bookie_id, entry_ids)
-        if done:
-            if done[0].entry_id != before + 1 or done[-1].entry_id != adds.lac:  # ensure(), inlined: once per answer
+        if adds.lac != before:
+            if adds.lac < before or (done and (done[0].last <= before or done[-1].last > adds.lac)):  # ensure()
                 raise InvariantError("completions are consecutive from the LAC and the LAC is the last of them")
             self.changes_without_progress = 0
         return done
 
-    def on_add_failed(self, bookie_id: str, entry_ids: Iterable[int]) -> bool:
+    def on_add_failed(self, bookie_id: str, entry_ids: Sequence[int]) -> bool:
         """A send failed (error answer or timeout). Returns True if an ensemble change should
         begin now (none is under way). A bookie outside the current ensemble, or one already
         carried on without, changes nothing; one inside it is replaced even if these entries
@@ -338,15 +361,16 @@ class WriterMachine:
         self.outbox = resend
         adds = self.adds
         ensure(not adds.changing, "completions flow again after a change")
-        ensure(all(p.bookies == adds.write_set_for(p.entry_id) for p in resend),
-               "every unacknowledged entry has its id's write set in the current ensemble")
+        ensure(all(p.stripes is not None or p.bookies == adds.write_set_for(p.entry_id) for p in resend),
+               "every unacknowledged run has its ids' write sets in the current ensemble")
         return ChangeDone(completed, unreplaced)
 
     def _set_write_sets(self) -> tuple[tuple[str, ...], ...]:
         """The E distinct write sets of the current ensemble (entry e uses set e mod E), and
         their sorted forms, which `sends` uses to group entries."""
         sets = write_sets(self.ensemble, self.write_quorum_size)
-        self._sorted_sets = {ws: tuple(sorted(ws)) for ws in sets}
+        # Per write set: its bookies sorted, and a single add's `sent` once sent to all of them.
+        self._sorted_sets = {ws: (tuple(sorted(ws)), dict.fromkeys(ws, 1)) for ws in sets}
         return sets
 
     # ---- explicit LAC ---------------------------------------------------------------------------

@@ -42,13 +42,14 @@ class Driver(Protocol):
 
 
 class Completion(Protocol):
-    """One acknowledged add of a run: its future and the entry id it resolves to."""
+    """One acknowledged add (an entry or a run of them): its future and the entry id it resolves
+    to (a run's last)."""
 
     @property
     def future(self) -> AddFuture: ...
 
     @property
-    def entry_id(self) -> int: ...
+    def last(self) -> int: ...
 
 
 class AddFutureGroup:
@@ -177,7 +178,7 @@ def complete_run(group: AddFutureGroup, run: Sequence[Completion]) -> None:
         for c in run:
             f = c.future
             if not f._done:  # this module's own fields
-                f._result = c.entry_id
+                f._result = c.last
                 f._done = True
                 callbacks = f._callbacks
                 if callbacks is not None:

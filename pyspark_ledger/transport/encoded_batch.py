@@ -30,14 +30,32 @@ class EncodedAddBatch:
     lengths array and one body, which it cuts into views instead of decoding entry by entry; one
     speaking version 1 gets the per-entry encoding. Each is built when a stream first asks for it."""
 
-    __slots__ = ("request_id", "payload_bytes", "_ledger", "_master_key", "_recovery", "_entries", "_frames",
-                 "_requests")
+    __slots__ = ("request_id", "payload_bytes", "_ledger", "_master_key", "_recovery", "_ids", "_lacs", "_datas",
+                 "_frames", "_requests")
 
     def __init__(self, ledger: LedgerKey, master_key: bytes, entries: Sequence[tuple[int, int, bytes]],
                  *, recovery: bool = False):
+        self._init(ledger, master_key, [e[0] for e in entries], [e[1] for e in entries], [e[2] for e in entries],
+                   recovery)
+
+    @classmethod
+    def of_columns(cls, ledger: LedgerKey, master_key: bytes, entry_ids: Sequence[int], lacs: Sequence[int],
+                   datas: Sequence[bytes], *, recovery: bool = False) -> EncodedAddBatch:
+        """The same batch from its columns (entry ids, LACs, encoded entries): the writer's runs
+        come as columns already, so no tuple per entry is built and taken apart again."""
+        batch = cls.__new__(cls)
+        batch._init(ledger, master_key, entry_ids, lacs, datas, recovery)
+        return batch
+
+    def _init(self, ledger: LedgerKey, master_key: bytes, entry_ids: Sequence[int], lacs: Sequence[int],
+              datas: Sequence[bytes], recovery: bool) -> None:
+        if not len(entry_ids) == len(lacs) == len(datas):
+            raise ValueError(f"add batch columns differ in length: {len(entry_ids)} ids, {len(lacs)} LACs, "
+                             f"{len(datas)} entries")
         self.request_id = next(_request_ids)
-        self._ledger, self._master_key, self._recovery, self._entries = ledger, master_key, recovery, entries
-        self.payload_bytes = sum(len(e[2]) for e in entries)
+        self._ledger, self._master_key, self._recovery = ledger, master_key, recovery
+        self._ids, self._lacs, self._datas = entry_ids, lacs, datas
+        self.payload_bytes = sum(map(len, datas))
         self._frames: dict[int, bytes] = {}
         self._requests: dict[int, bytes] = {}
 
@@ -46,11 +64,10 @@ class EncodedAddBatch:
         run = wire_version >= RUN_ADDS_VERSION
         found = self._frames.get(run)
         if found is None:
-            entries = self._entries
             batch = pb.AddBatch(request_id=self.request_id, ledger=ledger_ref(self._ledger),
                                 master_key=self._master_key, recovery=self._recovery,
-                                entry_ids=[e[0] for e in entries], lacs=[e[1] for e in entries])
-            datas = [e[2] for e in entries]
+                                entry_ids=self._ids, lacs=self._lacs)
+            datas = self._datas
             if run:
                 batch.run_lengths.extend(map(len, datas))
                 batch.run_body = b"".join(datas)

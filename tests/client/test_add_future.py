@@ -18,10 +18,11 @@ _POLLER = AddPoller("test-add-future")
 
 @dataclass
 class Done:
-    """A completion as the write handle passes them (its _Pending has these two fields)."""
+    """A completion as the write handle passes them (its _Pending has these two fields: `last` is
+    the id the future resolves to, a run's last entry)."""
 
     future: AddFuture
-    entry_id: int
+    last: int
 
 
 def pending(group: AddFutureGroup, eid: int) -> Done:

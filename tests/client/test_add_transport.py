@@ -449,12 +449,24 @@ def test_a_listener_that_is_not_an_add_listener_fails_the_add() -> None:
 
 # ---- the writer's batches -----------------------------------------------------------------------
 
+def single(entry_id: int, size: int) -> tuple[SimpleNamespace, int, int]:
+    """A single add as the machine hands it out: a segment (run, first id, last id) of one entry."""
+    return SimpleNamespace(entry_id=entry_id, count=1, datas=[b"x" * size], lac=entry_id - 1), entry_id, entry_id
+
+
+def cut(segments: list[tuple[SimpleNamespace, int, int]]) -> list[list[int]]:
+    out = []
+    for ids, lacs, datas in add_batches.batches(segments):
+        assert len(ids) == len(lacs) == len(datas)
+        out.append(list(ids))
+    return out
+
+
 def test_a_bookies_entries_are_split_into_batches_within_both_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(add_batches, "BATCH_ENTRIES_MAX", 4)
     monkeypatch.setattr(add_batches, "BATCH_BYTES_MAX", 1000)
     sizes = [400, 400, 400, 100, 100, 100, 100, 100, 1500, 10]
-    entries = [SimpleNamespace(entry_id=i, data=b"x" * n) for i, n in enumerate(sizes)]
-    batches = [[p.entry_id for p in chunk] for chunk in add_batches.batches(entries)]
+    batches = cut([single(i, n) for i, n in enumerate(sizes)])
     assert batches == [
         [0, 1],  # 800 bytes: a third 400 would pass 1000
         [2, 3, 4, 5],  # 700 bytes, but four entries
@@ -463,6 +475,12 @@ def test_a_bookies_entries_are_split_into_batches_within_both_bounds(monkeypatch
         [9],
     ]
     assert [e for chunk in batches for e in chunk] == list(range(len(sizes)))  # order kept, nothing lost
+    # The same entries as one run: the same cuts, the run sliced.
+    run = SimpleNamespace(entry_id=0, count=len(sizes), datas=[b"x" * n for n in sizes], lac=-1)
+    assert cut([(run, 0, 9)]) == batches
+    assert cut([(run, 3, 5)]) == [[3, 4, 5]]  # a segment inside a run (after a change, or E > W)
+    ids, lacs, datas = next(add_batches.batches([(run, 3, 5)]))
+    assert lacs == [-1, -1, -1] and datas == run.datas[3:6]
 
 
 def test_batches_of_entries_at_the_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -470,8 +488,7 @@ def test_batches_of_entries_at_the_bounds(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(add_batches, "BATCH_BYTES_MAX", 300)
 
     def split(sizes: list[int]) -> list[list[int]]:
-        entries = [SimpleNamespace(entry_id=i, data=b"x" * n) for i, n in enumerate(sizes)]
-        return [[p.entry_id for p in chunk] for chunk in add_batches.batches(entries)]
+        return cut([single(i, n) for i, n in enumerate(sizes)])
 
     assert split([100, 100, 100]) == [[0, 1, 2]]  # exactly both bounds
     assert split([100, 100]) == [[0, 1]]

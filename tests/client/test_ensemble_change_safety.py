@@ -105,12 +105,12 @@ def test_no_completion_on_a_replaced_bookies_ack(tmp_path: Path, monkeypatch) ->
 
     real_batch = wh.EncodedAddBatch
 
-    def spy_batch(key, mk, entries, **kw):
-        b = real_batch(key, mk, entries, **kw)
-        b_ids = [e[0] for e in entries]
-        return _Spied(b, b_ids)
+    class SpyBatch:
+        @staticmethod
+        def of_columns(key, mk, ids, lacs, datas, **kw):
+            return _Spied(real_batch.of_columns(key, mk, ids, lacs, datas, **kw), list(ids))
 
-    monkeypatch.setattr(wh, "EncodedAddBatch", spy_batch)
+    monkeypatch.setattr(wh, "EncodedAddBatch", SpyBatch)
     store = open_store(f"sqlite:///{tmp_path / 'meta.db'}")
     ledgers = GatedLedgers(store)
     pool = ScriptedPool(["a", "b", "c", "d"])

@@ -9,7 +9,7 @@ import pytest
 
 from pyspark_ledger.errors import DigestMismatchError, EntryFormatError
 from pyspark_ledger.protocol.digest import Digest, mac_key, master_key
-from pyspark_ledger.protocol.entry_format import HEADER_BYTES, decode_entry, encode_entry, entry_encoder
+from pyspark_ledger.protocol.entry_format import HEADER_BYTES, decode_entry, encode_entry, entry_encoder, run_encoder
 
 VECTORS = json.loads((Path(__file__).resolve().parents[1] / "vectors" / "entry_format_v2.json").read_text())["cases"]
 
@@ -23,9 +23,27 @@ def test_vectors(case: dict) -> None:
     # The writer's per-ledger encoder makes the very same bytes.
     encode = entry_encoder(d, case["scope_id"], case["ledger_id"])
     assert encode(case["entry_id"], case["lac"], case["length"], payload) == encoded
+    # So does the run encoder (add_entries_async), for a run of one ...
+    encode_run = run_encoder(d, case["scope_id"], case["ledger_id"])
+    length_before = case["length"] - len(payload)
+    assert encode_run(case["entry_id"], case["lac"], length_before, [payload]) == ([encoded], case["length"])
     e = decode_entry(d, encoded, case["scope_id"], case["ledger_id"], case["entry_id"])
     assert (e.payload, e.last_add_confirmed, e.length) == (payload, case["lac"], case["length"])
     assert len(encoded) == HEADER_BYTES + d.size + len(payload)
+
+
+@pytest.mark.parametrize("digest_type", ["crc32c", "mac", "none"])
+@pytest.mark.parametrize("version", [2, 3])
+def test_a_run_encodes_as_its_entries_one_by_one(digest_type: str, version: int) -> None:
+    """... and for a longer run: each entry its own header (its id, the running length) and digest."""
+    d = Digest.for_ledger(digest_type, b"pw")
+    payloads = [bytes([i]) * i for i in range(40)]  # the empty payload included
+    encoded, length = run_encoder(d, 3, 9, version)(100, 97, 5000, payloads)
+    expected, running = [], 5000
+    for i, p in enumerate(payloads):
+        running += len(p)
+        expected.append(encode_entry(d, 3, 9, 100 + i, 97, running, p, version))
+    assert encoded == expected and length == running
 
 
 def test_flags_byte_and_layout() -> None:

@@ -3,9 +3,9 @@ side of a run request.
 
 Half the seeds (drawn from the seed alone, `uses_runs`, so every other seed keeps its history
 and the regression seeds replay theirs with runs=False) have their writers append runs of 1..4
-entries through the machine's `append_run`, and send each bookie one request per sub-run the
-machine's `sends` makes (with E > W a bookie's sub-runs are not consecutive). A bookie answers a
-run once, with (status, stored): the entries before `stored` are durable, the rest failed; with a
+entries through the machine's `append` (one record per run), and send each bookie one request
+per segment the machine's `sends` makes (with E > W a bookie's segments are not consecutive). A
+bookie answers a run once, with (status, stored): the entries before `stored` are durable, the rest failed; with a
 small probability it refuses a run from one of its entries on (REFUSED, as TOO_LARGE on a real
 bookie), which must fail that entry and every later one while the LAC never passes it.
 """

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from itertools import accumulate
 from typing import cast
 
 from pyspark_ledger.protocol.pending_adds import PendingAdd
@@ -39,13 +40,13 @@ IN_FLIGHT_MAX = 4
 
 
 class SimPending(PendingAdd):
-    """One entry in flight: the machine's record plus the ledger's length through it."""
+    """One entry or run in flight: the machine's record plus the ledger's length through each entry."""
 
-    __slots__ = ("length",)
+    __slots__ = ("lengths",)
 
-    def __init__(self, entry_id: int, size: int, bookies: tuple[str, ...], length: int):
-        PendingAdd.__init__(self, entry_id, size, bookies)
-        self.length = length
+    def __init__(self, entry_id: int, sizes: list[int], lengths: list[int]):
+        PendingAdd.__init__(self, entry_id, sum(sizes), sizes if len(sizes) > 1 else None)
+        self.lengths = lengths
 
 
 class SimWriter(Actor):
@@ -60,6 +61,7 @@ class SimWriter(Actor):
         self.entries_total = entries_total
         self.issued = 0
         self.length_issued = 0
+        self.reported_lac = -1  # the LAC last reported to the checker
         self.error: str | None = None
         self.on_end = on_end
         # Seeds with runs (runs.py) draw run lengths from their own generator: the world's
@@ -86,45 +88,44 @@ class SimWriter(Actor):
         if self.issued >= self.entries_total:
             self._maybe_close()
             return
-        room = min(IN_FLIGHT_MAX - len(m.adds), self.entries_total - self.issued)
-        if room > 0 and self.run_rng is not None:
-            run = [self._next_pending(i) for i in range(self.run_rng.randint(1, min(room, RUN_LEN_MAX)))]
-            m.append_run(run, m.lac, self.world.now_s)
-            self.world.stats["runs"] += 1
-            self._flush()
-        elif room > 0:
-            m.append(self._next_pending(), m.lac, self.world.now_s)
+        room = min(IN_FLIGHT_MAX - m.adds.pending_count, self.entries_total - self.issued)
+        if room > 0:
+            count = self.run_rng.randint(1, min(room, RUN_LEN_MAX)) if self.run_rng is not None else 1
+            m.append(self._next_pending(count), m.lac, self.world.now_s)
+            if self.run_rng is not None:
+                self.world.stats["runs"] += 1
             self._flush()
         self.later(ADD_GAP_S, self._issue, "issue")
 
-    def _next_pending(self, offset: int = 0) -> SimPending:
-        """The next new entry (`offset` further on for the later entries of a run being built)."""
-        m = self.machine
-        eid = m.adds.next_entry_id + offset
-        size = size_of(self.ledger, eid)
-        self.length_issued += size
-        self.issued += 1
-        return SimPending(eid, size, m.write_set_for(eid), self.length_issued)
+    def _next_pending(self, count: int) -> SimPending:
+        """The next `count` new entries, as one record (a run when count > 1)."""
+        first = self.machine.adds.next_entry_id
+        sizes = [size_of(self.ledger, eid) for eid in range(first, first + count)]
+        lengths = list(accumulate(sizes, initial=self.length_issued))[1:]
+        self.length_issued = lengths[-1]
+        self.issued += count
+        return SimPending(first, sizes, lengths)
 
     def _flush(self) -> None:
-        """Send what the machine's outbox holds, to the bookies it says each entry needs: entry
-        by entry, or (seeds with runs) one run request per bookie per consecutive sub-run."""
+        """Send what the machine's outbox holds, to the bookies it says each segment needs: entry
+        by entry, or (seeds with runs) one run request per bookie per segment (a consecutive
+        sub-run; with E > W a bookie's segments are not consecutive to each other)."""
         m = self.machine
-        for targets, entries in m.sends(m.take_outbox()).items():
-            if self.run_rng is not None:
-                for sub in _consecutive(cast(list[SimPending], entries)):
+        for targets, segments in m.sends(m.take_outbox()).items():
+            for p, first, last in segments:
+                run = cast(SimPending, p)
+                if self.run_rng is not None:
                     for b in targets:
-                        self._send_run(sub, b)
-                continue
-            for p in entries:
-                for b in targets:
-                    self._send(cast(SimPending, p), b)
+                        self._send_run(run, first, last, b)
+                    continue
+                for eid in range(first, last + 1):
+                    for b in targets:
+                        self._send(run, eid, b)
 
-    def _send_run(self, run: list[SimPending], b: str) -> None:
+    def _send_run(self, run: SimPending, first: int, last: int, b: str) -> None:
         lac = self.machine.lac
-        entries = [SimEntry(self.ledger, p.entry_id, token_of(self.ledger, p.entry_id), p.size, p.length, lac)
-                   for p in run]
-        ids = [p.entry_id for p in run]
+        entries = [self._entry(run, eid, lac) for eid in range(first, last + 1)]
+        ids = list(range(first, last + 1))
 
         def request(bookie: SimBookie, respond: Callable[[tuple[str, int]], None]) -> None:
             add_run(bookie, entries, respond)
@@ -153,9 +154,13 @@ class SimWriter(Actor):
         if self.machine.on_add_failed(b, ids):
             self._begin_change()
 
-    def _send(self, p: SimPending, b: str) -> None:
-        entry = SimEntry(self.ledger, p.entry_id, token_of(self.ledger, p.entry_id), p.size, p.length, self.machine.lac)
-        eid = p.entry_id
+    def _entry(self, run: SimPending, eid: int, lac: int) -> SimEntry:
+        i = eid - run.entry_id
+        size = run.size if run.sizes is None else run.sizes[i]
+        return SimEntry(self.ledger, eid, token_of(self.ledger, eid), size, run.lengths[i], lac)
+
+    def _send(self, run: SimPending, eid: int, b: str) -> None:
+        entry = self._entry(run, eid, self.machine.lac)
 
         def request(bookie: SimBookie, respond: Callable[[str], None]) -> None:
             bookie.add(entry, False, respond)
@@ -167,7 +172,7 @@ class SimWriter(Actor):
         if not self.live:
             return  # a stopped writer counts nothing
         if status == OK:
-            self._completed(self.machine.on_acks(b, [eid]))
+            self._completed(self.machine.on_acks(b, (eid,)))
         elif status == FENCED:
             self._apply(self.machine.on_fenced(b, status))
         else:
@@ -177,15 +182,23 @@ class SimWriter(Actor):
         if not self.live:
             return
         self.world.note(f"{self.name} add {self.ledger}/{eid} failed on {b}: {why}")
-        if self.machine.on_add_failed(b, [eid]):
+        if self.machine.on_add_failed(b, (eid,)):
             self._begin_change()
 
     def _completed(self, done: Sequence[PendingAdd]) -> None:
-        if done:
-            self.world.stats["entries_acked"] += len(done)
+        """The machine's LAC moved (or may have): the entries past the last one reported
+        completed, in order; `done` are the runs among them completed whole."""
+        lac, before = self.machine.lac, self.reported_lac
+        if done and (done[0].last <= before or done[-1].last > lac
+                     or any(q.entry_id != p.last + 1 for p, q in zip(done, done[1:]))):
+            self.cluster.checker.fail(f"{self.name}: runs completed {[(p.entry_id, p.last) for p in done]} do not "
+                                      f"follow on from entry {before} up to the LAC {lac}")
+        if lac > before:
+            self.reported_lac = lac
+            self.world.stats["entries_acked"] += lac - before
             if self.was_paused:
-                self.world.stats["zombie_late_acks"] += len(done)
-            self.cluster.checker.on_completed(self.name, self.ledger, self.machine.lac, [p.entry_id for p in done])
+                self.world.stats["zombie_late_acks"] += lac - before
+            self.cluster.checker.on_completed(self.name, self.ledger, lac, list(range(before + 1, lac + 1)))
         if self.issued >= self.entries_total:
             self._maybe_close()
 
@@ -286,14 +299,3 @@ class SimWriter(Actor):
         self.world.note(f"{self.name} stops: {self.error}")
         self.world.stats["writers_fenced" if stop.kind is StopKind.FENCED else "writers_stopped"] += 1
         self.on_end(self, self.error)
-
-
-def _consecutive(entries: list[SimPending]) -> list[list[SimPending]]:
-    """`entries` (in id order) cut where ids stop being consecutive: the sub-runs of one request."""
-    out: list[list[SimPending]] = []
-    for p in entries:
-        if out and out[-1][-1].entry_id + 1 == p.entry_id:
-            out[-1].append(p)
-        else:
-            out.append([p])
-    return out
