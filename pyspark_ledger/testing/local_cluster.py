@@ -279,10 +279,31 @@ class LocalCluster:
         try:
             for b in new:
                 b.wait_serving()
+            self._wait_registered(new)
         except BaseException:
             self.close()
             raise
         return self
+
+    def _wait_registered(self, bookies: list[LocalBookie], timeout_s: float = START_TIMEOUT_S) -> None:
+        """A bookie serves first and registers just after (bookie/server.py): a test's first create
+        must find every bookie, which on a loaded machine it did not always (2 of 3 registered),
+        so wait, bounded, until each is in the registry."""
+        from metadata.registry import BookieRegistry
+        from metadata.uri import open_store
+
+        wanted = {b.bookie_id for b in bookies}
+        store = open_store(self.metadata_uri)
+        try:
+            registry = BookieRegistry(store)
+            deadline = time.monotonic() + timeout_s
+            while missing := wanted - {info.bookie_id for info in registry.list()}:
+                if time.monotonic() > deadline:
+                    raise BookieStartError(f"bookies serving but not registered within {timeout_s:g} s: "
+                                           f"{', '.join(sorted(missing))}")
+                time.sleep(0.05)
+        finally:
+            store.close()
 
     def close(self) -> None:
         # All bookies drain at once: the whole cluster stops within one bookie's STOP_TIMEOUT_S.
