@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 from pyspark.sql import SparkSession
@@ -92,7 +93,7 @@ def cli_read(cluster: LocalCluster, name: str) -> list[tuple[int, str, int, int,
 def by_position(rows: list[SparkRow], columns: list[str]) -> list[SparkRow]:
     """Rows in log order; every row says where it is (seq, ledger, entry, index), so no two tie."""
     at = [columns.index(c) for c in ("seq", "entry", "index")]
-    return sorted(rows, key=lambda r: tuple(r[i] for i in at))  # type: ignore[arg-type, return-value]
+    return sorted(rows, key=lambda r: cast("tuple[int, ...]", tuple(r[i] for i in at)))
 
 
 def spark_batch(spark: SparkSession, uri: str, name: str) -> list[SparkRow]:
@@ -110,7 +111,7 @@ def spark_stream(spark: SparkSession, uri: str, name: str, checkpoint: Path) -> 
          .writeStream.format("memory").queryName(table).option("checkpointLocation", str(checkpoint))
          .trigger(availableNow=True).start())
     try:
-        assert q.awaitTermination(WAIT_S), f"the stream of {name} did not finish within {WAIT_S}s"
+        assert q.awaitTermination(int(WAIT_S)), f"the stream of {name} did not finish within {WAIT_S}s"
     finally:
         q.stop()
     df = spark.table(table)
@@ -171,8 +172,8 @@ def test_offloaded_history_reads_the_same_after_the_bookies_dropped_it(cluster: 
         before_spark = {n: spark_batch(spark, uri, n) for n in LOGS}
         # Spark's raw rows are LogReader's messages at the same positions (columns: payload, log,
         # seq, ledger, entry, index, timestamp, headers); Arrow entries hold 4 rows each.
-        assert [(r[2], r[4], r[5], bytes(r[0])) for r in before_spark["raw"]] == \
-            [(m[0], m[2], m[3], m[4]) for m in before["raw"]]  # type: ignore[arg-type]
+        assert [(r[2], r[4], r[5], bytes(cast(bytearray, r[0]))) for r in before_spark["raw"]] == \
+            [(m[0], m[2], m[3], m[4]) for m in before["raw"]]
         assert len(before_spark["arrow"]) == 4 * len(before["arrow"]) == 4 * 3 * LEDGERS
         drop_the_bookies_copies(cluster, client, offload_by_the_leader(client, store))
         for n in LOGS:
