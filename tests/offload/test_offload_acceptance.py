@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import cast
 
 import pytest
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
 from metadata import log_settings
@@ -34,6 +35,7 @@ from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.offload.offloaded_reads import store_for
 from pyspark_ledger.offload.status import log_offload_status
 from pyspark_ledger.testing.local_cluster import LocalCluster
+from pyspark_ledger.testing.micro_batch_driver import SPARK_WORKER_START_FAILURE
 from pyspark_ledger.testing.s3_server import LocalS3
 from pyspark_ledger.testing.spark_executor_env import executor_env
 from tests.offload.log_fill import fill_arrow, fill_raw, read_all
@@ -42,6 +44,7 @@ LEDGERS = int(os.environ.get("LEDGER_OFFLOAD_LEDGERS", "12"))
 TEST_MB = int(os.environ.get("LEDGER_OFFLOAD_TEST_MB", "12"))
 WAIT_S = 600.0  # generous: a shared, loaded machine
 LOGS = ("raw", "arrow")
+STREAM_STARTS_MAX = 3
 
 SparkRow = tuple[object, ...]
 
@@ -104,18 +107,26 @@ def spark_batch(spark: SparkSession, uri: str, name: str) -> list[SparkRow]:
 
 def spark_stream(spark: SparkSession, uri: str, name: str, checkpoint: Path) -> list[SparkRow]:
     """A readStream from earliest into a memory sink, run to the end of what is there
-    (availableNow), awaited with a generous bound."""
-    table = "offload_acceptance_" + uuid.uuid4().hex[:8]
-    q = (spark.readStream.format("ledger").option("metadataServiceUri", uri).option("log", name)
-         .option("startingPosition", "earliest").option("includeHeaders", "true").load()
-         .writeStream.format("memory").queryName(table).option("checkpointLocation", str(checkpoint))
-         .trigger(availableNow=True).start())
-    try:
-        assert q.awaitTermination(int(WAIT_S)), f"the stream of {name} did not finish within {WAIT_S}s"
-    finally:
-        q.stop()
-    df = spark.table(table)
-    return by_position([tuple(r) for r in df.collect()], df.columns)
+    (availableNow), awaited with a generous bound. A query whose Python worker missed Spark's own
+    ~10 s bound to connect back (a machine loaded far past its cores; before any of this package's
+    code ran) is started again with a new checkpoint, at most STREAM_STARTS_MAX times."""
+    for attempt in range(STREAM_STARTS_MAX):
+        table = "offload_acceptance_" + uuid.uuid4().hex[:8]
+        q = (spark.readStream.format("ledger").option("metadataServiceUri", uri).option("log", name)
+             .option("startingPosition", "earliest").option("includeHeaders", "true").load()
+             .writeStream.format("memory").queryName(table)
+             .option("checkpointLocation", str(checkpoint / str(attempt))).trigger(availableNow=True).start())
+        try:
+            assert q.awaitTermination(int(WAIT_S)), f"the stream of {name} did not finish within {WAIT_S}s"
+        except StreamingQueryException as exc:
+            if SPARK_WORKER_START_FAILURE not in str(exc) or attempt + 1 == STREAM_STARTS_MAX:
+                raise
+            continue
+        finally:
+            q.stop()
+        df = spark.table(table)
+        return by_position([tuple(r) for r in df.collect()], df.columns)
+    raise AssertionError("unreachable")
 
 
 def offload_by_the_leader(client: LedgerClient, store: str) -> int:
