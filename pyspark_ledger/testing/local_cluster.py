@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING
 from metadata.errors import InvalidUriError
 from metadata.uri import ZK_AUTH_ENV, parse_metadata_uri
 from pyspark_ledger.errors import PySparkLedgerError
+from pyspark_ledger.testing.spark_executor_env import executor_env_key
 from pyspark_ledger.testing.zookeeper_server import free_port
 
 if TYPE_CHECKING:
@@ -339,14 +341,18 @@ SPARK_PUSHDOWN_SETTING = "spark.sql.python.filterPushdown.enabled"
 
 
 def local_spark_session(app_name: str, *, master: str = "local[2]", log_level: str = "WARN",
-                        conf: dict[str, str] | None = None) -> SparkSession:
+                        conf: dict[str, str] | None = None,
+                        executor_env: Mapping[str, str] | None = None) -> SparkSession:
     """A local SparkSession on loopback only (by default Spark binds to the host's first
     non-loopback address), without the web UI, with small shuffles, with the executor settings
     recommended for reading ledgers (READER_EXECUTOR_ENV, unless the environment already sets
     MALLOC_ARENA_MAX), with Python data sources' filter pushdown on (SPARK_PUSHDOWN_SETTING: the
     `ledger` source's option pushFilters=true needs it), plus `conf` (which wins), and with the `ledger` source registered by
-    hand (works for every kind of install; see README "Spark"). Imports pyspark here, so the
-    rest of this module stays usable without it."""
+    hand (works for every kind of install; see README "Spark"). `executor_env` goes to the
+    executors' Python workers as `spark.executorEnv.*` settings (an `s3://` offload store's
+    LEDGER_S3_ENDPOINT and AWS variables: a worker's environment is its JVM's, fixed when that
+    started, plus these; docs/tiered-storage.md "Spark on S3"); `conf` wins over it too. Imports
+    pyspark here, so the rest of this module stays usable without it."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -359,6 +365,7 @@ def local_spark_session(app_name: str, *, master: str = "local[2]", log_level: s
     settings = {key: value for key, value in READER_EXECUTOR_ENV.items()
                 if key.removeprefix("spark.executorEnv.") not in os.environ}
     settings[SPARK_PUSHDOWN_SETTING] = "true"
+    settings.update({executor_env_key(k): v for k, v in (executor_env or {}).items()})
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)

@@ -3,6 +3,7 @@ times and headers (batched), and an Arrow log (one Arrow IPC stream per entry)."
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -12,6 +13,11 @@ from metadata.cluster_settings import update_cluster_settings
 from pyspark_ledger.client import LedgerClient
 
 ARROW_SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
+# The same schema as the Spark source records it (datasource/source.py log_schema_json), so that
+# `format("ledger")` reads the log too.
+ARROW_SCHEMA_JSON = json.dumps({"fields": [{"metadata": {}, "name": "id", "nullable": True, "type": "long"},
+                                           {"metadata": {}, "name": "name", "nullable": True, "type": "string"}],
+                                "type": "struct"}, sort_keys=True, separators=(",", ":"))
 
 
 def ipc(table: pa.Table) -> bytes:
@@ -56,7 +62,7 @@ def fill_arrow(client: LedgerClient, name: str, ledgers: int, entries_per_ledger
             n += 4
     finally:
         w.close()
-    client.logs.update_head(name, lambda r: r.with_schema(None, "arrow"))
+    client.logs.update_head(name, lambda r: r.with_schema(ARROW_SCHEMA_JSON, "arrow"))
 
 
 def read_all(client: LedgerClient, name: str) -> list[tuple[object, ...]]:
