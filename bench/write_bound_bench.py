@@ -13,7 +13,8 @@ measures, in one run, on 3 real bookies (embedded store, fsync on), E=3 W=3 A=2:
 
 For each: payload MB/s, its ratio to disk / 3, and CPU seconds per payload MB of each part
 (bookies: each process's utime + stime from /proc; the client: this process; Spark: the JVM
-and every Python worker under it, children included), with the rate those CPU costs allow
+and every Python worker under it, children included; and a 2-row write's time: the job's fixed
+cost), with the rate those CPU costs allow
 on this machine's cores when nothing else runs: cores / (CPU s per MB, all parts together).
 Rounds alternate the workloads; figures are medians; the load average is printed.
 
@@ -113,7 +114,8 @@ def measure(fn: Callable[[], None], payload_bytes: int, bookie_pids: list[int], 
     wall = time.perf_counter() - start
     mb = payload_bytes / 1e6
     bookie = [(cpu_s(p) - b) / mb for p, b in zip(bookie_pids, before_b, strict=True)]
-    out = {"mb_s": mb / wall, "bookie_cpu_s_per_mb": sum(bookie) / len(bookie), "writer_cpu_s_per_mb": (writer() - before_w) / mb}
+    out = {"s": wall, "mb_s": mb / wall, "bookie_cpu_s_per_mb": sum(bookie) / len(bookie),
+           "writer_cpu_s_per_mb": (writer() - before_w) / mb}
     os.sync()  # untimed: no run is measured during the writeback of another
     return out
 
@@ -173,14 +175,20 @@ def spark_workload(uri: str, rows: int, bookie_pids: list[int]) -> tuple[Any, Ca
     from pyspark_ledger.testing.local_cluster import local_spark_session
 
     spark = local_spark_session("write-bound-bench")
-    jvm = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]
+    jvm = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]  # py4j is untyped: proc is set at launch
     df = spark.range(rows, numPartitions=2).select(F.col("id"), payload_column("random").alias("payload")).cache()
     df.count()
     opts = {"metadataServiceUri": uri, "ensembleSize": "3", "writeQuorumSize": "3", "ackQuorumSize": "2", "log": "wb-arrow"}
 
+    tiny = spark.range(2, numPartitions=2).select(F.col("id"), payload_column("random").alias("payload")).cache()
+    tiny.count()
+
+    def write(frame: Any) -> None:
+        frame.write.format("ledger").options(**opts).option("payloadFormat", "arrow").mode("overwrite").save()
+
     def run() -> dict[str, float]:
-        return measure(lambda: df.write.format("ledger").options(**opts).option("payloadFormat", "arrow")
-                       .mode("overwrite").save(), rows * 108, bookie_pids, lambda: tree_cpu_s(jvm))
+        fixed = measure(lambda: write(tiny), 2 * 108, bookie_pids, lambda: tree_cpu_s(jvm))["s"]
+        return {**measure(lambda: write(df), rows * 108, bookie_pids, lambda: tree_cpu_s(jvm)), "fixed_s": fixed}
 
     return spark, run
 
@@ -201,6 +209,10 @@ def report(disk: float, loads: list[tuple[float, float, float]], results: dict[s
         bound = cores / (3 * bookie + writer)  # every core busy with this write alone
         print(f"| {name:<30} | {mb_s:>7,.1f} | {mb_s / (disk / 3):>10.2f} | {bookie * 1e3:>16.2f} | "
               f"{writer * 1e3:>16.2f} | {bound:>14,.0f} |")
+    for name, runs in results.items():
+        if "fixed_s" in runs[0]:
+            print(f"{name}: a job's fixed cost (the same write of 2 rows, 2 tasks: ledger create, staging, "
+                  f"commit) {statistics.median(r['fixed_s'] for r in runs):.2f} s")
 
 
 if __name__ == "__main__":
