@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pyspark_ledger.testing.stream_start import SPARK_WORKER_START_FAILURE, is_worker_start_failure
+
 STALL_S = 300.0  # no batch for this long: the query is stuck, not slow
 POLL_S = 0.5
 
@@ -73,10 +75,8 @@ class MicroBatchRun:
     durations: list[dict[str, int]]  # each micro-batch's durationMs (Spark's progress)
 
 
-# Spark gives a Python worker it starts ~10 s to connect back, a bound of its own that no setting
-# changes; on a machine loaded far past its cores a worker start can miss it, and the query fails
-# before any of this package's code ran. Such a run is started again (a new log pair and checkpoint).
-SPARK_WORKER_START_FAILURE = "Python worker failed to connect back"
+# Spark's ~10 s bound for a new Python worker to connect back (stream_start.py says more): a run
+# that failed on it before any of this package's code ran is started again (a new log pair and checkpoint).
 DRIVER_STARTS_MAX = 3
 
 
@@ -87,7 +87,7 @@ def run_micro_batches(uri: str, work: Path, name: str, batches: int, *, cache: b
         try:
             return _run_once(uri, work, f"{name}-{attempt}", batches, cache=cache, trigger=trigger)
         except RuntimeError as exc:
-            if SPARK_WORKER_START_FAILURE not in str(exc) or attempt + 1 == DRIVER_STARTS_MAX:
+            if not is_worker_start_failure(str(exc)) or attempt + 1 == DRIVER_STARTS_MAX:
                 raise
     raise AssertionError("unreachable")
 
@@ -121,7 +121,7 @@ def _run_once(uri: str, work: Path, name: str, batches: int, *, cache: bool, tri
         feeder.join(timeout=60)
     if out.returncode != 0:
         tail = out.stderr[-4000:]
-        why = SPARK_WORKER_START_FAILURE if SPARK_WORKER_START_FAILURE in out.stderr else ""
+        why = SPARK_WORKER_START_FAILURE if is_worker_start_failure(out.stderr) else ""
         raise RuntimeError(f"the micro-batch driver failed: {why}\n{tail}")
     sessions = {int(f.name): len(f.read_text().splitlines()) for f in audit.iterdir()}
     return MicroBatchRun(sessions, json.loads(out.stdout.strip().splitlines()[-1]))

@@ -16,6 +16,7 @@ from pathlib import Path
 from pyspark.sql import functions as F
 
 from pyspark_ledger.testing.local_cluster import local_spark_session
+from pyspark_ledger.testing.stream_start import start_query
 
 BATCH_ENTRIES_MAX = 150  # maxEntriesPerTrigger: what one micro-batch reads at most
 
@@ -50,8 +51,8 @@ def main() -> None:
         reader = reader.option("subscription", subscription[0])
     src = reader.load()
     out = src.select(F.concat(F.col("payload"), F.lit(bytearray(b"!"))).alias("payload"))
-    query = (out.writeStream.format("ledger").option("metadataServiceUri", uri).option("log", sink)
-             .option("checkpointLocation", checkpoint).trigger(processingTime="200 milliseconds").start())
+    query = start_query(lambda: out.writeStream.format("ledger").option("metadataServiceUri", uri).option("log", sink)
+                        .option("checkpointLocation", checkpoint).trigger(processingTime="200 milliseconds").start())
     print("STARTED", flush=True)
     query.awaitTermination(float(run_s))
     query.stop()

@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.testing.message_batches import set_message_batches
+from pyspark_ledger.testing.stream_start import start_query
 from tests.spark.conftest import ledger_opts
 
 ROWS = 500
@@ -99,10 +100,10 @@ def test_a_row_resumes_after_itself_inside_a_batch_batch_and_stream(spark: Spark
         after = read(spark, uri, log_name, startingPositions=start).collect()
         assert sorted(r["payload"] for r in after) == sorted(r["payload"] for r in rows[at + 1:])
         table = f"resume_{at}_{log_name.replace('-', '_')}"
-        query = (spark.readStream.format("ledger").options(**ledger_opts(uri, log_name, startingPositions=start,
-                                                                          maxEntriesPerTrigger=3))
-                 .load().writeStream.format("memory").queryName(table)
-                 .option("checkpointLocation", str(tmp_path / table)).trigger(availableNow=True).start())
+        query = start_query(lambda: spark.readStream.format("ledger").options(
+            **ledger_opts(uri, log_name, startingPositions=start, maxEntriesPerTrigger=3))
+            .load().writeStream.format("memory").queryName(table)
+            .option("checkpointLocation", str(tmp_path / table)).trigger(availableNow=True).start())
         try:
             query.awaitTermination(600)
         finally:

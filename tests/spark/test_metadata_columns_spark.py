@@ -12,6 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pyspark_ledger.client import LedgerClient
+from pyspark_ledger.testing.stream_start import start_query
 from tests.spark.conftest import ledger_opts
 
 
@@ -33,9 +34,10 @@ def test_metadata_columns_choose_the_schema_batch_and_stream(spark: SparkSession
     assert few.columns == ["id", "text", "entry", "index"]
     full = read(spark, uri, log_name)
     assert sorted(few.collect()) == sorted(full.select("id", "text", "entry", "index").collect())
-    stream = (spark.readStream.format("ledger").options(**ledger_opts(uri, log_name, metadataColumns="seq"))
-              .load().writeStream.format("memory").queryName(f"mc_{log_name.replace('-', '_')}")
-              .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
+    stream = start_query(lambda: spark.readStream.format("ledger")
+                         .options(**ledger_opts(uri, log_name, metadataColumns="seq"))
+                         .load().writeStream.format("memory").queryName(f"mc_{log_name.replace('-', '_')}")
+                         .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
     try:
         stream.awaitTermination(600)
     finally:

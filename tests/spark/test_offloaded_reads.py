@@ -16,6 +16,7 @@ from pyspark.sql import functions as F
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.offload.offloader import offload_pass
 from pyspark_ledger.testing.local_cluster import LocalCluster
+from pyspark_ledger.testing.stream_start import start_query
 
 WAIT_S = 600  # generous: a shared, loaded machine
 
@@ -40,10 +41,10 @@ def batch(spark: SparkSession, uri: str, name: str) -> DataFrame:
 
 def stream_rows(spark: SparkSession, uri: str, name: str, checkpoint: Path) -> list[tuple[object, ...]]:
     table = "offloaded_" + uuid.uuid4().hex[:8]
-    q = (spark.readStream.format("ledger").option("metadataServiceUri", uri).option("log", name)
-         .option("startingPosition", "earliest").load()
-         .writeStream.format("memory").queryName(table).option("checkpointLocation", str(checkpoint))
-         .trigger(availableNow=True).start())
+    q = start_query(lambda: spark.readStream.format("ledger").option("metadataServiceUri", uri).option("log", name)
+                    .option("startingPosition", "earliest").load()
+                    .writeStream.format("memory").queryName(table).option("checkpointLocation", str(checkpoint))
+                    .trigger(availableNow=True).start())
     assert q.awaitTermination(WAIT_S), "the stream did not finish"
     return sorted(tuple(r) for r in spark.table(table).collect())
 

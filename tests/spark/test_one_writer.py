@@ -33,6 +33,7 @@ from pyspark_ledger.datasource.stream.sink_epoch import read_query_epoch
 from pyspark_ledger.log import LogFencedError, LogWriter, Position
 from pyspark_ledger.log.takeover import open_ledgers_of
 from pyspark_ledger.testing.progress import await_query
+from pyspark_ledger.testing.stream_start import start_query as start_stream
 
 ROUNDS = int(os.environ.get("LEDGER_RACE_ROUNDS", "5"))
 WAIT_S = 300.0  # every wait of the test is bounded by this: minutes, so a loaded machine is slow, not failing
@@ -132,8 +133,9 @@ def test_the_run_id_comes_from_the_task_properties_spark_sets() -> None:
 def start_query(spark: SparkSession, uri: str, name: str, ckpt: str, run: int) -> Any:
     rows = spark.readStream.format("rate").option("rowsPerSecond", "20").option("numPartitions", "1").load()
     out = rows.select(F.concat(F.lit(f"s{run}:x:"), F.col("value").cast("string")).cast("binary").alias("payload"))
-    return (out.writeStream.format("ledger").option("metadataServiceUri", uri).option("log", name)
-            .option("checkpointLocation", ckpt).trigger(processingTime="200 milliseconds").start())
+    return start_stream(lambda: out.writeStream.format("ledger").option("metadataServiceUri", uri)
+                        .option("log", name).option("checkpointLocation", ckpt)
+                        .trigger(processingTime="200 milliseconds").start())
 
 
 def test_streaming_query_and_log_writer_race_for_one_log(spark: SparkSession, client: LedgerClient, uri: str,
@@ -181,8 +183,9 @@ def test_streaming_query_and_log_writer_race_for_one_log(spark: SparkSession, cl
     assert {tag[:1] for tag, _ in holders.values()} == {b"s", b"p"} and total > 0
 
     # spark.readStream reads the whole log and never hangs on it.
-    q = (spark.readStream.format("ledger").option("metadataServiceUri", uri).option("log", log_name).load()
-         .writeStream.format("memory").queryName("race_" + uuid.uuid4().hex[:8]).trigger(availableNow=True).start())
+    q = start_stream(lambda: spark.readStream.format("ledger").option("metadataServiceUri", uri)
+                     .option("log", log_name).load().writeStream.format("memory")
+                     .queryName("race_" + uuid.uuid4().hex[:8]).trigger(availableNow=True).start())
     await_query(q)  # readStream of the raced log finishes
     assert spark.table(q.name).count() == total
 

@@ -22,6 +22,7 @@ from pyspark.sql import SparkSession
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.log import Position
 from pyspark_ledger.testing.message_batches import set_message_batches
+from pyspark_ledger.testing.stream_start import start_query
 
 SECONDS = float(os.environ.get("LEDGER_STAMPS_SECONDS", "20"))
 MESSAGES = 10_000
@@ -93,10 +94,10 @@ def test_every_row_its_own_time_and_headers_and_a_start_by_time(spark: SparkSess
     assert until_t == first
 
     table = f"stamps_{log_name[2:]}"
-    q = (spark.readStream.format("ledger").option("metadataServiceUri", uri).option("log", log_name)
-         .option("startingTimestamp", str(t_mid)).option("includeHeaders", "true").load()
-         .writeStream.format("memory").queryName(table).option("checkpointLocation", str(tmp_path / "ckpt"))
-         .trigger(availableNow=True).start())
+    q = start_query(lambda: spark.readStream.format("ledger").option("metadataServiceUri", uri).option("log", log_name)
+                    .option("startingTimestamp", str(t_mid)).option("includeHeaders", "true").load()
+                    .writeStream.format("memory").queryName(table).option("checkpointLocation", str(tmp_path / "ckpt"))
+                    .trigger(availableNow=True).start())
     assert q.awaitTermination(WAIT_S), "the AvailableNow query did not stop"
     streamed = spark.table(table).orderBy("entry", "index").collect()
     assert [(r.entry, r["index"]) for r in streamed] == want

@@ -23,6 +23,7 @@ from pyspark_ledger.datasource.stream.read import available_now_target, initial_
 from pyspark_ledger.datasource.stream.sink_progress import read_sink_progress
 from pyspark_ledger.log import Position
 from pyspark_ledger.testing.progress import await_query, query_running, wait_on_progress
+from pyspark_ledger.testing.stream_start import start_query
 
 PAYLOAD_BYTES = 11  # b"event-%05d"
 
@@ -41,17 +42,18 @@ def source(spark: SparkSession, uri: str, **opts: str) -> DataFrame:
 
 def run_available_now(df: DataFrame, table: str, checkpoint: Path) -> StreamingQuery:
     """Into a memory table (a new query: the memory sink does not restart from a checkpoint)."""
-    q = (df.writeStream.format("memory").queryName(table).option("checkpointLocation", str(checkpoint))
-         .trigger(availableNow=True).start())
+    q = start_query(lambda: df.writeStream.format("memory").queryName(table)
+                    .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
     await_query(q)  # the AvailableNow query stops
     return q
 
 
 def start_copy(df: DataFrame, uri: str, sink: str, checkpoint: Path) -> StreamingQuery:
     """Into a log (the ledger sink restarts from its checkpoint, exactly once)."""
-    return (df.select("payload").writeStream.format("ledger").option("metadataServiceUri", uri).option("log", sink)
-            .option("checkpointLocation", str(checkpoint)).option("batching", "false")  # one row = one entry: counted
-            .trigger(availableNow=True).start())
+    return start_query(lambda: df.select("payload").writeStream.format("ledger").option("metadataServiceUri", uri)
+                       .option("log", sink).option("checkpointLocation", str(checkpoint))
+                       .option("batching", "false")  # one row = one entry: counted
+                       .trigger(availableNow=True).start())
 
 
 def copy_available_now(df: DataFrame, uri: str, sink: str, checkpoint: Path) -> StreamingQuery:
@@ -141,8 +143,9 @@ def test_log_pattern_picks_up_a_log_that_appears_later(spark: SparkSession, clie
     first, later = f"{log_name}-p1", f"{log_name}-p2"
     produce(client, first, 50)
     table = f"pattern_{log_name[2:]}"
-    q = (source(spark, uri, logPattern=f"{log_name}-p.*").writeStream.format("memory").queryName(table)
-         .option("checkpointLocation", str(tmp_path / "p")).trigger(processingTime="200 milliseconds").start())
+    q = start_query(lambda: source(spark, uri, logPattern=f"{log_name}-p.*").writeStream.format("memory")
+                    .queryName(table).option("checkpointLocation", str(tmp_path / "p"))
+                    .trigger(processingTime="200 milliseconds").start())
     try:
         wait_on_progress("the first log's rows", lambda: spark.table(table).count(), lambda n: n >= 50,
                          alive=query_running(q))
@@ -180,10 +183,10 @@ def test_sink_reports_rows_and_bytes(spark: SparkSession, client: LedgerClient, 
                                      tmp_path: Path) -> None:
     produce(client, log_name, 500)
     sink = log_name + "-out"
-    q = (source(spark, uri, log=log_name, maxEntriesPerTrigger="200").select("payload").writeStream.format("ledger")
-         .option("metadataServiceUri", uri).option("log", sink).option("checkpointLocation", str(tmp_path / "s"))
-         .option("batching", "false")
-         .trigger(availableNow=True).start())
+    q = start_query(lambda: source(spark, uri, log=log_name, maxEntriesPerTrigger="200").select("payload")
+                    .writeStream.format("ledger").option("metadataServiceUri", uri).option("log", sink)
+                    .option("checkpointLocation", str(tmp_path / "s")).option("batching", "false")
+                    .trigger(availableNow=True).start())
     await_query(q)
     batches = [p for p in q.recentProgress if p["numInputRows"]]
     assert all(p["sink"]["numOutputRows"] == p["numInputRows"] for p in batches)

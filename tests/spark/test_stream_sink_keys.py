@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.testing.progress import await_query
+from pyspark_ledger.testing.stream_start import start_query
 from tests.spark.conftest import ledger_opts
 from tests.spark.test_streaming import produce, stream
 
@@ -30,8 +31,8 @@ def test_a_stream_keeps_its_key_column_in_a_raw_log(spark: SparkSession, uri: st
     keyed = stream(spark, uri, log_name, maxEntriesPerTrigger="100").select(
         F.concat(F.lit("entry-"), F.col("seq").cast("string"), F.lit("-"), F.col("entry").cast("string"))
         .cast("binary").alias("key"), F.col("payload"))
-    query = (keyed.writeStream.format("ledger").options(**ledger_opts(uri, sink))
-             .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+    query = start_query(lambda: keyed.writeStream.format("ledger").options(**ledger_opts(uri, sink))
+                        .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
     await_query(query)  # the stream finishes
     got = spark.read.format("ledger").options(**ledger_opts(uri, sink)).load().collect()
     assert [bytes(r.key) for r in got[:10]] == [b"batch-%d" % i for i in range(10)]
@@ -49,7 +50,7 @@ def test_a_stream_without_keys_is_refused_by_a_keyed_log(spark: SparkSession, ur
              .options(**ledger_opts(uri, sink)).option("checkpointLocation", str(tmp_path / "ckpt"))
              .trigger(availableNow=True))
     with pytest.raises(Exception) as err:  # Spark's error class differs by where it surfaces
-        await_query(query.start())
+        await_query(start_query(query.start))
     first = str(err.value).splitlines()[0]  # [STREAM_FAILED] ... [PYTHON_DATA_SOURCE_ERROR] ...: the reason
     assert (f"WriteSchemaError: log {sink!r} holds keyed entries (key, payload): add a binary `key` column, or write "
             "the stream to another log (a stream cannot overwrite one)") in first, first  # not "mode overwrite"

@@ -22,6 +22,7 @@ from pyspark_ledger.datasource.read.cuts import DataLossError
 from pyspark_ledger.datasource.stream.offsets import LogOffset
 from pyspark_ledger.datasource.stream.subscription import commit_subscription, stored_position, subscription_start
 from pyspark_ledger.testing.progress import await_query, wait_on_progress
+from pyspark_ledger.testing.stream_start import start_query
 from tests.spark.stream_driver import BATCH_ENTRIES_MAX, kill_driver, start_driver
 from tests.spark.test_streaming import DRIVER_RUN_S, log_payloads, produce, stream
 
@@ -55,8 +56,9 @@ def _ledger(client: LedgerClient, log: str, seq: int) -> str:
 
 def run_available_now(spark: SparkSession, uri: str, log: str, checkpoint: Path, **opts: str) -> list[bytes]:
     name = f"q{random.randrange(10**9)}"
-    query = (stream(spark, uri, log, subscription="etl", **opts).select("payload").writeStream.format("memory")
-             .queryName(name).option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    query = start_query(lambda: stream(spark, uri, log, subscription="etl", **opts).select("payload")
+                        .writeStream.format("memory").queryName(name)
+                        .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
     await_query(query)
     rows = [bytes(r.payload) for r in spark.table(name).collect()]
     spark.catalog.dropTempView(name)

@@ -22,6 +22,7 @@ from pyspark_ledger.datasource.stream.scan import scan_log
 from pyspark_ledger.datasource.stream.sink import StreamSettings, parse_stream_options
 from pyspark_ledger.log.subscription import lag
 from pyspark_ledger.testing.progress import await_query, query_running, wait_on_progress
+from pyspark_ledger.testing.stream_start import start_query
 from tests.spark.stream_driver import BATCH_ENTRIES_MAX, kill_driver, start_driver
 
 # Each kill starts a Spark driver (~30 s here): 3 in CI keeps the suite's time; LEDGER_STREAM_KILLS=10 for a
@@ -79,8 +80,8 @@ def test_sink_and_source_exactly_once_in_order_with_a_live_producer(spark: Spark
     sink = log_name + "-out"
     writer = client.open_log_writer(log_name, rollover_entries=150, batching=False)  # the source log must exist first
     out = stream(spark, uri, log_name, maxEntriesPerTrigger="100").select(F.col("payload"))
-    query = (out.writeStream.format("ledger").option("metadataServiceUri", uri).option("log", sink)
-             .option("checkpointLocation", str(tmp_path / "ckpt")).start())
+    query = start_query(lambda: out.writeStream.format("ledger").option("metadataServiceUri", uri).option("log", sink)
+                        .option("checkpointLocation", str(tmp_path / "ckpt")).start())
     produced: list[bytes] = []
 
     def producer() -> None:
@@ -116,8 +117,8 @@ def test_failure_in_commit_is_replayed_once(spark: SparkSession, client: LedgerC
             opts = {"metadataServiceUri": uri, "log": sink, "checkpointLocation": ckpt}
             if fail:
                 opts["testFailCommit"] = when
-            q = stream(spark, uri, log_name).select("payload").writeStream.format("ledger").options(**opts) \
-                .trigger(availableNow=True).start()
+            q = start_query(stream(spark, uri, log_name).select("payload").writeStream.format("ledger")
+                            .options(**opts).trigger(availableNow=True).start)
             await_query(q)
 
         with pytest.raises(Exception, match="injected commit failure"):
@@ -134,12 +135,12 @@ def test_failOnDataLoss_when_the_start_was_trimmed(  # noqa: N802 - named after 
     from pyspark_ledger.log import Position
 
     client.trim_log(log_name, before=Position(rec.ledgers[1].seq, 0, rec.ledgers[1].ledger_id))
-    got = (stream(spark, uri, log_name, startingPosition=start, failOnDataLoss="false")
-           .writeStream.format("memory").queryName("dataloss_ok").trigger(availableNow=True).start())
+    got = start_query(stream(spark, uri, log_name, startingPosition=start, failOnDataLoss="false")
+                      .writeStream.format("memory").queryName("dataloss_ok").trigger(availableNow=True).start)
     await_query(got)
     assert spark.table("dataloss_ok").count() == 200
-    q = (stream(spark, uri, log_name, startingPosition=start).writeStream.format("memory").queryName("dataloss_fail")
-         .trigger(availableNow=True).start())
+    q = start_query(stream(spark, uri, log_name, startingPosition=start).writeStream.format("memory")
+                    .queryName("dataloss_fail").trigger(availableNow=True).start)
     with pytest.raises(Exception, match="trimmed"):
         await_query(q)
 

@@ -14,6 +14,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from pyspark_ledger.client import LedgerClient
+from pyspark_ledger.testing.stream_start import start_query
 
 MIN_ENTRIES, DELAY_S = 1000, 5.0
 SLOW_ENTRIES, SLOW_S = 600, 12.0
@@ -31,8 +32,9 @@ def test_small_batches_wait_for_the_delay_and_a_burst_goes_at_once(spark: SparkS
     df = (spark.readStream.format("ledger").option("metadataServiceUri", uri).option("log", log_name)
           .option("minEntriesPerTrigger", str(MIN_ENTRIES)).option("maxTriggerDelay", f"{DELAY_S:g}s").load())
     table = f"trig_{log_name[2:]}"
-    query = (df.writeStream.format("memory").queryName(table).option("checkpointLocation", str(tmp_path / "ckpt"))
-             .trigger(processingTime="200 milliseconds").start())
+    query = start_query(lambda: df.writeStream.format("memory").queryName(table)
+                        .option("checkpointLocation", str(tmp_path / "ckpt"))
+                        .trigger(processingTime="200 milliseconds").start())
     try:
         deadline = time.monotonic() + WAIT_S
         while query.lastProgress is None and time.monotonic() < deadline:  # the first trigger ran: the delay runs
