@@ -14,6 +14,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from pyspark_ledger.client import LedgerClient
+from pyspark_ledger.testing.stream_start import start_query
 from tests.spark.conftest import ledger_opts
 
 BATCHES, ROWS = 6, 20  # one entry per batch (arrowBatchRows=ROWS)
@@ -60,9 +61,10 @@ def test_arrow_rows_carry_their_entry_time_and_a_start_by_time(spark: SparkSessi
     assert read(endingTimestamp=t).count() == len(rows) - len(want)
 
     table = f"arrow_times_{log_name[2:]}"
-    q = (spark.readStream.format("ledger").options(**ledger_opts(uri, log_name, startingTimestamp=str(t))).load()
-         .writeStream.format("memory").queryName(table).option("checkpointLocation", str(tmp_path / "ckpt"))
-         .trigger(availableNow=True).start())
+    q = start_query(lambda: spark.readStream.format("ledger")
+                    .options(**ledger_opts(uri, log_name, startingTimestamp=str(t))).load()
+                    .writeStream.format("memory").queryName(table).option("checkpointLocation", str(tmp_path / "ckpt"))
+                    .trigger(availableNow=True).start())
     assert q.awaitTermination(WAIT_S), "the AvailableNow query did not stop"
     streamed = spark.table(table).orderBy("id").collect()
     assert [r.id for r in streamed] == want

@@ -92,8 +92,8 @@ def test_once_and_available_now_read_everything_despite_min_entries(
     df = (spark.readStream.format("ledger").option("metadataServiceUri", uri).option("log", log_name)
           .option("minEntriesPerTrigger", str(MIN_ENTRIES)).option("maxTriggerDelay", "1h").load())
     table = f"once_{log_name[2:]}"
-    query = (df.writeStream.format("memory").queryName(table).option("checkpointLocation", str(tmp_path / "ckpt"))
-             .trigger(**trigger).start())
+    query = start_query(lambda: df.writeStream.format("memory").queryName(table)
+                        .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(**trigger).start())
     try:
         assert query.awaitTermination(WAIT_S), f"the {trigger} query did not end within {WAIT_S} s"
         rows = sorted(r.payload for r in spark.table(table).select("payload").collect())
