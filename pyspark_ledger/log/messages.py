@@ -11,6 +11,7 @@ from metadata import LedgerId
 from metadata.log_record import MESSAGE_FORMATS, LogRecord
 from pyspark_ledger.log.errors import LogFormatError
 from pyspark_ledger.log.position import LogEntry, Position
+from pyspark_ledger.protocol.arrow_times import entry_append_ms
 from pyspark_ledger.protocol.entry_format import BATCH_FORMAT_VERSION, Entry
 from pyspark_ledger.protocol.message_batch import NO_TIME, decode_batch
 
@@ -23,12 +24,16 @@ def check_readable(rec: LogRecord) -> None:
 
 
 def messages(seq: int, ledger_id: LedgerId, e: Entry, first: int = 0, last: int | None = None,
-             ledger_time_ms: int | None = None) -> Iterator[LogEntry]:
+             ledger_time_ms: int | None = None, arrow_times: bool = False) -> Iterator[LogEntry]:
     """The messages of entry `e` with index first..last (inclusive; None: to the end).
-    `ledger_time_ms` (the ledger's join time) is every message's `timestamp_ms` fallback."""
+    `ledger_time_ms` (the ledger's join time) is every message's `timestamp_ms` fallback.
+    `arrow_times`: `e` is an Arrow entry of a ledger whose entries carry their own append time
+    (protocol/arrow_times.py), which is then the entry's, as Spark's `timestamp` shows it."""
     if e.format_version != BATCH_FORMAT_VERSION:
         if first == 0 and (last is None or last >= 0):
-            yield LogEntry(Position(seq, e.entry_id, ledger_id), e.payload, ledger_time_ms=ledger_time_ms)
+            own = entry_append_ms(e.payload, f"entry {e.entry_id} of ledger {ledger_id}") if arrow_times else None
+            yield LogEntry(Position(seq, e.entry_id, ledger_id), e.payload, append_time_ms=own,
+                           ledger_time_ms=ledger_time_ms)
         return
     b = decode_batch(e.payload, where=f"entry {e.entry_id} of ledger {ledger_id}")
     stop = b.count if last is None else min(b.count, last + 1)

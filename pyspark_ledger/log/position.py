@@ -50,13 +50,13 @@ class LogEntry:
     time, event time and headers when the batch carries them).
 
     `timestamp_ms` is the message's time as Spark's `timestamp` column shows it: its own append
-    time, or for an unbatched entry (format 2, no time of its own) the time its ledger joined
-    the log, as before messages had times."""
+    time (a batch's, or an Arrow entry's), or for an entry with no time of its own (format 2
+    raw, or Arrow written before entries had times) the time its ledger joined the log."""
 
     position: Position
     payload: bytes
     key: bytes | None = None
-    append_time_ms: int | None = None  # None: an unbatched entry (no time of its own)
+    append_time_ms: int | None = None  # None: no time of its own (an unbatched raw entry, an Arrow entry before times)
     event_time_ms: int | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
     ledger_time_ms: int | None = None  # the ledger's join time (LogLedger.ctime_ms), when read from a log

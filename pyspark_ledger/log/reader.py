@@ -21,6 +21,7 @@ from pyspark_ledger.log.position import LogEntry, Position
 from pyspark_ledger.log.service import LedgerService
 from pyspark_ledger.log.subscription import resume_start, stored, subscribe
 from pyspark_ledger.log.time_lookup import position_at_time
+from pyspark_ledger.protocol.arrow_times import ledger_is_timed
 
 if TYPE_CHECKING:
     from pyspark_ledger.ledger.read_handle import ReadHandle
@@ -165,10 +166,12 @@ class LogReader:
                 last = min(last, end.entry_id)
             if last < first:
                 continue
-            for e in self._handle(lg.ledger_id).read_entries(first, last):
+            handle = self._handle(lg.ledger_id)
+            timed = ledger_is_timed(handle.metadata.custom)
+            for e in handle.read_entries(first, last):
                 skip = start.index if start is not None and (lg.seq, e.entry_id) == (start.seq, start.entry_id) else 0
                 upto = end.index if end is not None and (lg.seq, e.entry_id) == (end.seq, end.entry_id) else None
-                yield from messages(lg.seq, lg.ledger_id, e, skip, upto, lg.ctime_ms)
+                yield from messages(lg.seq, lg.ledger_id, e, skip, upto, lg.ctime_ms, timed)
 
     def position_at_time(self, t_ms: int) -> Position | None:
         """The first message (in log order) whose time (LogEntry.timestamp_ms) is at or after
@@ -208,9 +211,10 @@ class LogReader:
             if wait_s is not None:
                 wait_s = min(wait_s, TAIL_WAIT_S) if is_last else 0.0
             progressed = False
+            timed = ledger_is_timed(h.metadata.custom)
             for e in h.tail(nxt, idle_timeout_s=wait_s if is_last else 0.0):
                 skip = skip_at[2] if skip_at is not None and skip_at[:2] == (lg.seq, e.entry_id) else 0
-                yield from messages(lg.seq, lg.ledger_id, e, skip, None, lg.ctime_ms)
+                yield from messages(lg.seq, lg.ledger_id, e, skip, None, lg.ctime_ms, timed)
                 nxt = e.entry_id + 1
                 progressed = True
             if progressed:

@@ -42,8 +42,10 @@ def test_choose_trim_takes_a_sealed_prefix_only() -> None:
     before = Position(2, 3, LedgerId(0, 3))
     assert choose_trim(rec, before=before, max_age_ms=None, max_size_bytes=None) == {LedgerId(0, 1), LedgerId(0, 2)}
     assert choose_trim(rec, before=None, max_age_ms=1500, max_size_bytes=None, now=3000) == set()  # sealed just now
+    # Each ledger was sealed at its own wall-clock time (a loaded machine crosses milliseconds).
+    last_sealed = max(lg.sealed_ms or 0 for lg in rec.ledgers[:4])
     assert choose_trim(rec, before=None, max_age_ms=1500, max_size_bytes=None,
-                       now=rec.ledgers[0].sealed_ms + 1501) == {LedgerId(0, 1), LedgerId(0, 2), LedgerId(0, 3), LedgerId(0, 4)}
+                       now=last_sealed + 1501) == {LedgerId(0, 1), LedgerId(0, 2), LedgerId(0, 3), LedgerId(0, 4)}
     assert choose_trim(rec, before=None, max_age_ms=None, max_size_bytes=250) == {LedgerId(0, 1), LedgerId(0, 2)}
     # Never the last (current) ledger, even if everything is old.
     assert LedgerId(0, 5) not in choose_trim(rec, before=Position(9, 0, LedgerId(0, 9)), max_age_ms=0, max_size_bytes=0,

@@ -53,6 +53,9 @@ def test_arrow_rows_carry_their_entry_time_and_a_start_by_time(spark: SparkSessi
     times = [per_entry[e].pop() for e in sorted(per_entry)]
     print(f"\nentry times (ms after the first): {[t - times[0] for t in times]}; joined {joined - times[0]} ms after")
     assert times == sorted(times) and times[-1] <= joined and len(set(times)) > 1, (times, joined)
+    # LogReader (and so `ledger logs read`) gives each entry the same time as Spark's rows.
+    with client.open_log_reader(log_name) as reader:
+        assert [m.timestamp_ms for m in reader.read()] == times
     k = next(i for i in range(1, len(times)) if times[i] > times[i - 1])  # an entry newer than the one before
     t = times[k]
     want = [r.id for r in rows if r.entry >= k]
