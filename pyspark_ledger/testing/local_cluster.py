@@ -203,6 +203,28 @@ class LocalBookie:
         return self.start()
 
 
+
+def wait_registered(metadata_uri: str, bookie_ids: list[str], timeout_s: float = START_TIMEOUT_S) -> None:
+    """A bookie serves first and registers just after (bookie/server.py): wait, bounded, until
+    each of `bookie_ids` is in the registry. A test's first create must find every bookie (on a
+    loaded machine one found 2 of 3), and a test that stops ZooKeeper must not catch a bookie
+    still registering."""
+    from metadata.registry import BookieRegistry
+    from metadata.uri import open_store
+
+    wanted = set(bookie_ids)
+    store = open_store(metadata_uri)
+    try:
+        registry = BookieRegistry(store)
+        deadline = time.monotonic() + timeout_s
+        while missing := wanted - {info.bookie_id for info in registry.list()}:
+            if time.monotonic() > deadline:
+                raise BookieStartError(f"bookies serving but not registered within {timeout_s:g} s: "
+                                       f"{', '.join(sorted(missing))}")
+            time.sleep(0.05)
+    finally:
+        store.close()
+
 class LocalCluster:
     """N local bookies and a metadata service; `with LocalCluster(3) as c: c.metadata_uri`."""
 
@@ -281,31 +303,11 @@ class LocalCluster:
         try:
             for b in new:
                 b.wait_serving()
-            self._wait_registered(new)
+            wait_registered(self.metadata_uri, [b.bookie_id for b in new])
         except BaseException:
             self.close()
             raise
         return self
-
-    def _wait_registered(self, bookies: list[LocalBookie], timeout_s: float = START_TIMEOUT_S) -> None:
-        """A bookie serves first and registers just after (bookie/server.py): a test's first create
-        must find every bookie, which on a loaded machine it did not always (2 of 3 registered),
-        so wait, bounded, until each is in the registry."""
-        from metadata.registry import BookieRegistry
-        from metadata.uri import open_store
-
-        wanted = {b.bookie_id for b in bookies}
-        store = open_store(self.metadata_uri)
-        try:
-            registry = BookieRegistry(store)
-            deadline = time.monotonic() + timeout_s
-            while missing := wanted - {info.bookie_id for info in registry.list()}:
-                if time.monotonic() > deadline:
-                    raise BookieStartError(f"bookies serving but not registered within {timeout_s:g} s: "
-                                           f"{', '.join(sorted(missing))}")
-                time.sleep(0.05)
-        finally:
-            store.close()
 
     def close(self) -> None:
         # All bookies drain at once: the whole cluster stops within one bookie's STOP_TIMEOUT_S.

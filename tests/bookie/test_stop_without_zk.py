@@ -8,7 +8,7 @@ import signal
 import time
 from pathlib import Path
 
-from pyspark_ledger.testing.local_cluster import LocalBookie
+from pyspark_ledger.testing.local_cluster import LocalBookie, wait_registered
 from pyspark_ledger.testing.zookeeper_server import LocalZooKeeper
 
 STOP_BOUND_S = 5.0
@@ -19,6 +19,8 @@ def test_a_bookie_stops_within_5_s_with_zookeeper_down(tmp_path: Path) -> None:
     bookie = LocalBookie(zk.uri("/stop-test"), tmp_path / "data")
     try:
         bookie.start()
+        # Stopped while still registering, a bookie has no SIGTERM handler yet (exit -15, seen once).
+        wait_registered(zk.uri("/stop-test"), [bookie.bookie_id])
         zk.kill()
         time.sleep(1.0)  # the bookie's ZooKeeper client has seen the connection drop
         assert bookie.proc is not None
