@@ -164,11 +164,7 @@ class JournalQueue:
             if not self._items or self._writing:
                 if self._closed and not self._items:
                     return None
-                self._taker_waiting = True
-                try:
-                    self._work.wait(idle_wait_s)
-                finally:
-                    self._taker_waiting = False
+                self._wait_for_work(idle_wait_s)
                 if not self._items or self._writing:
                     return None if self._closed and not self._items else []
             self._writing = True  # released by end_write() once the group is written
@@ -183,11 +179,15 @@ class JournalQueue:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return group
-                self._taker_waiting = True
-                try:
-                    self._work.wait(remaining)
-                finally:
-                    self._taker_waiting = False
+                self._wait_for_work(remaining)
+
+    def _wait_for_work(self, timeout_s: float) -> None:
+        """Under the lock: wait for a push (which notifies only while a taker says it waits)."""
+        self._taker_waiting = True
+        try:
+            self._work.wait(timeout_s)
+        finally:
+            self._taker_waiting = False
 
     def _drain_into(self, group: list[JournalItem], total: int, group_bytes_max: int) -> int:
         """Move queued items into `group` while it stays under `group_bytes_max`; returns its
