@@ -49,10 +49,36 @@ def parse_hello(data: bytes) -> int:
 def frame(body_parts: list[bytes]) -> bytes:
     """One frame of the concatenation of body_parts (a serialized message, or the frames of
     several AddRequest.batches elements, which concatenate into one AddRequest)."""
-    size = sum(map(len, body_parts))
+    return b"".join([frame_header(sum(map(len, body_parts))), *body_parts])
+
+
+def frame_header(size: int) -> bytes:
+    """The header of a frame whose body is `size` bytes (FramingError over the limit)."""
     if size > FRAME_BYTES_MAX:
         raise FramingError(f"a frame of {size} bytes exceeds the limit of {FRAME_BYTES_MAX}")
-    return b"".join([FRAME_HEADER.pack(size), *body_parts])
+    return FRAME_HEADER.pack(size)
+
+
+# Buffers per sendmsg call (Linux's IOV_MAX is 1024).
+SEND_BUFFERS_MAX = 512
+
+
+def sendall_parts(sock: socket.socket, parts: list[bytes]) -> None:
+    """sendall of the parts' concatenation with scatter-gather sends, never joining them: a
+    frame of large entries goes out from the entries' own buffers. Blocking socket (a stalled
+    send fails after its SO_SNDTIMEO, as sendall does)."""
+    todo: list[bytes | memoryview] = [p for p in parts if len(p)]
+    at = 0
+    for _ in range(sum(map(len, todo)) + 1):  # each send moves at least one byte
+        if at == len(todo):
+            return
+        sent = sock.sendmsg(todo[at:at + SEND_BUFFERS_MAX])
+        while at < len(todo) and sent >= len(todo[at]):
+            sent -= len(todo[at])
+            at += 1
+        if sent:
+            todo[at] = memoryview(todo[at])[sent:]
+    raise FramingError("a send made no progress")
 
 
 def recv_exactly(sock: socket.socket, n: int) -> bytes:
