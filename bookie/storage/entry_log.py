@@ -171,9 +171,10 @@ class EntryLogs:
     def current_id(self) -> int:
         return self._current_id
 
-    def append_regions(self, regions: Sequence[bytes | memoryview]) -> list[tuple[int, int]]:
-        """Append each region (the entries of one batch, already in entry-log layout) whole
-        into one log; returns (log id, file offset) per region. One pwrite per log touched.
+    def append_regions(self, regions: Sequence[Sequence[bytes | memoryview]]) -> list[tuple[int, int]]:
+        """Append each region (the entries of one batch, already in entry-log layout, as parts
+        laid end to end) whole into one log; returns (log id, file offset) per region. One
+        pwritev per log touched.
         ENOSPC marks the directory full and redoes the whole append in another one."""
         with self._append_lock:
             for _ in range(len(self._dirs)):
@@ -191,12 +192,12 @@ class EntryLogs:
                     self._roll()
             return self._append_regions(regions)
 
-    def _append_regions(self, regions: Sequence[bytes | memoryview]) -> list[tuple[int, int]]:
+    def _append_regions(self, regions: Sequence[Sequence[bytes | memoryview]]) -> list[tuple[int, int]]:
         placements: list[tuple[int, int]] = []
         pending: list[bytes | memoryview] = []
         pending_bytes = 0
         for region in regions:
-            size = len(region)
+            size = sum(map(len, region))
             if self._current_size + pending_bytes + size > self._max_bytes and (
                 self._current_size + pending_bytes > 0
             ):
@@ -204,7 +205,7 @@ class EntryLogs:
                 pending, pending_bytes = [], 0
                 self._roll()
             placements.append((self._current_id, self._current_size + pending_bytes))
-            pending.append(region)
+            pending += region
             pending_bytes += size
         self._flush(pending, pending_bytes)
         return placements
