@@ -61,12 +61,18 @@ def frame_header(size: int) -> bytes:
 
 # Buffers per sendmsg call (Linux's IOV_MAX is 1024).
 SEND_BUFFERS_MAX = 512
+# Frames under this size are joined and sent with sendall: copying a few KiB costs less than
+# building the scatter-gather list.
+SEND_JOINED_BYTES_MAX = 64 * 1024
 
 
 def sendall_parts(sock: socket.socket, parts: list[bytes]) -> None:
     """sendall of the parts' concatenation with scatter-gather sends, never joining them: a
     frame of large entries goes out from the entries' own buffers. Blocking socket (a stalled
     send fails after its SO_SNDTIMEO, as sendall does)."""
+    if len(parts) == 1 or sum(map(len, parts)) < SEND_JOINED_BYTES_MAX:
+        sock.sendall(parts[0] if len(parts) == 1 else b"".join(parts))  # a small frame: one plain send
+        return
     todo: list[bytes | memoryview] = [p for p in parts if len(p)]
     at = 0
     for _ in range(sum(map(len, todo)) + 1):  # each send moves at least one byte

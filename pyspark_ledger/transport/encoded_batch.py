@@ -57,7 +57,7 @@ class EncodedAddBatch:
         self._ids, self._lacs, self._datas = entry_ids, lacs, datas
         self.payload_bytes = sum(map(len, datas))
         self._frames: dict[int, bytes] = {}
-        self._requests: dict[int, bytes] = {}
+        self._requests: dict[int, list[bytes]] = {}
         self._parts: dict[int, list[bytes]] = {}
 
     def frame_for(self, wire_version: int) -> bytes:
@@ -99,19 +99,16 @@ class EncodedAddBatch:
             self._parts[run] = found
         return found
 
-    def request(self, wire_version: int) -> bytes:
-        """This batch alone as one framed request (add transport), built once for all bookies."""
+    def request_parts(self, wire_version: int) -> list[bytes]:
+        """This batch alone as one framed request (add transport), as parts (frame_parts after a
+        frame header), built once for all bookies: sent with one scatter-gather call, never
+        joined (transport.add_streams)."""
         run = wire_version >= RUN_ADDS_VERSION
         found = self._requests.get(run)
         if found is None:
-            found = self._requests[run] = b"".join(self.request_parts(wire_version))
+            parts = self.frame_parts(wire_version)
+            found = self._requests[run] = [frame_header(sum(map(len, parts))), *parts]
         return found
-
-    def request_parts(self, wire_version: int) -> list[bytes]:
-        """request's bytes as parts (frame_parts after a frame header): sent with one
-        scatter-gather call, never joined (transport.add_streams)."""
-        parts = self.frame_parts(wire_version)
-        return [frame_header(sum(map(len, parts))), *parts]
 
 
 _BATCHES_TAG = bytes([(pb.AddRequest.DESCRIPTOR.fields_by_name["batches"].number << 3) | 2])
