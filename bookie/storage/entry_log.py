@@ -40,14 +40,17 @@ class EntryLogs:
     (`append_regions`); any thread may `pread`. File descriptors stay open for reads until
     `close`."""
 
-    def __init__(self, directories: Sequence[Path], max_bytes: int, fsync: bool, id_floor: int = 0) -> None:
+    def __init__(self, directories: Sequence[Path], max_bytes: int, fsync: bool, id_floor: int = 0,
+                 cache_window_bytes: int = 0) -> None:
         """`directories`: where the logs go (each a ledger directory's entries/). New ids start
         above `id_floor` too: the highest id the index points into, so that a log lost with its
-        directory never has its id reused (its entries must stay missing, not become others)."""
+        directory never has its id reused (its entries must stay missing, not become others).
+        `cache_window_bytes`: the current log's bytes kept in the page cache behind its end (0: all)."""
         ensure(len(directories) > 0 and len(set(directories)) == len(directories),
                "entry log directories must be given, each once")
         self._dirs = list(directories)
         self._max_bytes = max_bytes
+        self._cache_window_bytes = cache_window_bytes
         self._fsync = fsync
         self._fds: dict[int, int] = {}
         self._paths: dict[int, Path] = {}
@@ -135,7 +138,7 @@ class EntryLogs:
         self._current_id = log_id
         self._current_fd = fd
         self._current_size = 0
-        self._current_cache = CacheWindow(fd)
+        self._current_cache = CacheWindow(fd, self._cache_window_bytes) if self._cache_window_bytes else None
         self._current_dir = directory
         log.info("entry log opened path=%s", entry_log_path(directory, log_id))
 

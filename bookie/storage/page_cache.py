@@ -6,7 +6,8 @@ copy into a page it freed a moment ago (bench/write_bound_bench.py; a 2 MiB pwri
 loop: 1.2-1.7 ms of system CPU per MB with pages kept, 0.20-0.25 with them dropped). An entry
 log whose pages all stay cached takes a new page for every 4 KiB it appends; dropping the pages
 far enough behind its end lets the next appends reuse them. Entries within `window_bytes` of
-the end (those tailing readers ask for) stay cached; older ones are read from disk.
+the end (those tailing readers ask for) stay cached; older ones are read from disk (the bookie's
+`entry_log_cache_mb`, default 256; 0 keeps every page, as before).
 
 The advice is only advice: POSIX_FADV_DONTNEED starts the writeback of dirty pages in range
 and drops the clean ones, so a range is advised again on later steps (LAG_STEPS) to drop the
@@ -21,8 +22,6 @@ import os
 
 log = logging.getLogger(__name__)
 
-# Behind the end of an entry log, this many bytes stay cached for readers of recent entries.
-WINDOW_BYTES_DEFAULT = 64 * 2**20
 # Advice is given once per this many bytes appended (one system call per step).
 STEP_BYTES = 4 * 2**20
 # Each range is advised this many times as the end moves on (writeback needs time to finish).
@@ -35,7 +34,7 @@ class CacheWindow:
 
     __slots__ = ("_fd", "_window_bytes", "_advised_end")
 
-    def __init__(self, fd: int, window_bytes: int = WINDOW_BYTES_DEFAULT) -> None:
+    def __init__(self, fd: int, window_bytes: int) -> None:
         if window_bytes < 0:
             raise ValueError(f"window_bytes must be >= 0, not {window_bytes}")
         self._fd = fd

@@ -15,9 +15,12 @@ from crc32c import crc32c
 from google.protobuf.message import DecodeError
 
 from bookie.add_runs import SPLIT_FRAME_BYTES_MIN, parse_add_request
+from bookie.config import BookieConfig
+from bookie.errors import BookieError
 from bookie.proto import bookie_pb2 as pb
 from bookie.status import Status
 from bookie.storage import JournalCorruptionError, page_cache, records
+from bookie.storage.entry_log import EntryLogs
 from bookie.storage.page_cache import LAG_STEPS, STEP_BYTES, CacheWindow
 from tests.bookie.test_storage_journal import flip_byte, record_offsets
 from tests.bookie.test_storage_support import add_ids, crash_copy, journal_files, open_engine, read_all_ok
@@ -157,3 +160,24 @@ def test_the_cache_window_advises_only_bytes_behind_the_window_and_each_of_them_
 def test_the_cache_window_refuses_a_negative_window() -> None:
     with pytest.raises(ValueError, match="window_bytes"):
         CacheWindow(fd=0, window_bytes=-1)
+
+
+def test_entry_logs_keep_every_page_with_a_window_of_zero_and_advise_with_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    advised: list[int] = []
+    monkeypatch.setattr(page_cache.os, "posix_fadvise", lambda fd, start, length, advice: advised.append(fd))
+    region = [os.urandom(STEP_BYTES)]
+    for window_bytes, want_advice in ((0, False), (STEP_BYTES, True)):
+        advised.clear()
+        logs = EntryLogs([tmp_path / f"w{window_bytes}"], 2**30, fsync=False, cache_window_bytes=window_bytes)
+        try:
+            for _ in range(4):
+                logs.append_regions([region])
+        finally:
+            logs.close()
+        assert bool(advised) == want_advice, window_bytes
+
+
+def test_a_negative_entry_log_cache_is_refused_by_name() -> None:
+    with pytest.raises(BookieError, match="entry-log-cache-mb"):
+        BookieConfig(metadata_uri="sqlite:///x.db", data_dir=Path("/tmp/x"), entry_log_cache_mb=-1).validate()
