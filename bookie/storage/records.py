@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
+from bookie import crc_batch
 from bookie.errors import BookieError
 from bookie.storage.errors import RecordFormatError
 
@@ -48,6 +49,9 @@ ENTRY_HEADER_BYTES = ENTRY_HEADER.size
 # joining them into one body would copy every byte once more (a buffer per entry costs more for
 # small ones).
 SEPARATE_ENTRY_BYTES_MIN = 16 * 1024
+# Data at least this large is combined into the record's crc from its own crc (crc_batch.extend,
+# a few microseconds) instead of being read a second time (a crc32c pass: ~6 us per 128 KiB).
+COMBINE_BYTES_MIN = 128 * 1024
 
 
 class EncodedBatch(NamedTuple):
@@ -130,11 +134,17 @@ def encode_add_batch(
     if data_bytes < count * SEPARATE_ENTRY_BYTES_MIN:
         body = b"".join(parts)  # small entries: one copy costs less than a buffer each
         return EncodedBatch(frame(body), ADD_HEADER_BYTES, ids, lens, contiguous, max_lac, data_bytes)
-    # Large entries stay where they arrived (views of the request): the record's crc runs over
-    # the parts in order, the same bytes and value as over their join, with no copy.
-    crc = 0
-    for part in parts:
-        crc = crc32c(part, crc)
+    # Large entries stay where they arrived (views of the request): the record's crc is that of
+    # the parts in order, the same value as over their join, with no copy. An entry's data is not
+    # read again: its crc (in its header, just computed) is combined into the record's.
+    crc = crc32c(parts[0])
+    for at in range(1, len(parts), 2):
+        entry_header, data = parts[at], parts[at + 1]
+        crc = crc32c(entry_header, crc)
+        if len(data) >= COMBINE_BYTES_MIN:
+            crc = crc_batch.extend(crc, ENTRY_HEADER.unpack(entry_header)[5], len(data))
+        else:
+            crc = crc32c(data, crc)
     header = RECORD_HEADER.pack(JOURNAL_MAGIC, sum(map(len, parts)), crc)
     return EncodedBatch((header, *parts), ADD_HEADER_BYTES, ids, lens, contiguous, max_lac, data_bytes)
 

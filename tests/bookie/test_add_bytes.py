@@ -86,7 +86,8 @@ def _varint(n: int) -> bytes:
 
 
 def test_large_entries_make_the_same_journal_record_as_the_joined_encoding(monkeypatch: pytest.MonkeyPatch) -> None:
-    entries = [(7, 6, os.urandom(BIG)), (8, 7, memoryview(os.urandom(BIG + 3))), (9, 8, b"")]
+    entries = [(7, 6, os.urandom(BIG)), (8, 7, memoryview(os.urandom(BIG + 3))), (9, 8, b""),
+               (10, 9, os.urandom(records.COMBINE_BYTES_MIN)), (11, 10, os.urandom(3 * 2**20 + 17))]
     parted = records.encode_add_batch(1, 2, entries, 2**22, 2**62)
     monkeypatch.setattr(records, "SEPARATE_ENTRY_BYTES_MIN", 2**40)  # everything joined, as before
     joined = records.encode_add_batch(1, 2, entries, 2**22, 2**62)
@@ -97,7 +98,7 @@ def test_large_entries_make_the_same_journal_record_as_the_joined_encoding(monke
     assert b"".join(parted.region) == b"".join(joined.region)
     header = records.RECORD_HEADER.unpack(parted.parts[0])
     assert header[2] == crc32c(b"".join(parted.parts[1:]))  # the chained crc is the body's crc
-    assert records.decode_add_batch(b"".join(parted.parts[1:])).ids == [7, 8, 9]
+    assert records.decode_add_batch(b"".join(parted.parts[1:])).ids == [7, 8, 9, 10, 11]
 
 
 def crashed_with_large_batches(tmp_path: Path, batches: int) -> Path:
