@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from itertools import accumulate
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -27,6 +28,7 @@ from bookie.proto import bookie_pb2 as pb
 from bookie.proto.wire import encode_varint
 from bookie.status import Status
 from bookie.storage import BookieStorage
+from bookie.storage.errors import ensure
 
 if TYPE_CHECKING:
     from bookie.auth import AuthRefusals
@@ -100,15 +102,19 @@ class AddHandler:
         self.refusals = refusals  # counts the adds storage refused for a wrong master key
         self.owners = owners  # the first key of a ledger storage has not seen (bookie/ledger_owner.py)
 
-    def handle(self, request: pb.AddRequest) -> list[AddOutcome]:
+    def handle(self, request: pb.AddRequest, run_bodies: Sequence[memoryview | None] = ()) -> list[AddOutcome]:
         """The outcome of every batch of `request`, in its order, once all are durable or
         refused (at most ADD_DURABLE_TIMEOUT_S: then the stragglers are answered TIMEOUT).
-        Metrics are recorded before returning, so an acknowledged add is already counted."""
+        Metrics are recorded before returning, so an acknowledged add is already counted.
+        `run_bodies`, when given, has each batch's run body as a view of the frame it arrived in
+        (bookie.add_runs; None: the batch's own field), so a run is never copied out of it."""
         batches = request.batches
+        ensure(not run_bodies or len(run_bodies) == len(batches), "one run body (or None) per batch")
+        bodies = run_bodies or [None] * len(batches)
         # A lone batch (every request at low load) may be journaled inline, in this thread, with
         # no hand-off at all; the batches of a larger request share one group commit instead.
         allow_inline = len(batches) == 1
-        submitted = [self._submit(b, allow_inline) for b in batches]
+        submitted = [self._submit(b, allow_inline, body) for b, body in zip(batches, bodies, strict=True)]
         deadline = time.monotonic() + ADD_DURABLE_TIMEOUT_S
         outcomes = [_explained(s.outcome(deadline), s.batch) for s in submitted]
         self._record(submitted)
@@ -125,13 +131,15 @@ class AddHandler:
         if late:
             log.warning("add request not durable in time batches=%d pending=%d", len(submitted), late)
 
-    def _submit(self, batch: pb.AddBatch, allow_inline: bool) -> _Submitted:
+    def _submit(self, batch: pb.AddBatch, allow_inline: bool, body: memoryview | None) -> _Submitted:
         s = _Submitted(batch)
-        malformed = _malformed(batch)
+        # Read once: each read of a bytes field is a fresh copy of it.
+        run_body = memoryview(batch.run_body) if body is None and batch.run_lengths else body
+        malformed = _malformed(batch, len(run_body) if run_body is not None else 0)
         if malformed is not None:
             s.answer(Status.INVALID_REQUEST, malformed)
             return s
-        entries = self._entries(batch, s)
+        entries = self._entries(batch, s, run_body)
         if not entries:
             return s  # refused from its first entry
         ledger = ledger_key(batch.ledger)
@@ -150,11 +158,12 @@ class AddHandler:
         return s
 
 
-    def _entries(self, batch: pb.AddBatch, s: _Submitted) -> list[tuple[int, int, bytes | memoryview]]:
+    def _entries(self, batch: pb.AddBatch, s: _Submitted,
+                 run_body: memoryview | None) -> list[tuple[int, int, bytes | memoryview]]:
         """The batch's (entry id, lac, data) for storage, counting its bytes into `s`. A run's
         entries are views of its body, cut before its first entry over the size limit (then `s`
         remembers the refusal; nothing at all when the first entry is over: `s` is answered)."""
-        if not batch.run_lengths:
+        if not batch.run_lengths or run_body is None:
             s.nbytes = sum(map(len, batch.entries))
             return list(zip(batch.entry_ids, batch.lacs, batch.entries))
         lengths = batch.run_lengths
@@ -168,7 +177,7 @@ class AddHandler:
             if count == 0:
                 s.answer(*s.refusal)
                 return []
-        body = memoryview(batch.run_body)
+        body = run_body
         ends = list(accumulate(lengths[:count]))
         s.nbytes = ends[-1]
         starts = [0, *ends[:-1]]
@@ -201,14 +210,14 @@ def _explained(outcome: AddOutcome, batch: pb.AddBatch) -> AddOutcome:
                                     "wrong master key (password)")
 
 
-def _malformed(batch: pb.AddBatch) -> str | None:
+def _malformed(batch: pb.AddBatch, run_body_bytes: int) -> str | None:
     """Why a batch cannot be handed to storage at all (answered INVALID_REQUEST), or None."""
     n = len(batch.entry_ids)
     if batch.run_lengths:
         if batch.entries or len(batch.lacs) != n or len(batch.run_lengths) != n:
             return "an add run needs equally many entry ids, lacs and run lengths, and no separate entries"
-        if sum(batch.run_lengths) != len(batch.run_body):
-            return f"an add run's lengths add up to {sum(batch.run_lengths)} bytes, its body has {len(batch.run_body)}"
+        if sum(batch.run_lengths) != run_body_bytes:
+            return f"an add run's lengths add up to {sum(batch.run_lengths)} bytes, its body has {run_body_bytes}"
     elif n == 0 or len(batch.lacs) != n or len(batch.entries) != n:
         return "an add batch needs equally many entry ids, lacs and entries (at least one)"
     if len(batch.master_key) > MASTER_KEY_BYTES_MAX:

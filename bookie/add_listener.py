@@ -30,7 +30,7 @@ import time
 from google.protobuf.message import DecodeError
 
 from bookie.add_handler import AddHandler, encode_add_response
-from bookie.proto import bookie_pb2 as pb
+from bookie.add_runs import parse_add_request
 from bookie.proto.add_framing import (
     HELLO_BYTES,
     FrameReader,
@@ -204,10 +204,10 @@ class AddListener:
             frames = FrameReader(conn)
             while (body := frames.read()) is not None:
                 try:
-                    request = pb.AddRequest.FromString(body)
+                    request, run_bodies = parse_add_request(body)
                 except DecodeError as exc:
                     raise FramingError(f"a frame of {len(body)} bytes is not an AddRequest: {exc}") from None
-                conn.sendall(frame([encode_add_response(self.handler.handle(request))]))
+                conn.sendall(frame([encode_add_response(self.handler.handle(request, run_bodies))]))
         except FramingError as exc:
             log.warning("add connection closed peer=%s reason=%s", peer, exc)
         except (TimeoutError, BlockingIOError, ssl.SSLWantReadError):

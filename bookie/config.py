@@ -86,6 +86,8 @@ class BookieConfig:
     minor_compaction_interval_s: float = 0.0
     major_compaction_interval_s: float = 3600.0
     entry_log_size_mb: int = 1024  # an entry log rolls at this size (BookKeeper's logSizeLimit)
+    # The current entry log's bytes kept in the page cache behind its end; 0 = all (bookie/storage/page_cache.py).
+    entry_log_cache_mb: int = 256
     # The scrubber (bookie/scrubber.py): every stored entry verified once per interval, at most
     # this fast; damaged copies repaired from peers. 0 = no periodic scrubbing.
     scrub_interval_s: float = 86_400.0
@@ -158,6 +160,8 @@ class BookieConfig:
             raise ConfigError(f"--rereplication-rate-mb-s must be in (0, 100000], got {self.rereplication_rate_mb_s}")
         if self.scrub_interval_s < 0 or self.scrub_rate_mb_s <= 0:
             raise ConfigError("--scrub-interval-s must be >= 0 and --scrub-rate-mb-s > 0")
+        if self.entry_log_cache_mb < 0:
+            raise ConfigError(f"--entry-log-cache-mb must be >= 0 (0: keep all), got {self.entry_log_cache_mb}")
         if not 1 <= self.entry_log_size_mb <= ENTRY_LOG_SIZE_MB_MAX:
             raise ConfigError(f"--entry-log-size-mb must be in 1..{ENTRY_LOG_SIZE_MB_MAX}, got {self.entry_log_size_mb}")
         if not 0 <= self.minor_compaction_threshold <= self.major_compaction_threshold < 1.0:
@@ -250,6 +254,9 @@ _FLAG_HELP = {
                        "gRPC stays TLS-only)",
     "entry_log_size_mb": "roll entry logs at this size in MiB (default 1024); compaction also rolls a "
                          "mostly-dead current log once it holds 1/16 of this",
+    "entry_log_cache_mb": "MiB of the current entry log kept in the page cache behind its end, for readers of "
+                          "recent entries (default 256; 0 = all): older pages are given back so new appends "
+                          "reuse them, far cheaper than fresh ones on VMs",
     "minor_compaction_interval_s": "seconds between minor compactions, checked at each GC round (default 0: "
                                    "every round)",
     "major_compaction_interval_s": "seconds between major compactions, checked at each GC round (default 3600)",

@@ -103,6 +103,31 @@ def all_match(data: bytes | memoryview, crcs: np.ndarray, length: int) -> bool:
     return crc32c(data) == combined_crc(crcs, length)
 
 
+# shift_{2**k} for k = 0 .. 31 as Python lists (4 x 256 each): `extend` applies a few of them per
+# call, where numpy's per-call cost would be more than the crc pass it saves.
+_POWERS: list[list[list[int]]] = []
+_POWERS_COUNT = 32  # lengths below 2**32
+
+
+def extend(crc_a: int, crc_b: int, length_b: int) -> int:
+    """crc32c(A || B) from crc32c(A), crc32c(B) and len(B), without B's bytes: shift_|B| is
+    applied as the shifts by the powers of two that make up |B| (a few microseconds), so a
+    large piece whose own crc is known is not read a second time."""
+    if not 0 <= length_b < 2**_POWERS_COUNT:
+        raise ValueError(f"length {length_b} out of range")
+    if not _POWERS:
+        # Built once; two threads may both build it, to the same values (assignment is atomic).
+        _POWERS[:] = [[[int(x) for x in row] for row in tables] for tables in _level_tables(1, _POWERS_COUNT)]
+    v, k = crc_a, 0
+    while length_b:
+        if length_b & 1:
+            t = _POWERS[k]
+            v = t[0][v & 0xFF] ^ t[1][(v >> 8) & 0xFF] ^ t[2][(v >> 16) & 0xFF] ^ t[3][v >> 24]
+        length_b >>= 1
+        k += 1
+    return v ^ crc_b
+
+
 def shift(crcs: np.ndarray, nbytes: int) -> np.ndarray:
     """shift_nbytes of every value: crc(A || B) ^ crc(B) for each crc(A) in `crcs`, |B| = nbytes."""
     return _apply(_level_tables(nbytes, 1)[0], np.ascontiguousarray(crcs, dtype=np.uint32))

@@ -360,6 +360,7 @@ def _storage_config(cfg: BookieConfig) -> StorageConfig:
         max_pending_add_bytes=cfg.max_pending_add_bytes,
         repair_journal=cfg.repair_journal,
         entry_log_max_bytes=cfg.entry_log_size_mb * 2**20,
+        entry_log_cache_window_bytes=cfg.entry_log_cache_mb * 2**20,
     )
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import socket
 import struct
 
+import numpy as np
+
 from bookie.errors import BookieError
 
 MAGIC = b"PLAD"
@@ -47,10 +49,42 @@ def parse_hello(data: bytes) -> int:
 def frame(body_parts: list[bytes]) -> bytes:
     """One frame of the concatenation of body_parts (a serialized message, or the frames of
     several AddRequest.batches elements, which concatenate into one AddRequest)."""
-    size = sum(map(len, body_parts))
+    return b"".join([frame_header(sum(map(len, body_parts))), *body_parts])
+
+
+def frame_header(size: int) -> bytes:
+    """The header of a frame whose body is `size` bytes (FramingError over the limit)."""
     if size > FRAME_BYTES_MAX:
         raise FramingError(f"a frame of {size} bytes exceeds the limit of {FRAME_BYTES_MAX}")
-    return b"".join([FRAME_HEADER.pack(size), *body_parts])
+    return FRAME_HEADER.pack(size)
+
+
+# Buffers per sendmsg call (Linux's IOV_MAX is 1024).
+SEND_BUFFERS_MAX = 512
+# Frames under this size are joined and sent with sendall: copying a few KiB costs less than
+# building the scatter-gather list.
+SEND_JOINED_BYTES_MAX = 64 * 1024
+
+
+def sendall_parts(sock: socket.socket, parts: list[bytes]) -> None:
+    """sendall of the parts' concatenation with scatter-gather sends, never joining them: a
+    frame of large entries goes out from the entries' own buffers. Blocking socket (a stalled
+    send fails after its SO_SNDTIMEO, as sendall does)."""
+    if len(parts) == 1 or sum(map(len, parts)) < SEND_JOINED_BYTES_MAX:
+        sock.sendall(parts[0] if len(parts) == 1 else b"".join(parts))  # a small frame: one plain send
+        return
+    todo: list[bytes | memoryview] = [p for p in parts if len(p)]
+    at = 0
+    for _ in range(sum(map(len, todo)) + 1):  # each send moves at least one byte
+        if at == len(todo):
+            return
+        sent = sock.sendmsg(todo[at:at + SEND_BUFFERS_MAX])
+        while at < len(todo) and sent >= len(todo[at]):
+            sent -= len(todo[at])
+            at += 1
+        if sent:
+            todo[at] = memoryview(todo[at])[sent:]
+    raise FramingError("a send made no progress")
 
 
 def recv_exactly(sock: socket.socket, n: int) -> bytes:
@@ -77,7 +111,7 @@ class FrameReader:
         self._next = 0
         self._rest = b""  # the start of a frame not complete yet
 
-    def read(self) -> bytes | bytearray | None:
+    def read(self) -> bytes | memoryview | None:
         """The next frame's body; None at a clean end of stream (between frames). FramingError
         for a frame over the limit or a stream that ends inside a frame."""
         while self._next >= len(self._bodies):
@@ -97,21 +131,22 @@ class FrameReader:
         self._next += 1
         return body
 
-    def _read_large(self) -> bytearray:
+    def _read_large(self) -> memoryview:
         """The frame whose start is in `_rest` and whose body did not arrive whole: read exactly
-        its remaining bytes into one buffer."""
+        its remaining bytes into one buffer. The buffer is numpy's uninitialised one: a
+        bytearray would first be zeroed, a pass over every byte for nothing (2.5% of a bookie's
+        CPU on 2 MiB entries)."""
         (size,) = FRAME_HEADER.unpack_from(self._rest)
-        body = bytearray(size)
+        view = np.empty(size, dtype=np.uint8).data.cast("B")
         have = len(self._rest) - FRAME_HEADER.size
-        body[:have] = self._rest[FRAME_HEADER.size:]
+        view[:have] = self._rest[FRAME_HEADER.size:]
         self._rest = b""
-        view = memoryview(body)
         while have < size:
             n = self._sock.recv_into(view[have:], size - have)
             if n == 0:
                 raise FramingError(f"the connection ended inside a frame ({have} of {size} bytes)")
             have += n
-        return body
+        return view
 
 
 def split_frames(data: bytes, start: int = 0) -> tuple[list[bytes], int]:

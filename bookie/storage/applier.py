@@ -39,9 +39,7 @@ class Applier:
 
     def apply_group(self, group: list[JournalItem], end: JournalPosition) -> None:
         adds = [item for item in group if item.kind == KIND_ADD]
-        placements = self._logs.append_regions(
-            [memoryview(item.payload.parts[1])[item.payload.region_offset:] for item in adds]
-        ) if adds else []
+        placements = self._logs.append_regions([item.payload.region for item in adds]) if adds else []
         # Entry locations are computed before taking the lock: readers wait less.
         locations = [_locations(log_id, offset, item.payload)
                      for item, (log_id, offset) in zip(adds, placements)]
@@ -75,7 +73,7 @@ class Applier:
             if meta.deleted:
                 return
             with body[records.ADD_HEADER_BYTES:] as region:
-                [(log_id, offset)] = self._logs.append_regions([region])
+                [(log_id, offset)] = self._logs.append_regions([[region]])
             table.index_batch_locked(ledger, meta, _locations(log_id, offset, batch), batch)
         elif kind == records.MASTER_KEY:
             scope, ledger_id, key = records.decode_master_key(body)

@@ -49,6 +49,7 @@ class StorageConfig:
     journal_max_group_bytes: int = 8 * 2**20
     journal_max_group_wait_ms: float = 0.0
     entry_log_max_bytes: int = 1 * 2**30
+    entry_log_cache_window_bytes: int = 256 * 2**20  # 0 = keep every page (page_cache.py)
     checkpoint_interval_s: float = 60.0
     max_entry_size_bytes: int = 5 * 2**20
     max_pending_add_bytes: int = 64 * 2**20
@@ -72,6 +73,7 @@ class StorageConfig:
             f"entry_log_max_bytes must be in (0, 2**{LOCATION_OFFSET_BITS})",
         )
         ensure(self.checkpoint_interval_s >= 0, "checkpoint_interval_s must be >= 0 (0 = off)")
+        ensure(self.entry_log_cache_window_bytes >= 0, "entry_log_cache_window_bytes must be >= 0 (0 = keep all)")
         # Entry lengths are stored as uint32 on disk and int32 in the index.
         ensure(0 < self.max_entry_size_bytes < 2**31, "max_entry_size_bytes must be in (0, 2**31)")
         ensure(self.max_pending_add_bytes > 0, "max_pending_add_bytes must be > 0")

@@ -119,7 +119,7 @@ class BookieStorage:
             undo.callback(table.close)
             referenced = table.referenced_log_ids()
             logs = EntryLogs([d / ENTRIES_DIR for d in config.entry_log_parents], config.entry_log_max_bytes,
-                             config.fsync, id_floor=max(referenced, default=0))
+                             config.fsync, max(referenced, default=0), config.entry_log_cache_window_bytes)
             undo.callback(logs.close)
             engine = cls(config, lock_fd, table, logs, fmt)
             undo.callback(engine._journal.close)

@@ -24,6 +24,7 @@ from pathlib import Path
 from bookie.storage.config import LOCATION_LOG_ID_MAX
 from bookie.storage.durable_files import fsync_dir, pwritev_all
 from bookie.storage.errors import StorageError, ensure
+from bookie.storage.page_cache import CacheWindow
 
 log = logging.getLogger(__name__)
 
@@ -39,14 +40,17 @@ class EntryLogs:
     (`append_regions`); any thread may `pread`. File descriptors stay open for reads until
     `close`."""
 
-    def __init__(self, directories: Sequence[Path], max_bytes: int, fsync: bool, id_floor: int = 0) -> None:
+    def __init__(self, directories: Sequence[Path], max_bytes: int, fsync: bool, id_floor: int = 0,
+                 cache_window_bytes: int = 0) -> None:
         """`directories`: where the logs go (each a ledger directory's entries/). New ids start
         above `id_floor` too: the highest id the index points into, so that a log lost with its
-        directory never has its id reused (its entries must stay missing, not become others)."""
+        directory never has its id reused (its entries must stay missing, not become others).
+        `cache_window_bytes`: the current log's bytes kept in the page cache behind its end (0: all)."""
         ensure(len(directories) > 0 and len(set(directories)) == len(directories),
                "entry log directories must be given, each once")
         self._dirs = list(directories)
         self._max_bytes = max_bytes
+        self._cache_window_bytes = cache_window_bytes
         self._fsync = fsync
         self._fds: dict[int, int] = {}
         self._paths: dict[int, Path] = {}
@@ -67,6 +71,7 @@ class EntryLogs:
         self._current_id = 0
         self._current_fd = -1
         self._current_size = 0
+        self._current_cache: CacheWindow | None = None  # the current log's pages kept cached
         self._current_dir = self._dirs[-1]  # so that the first log goes to the first directory
         self._highest_id = highest
         self._open_new(self._allocate_id())
@@ -133,6 +138,7 @@ class EntryLogs:
         self._current_id = log_id
         self._current_fd = fd
         self._current_size = 0
+        self._current_cache = CacheWindow(fd, self._cache_window_bytes) if self._cache_window_bytes else None
         self._current_dir = directory
         log.info("entry log opened path=%s", entry_log_path(directory, log_id))
 
@@ -168,9 +174,10 @@ class EntryLogs:
     def current_id(self) -> int:
         return self._current_id
 
-    def append_regions(self, regions: Sequence[bytes | memoryview]) -> list[tuple[int, int]]:
-        """Append each region (the entries of one batch, already in entry-log layout) whole
-        into one log; returns (log id, file offset) per region. One pwrite per log touched.
+    def append_regions(self, regions: Sequence[Sequence[bytes | memoryview]]) -> list[tuple[int, int]]:
+        """Append each region (the entries of one batch, already in entry-log layout, as parts
+        laid end to end) whole into one log; returns (log id, file offset) per region. One
+        pwritev per log touched.
         ENOSPC marks the directory full and redoes the whole append in another one."""
         with self._append_lock:
             for _ in range(len(self._dirs)):
@@ -188,12 +195,12 @@ class EntryLogs:
                     self._roll()
             return self._append_regions(regions)
 
-    def _append_regions(self, regions: Sequence[bytes | memoryview]) -> list[tuple[int, int]]:
+    def _append_regions(self, regions: Sequence[Sequence[bytes | memoryview]]) -> list[tuple[int, int]]:
         placements: list[tuple[int, int]] = []
         pending: list[bytes | memoryview] = []
         pending_bytes = 0
         for region in regions:
-            size = len(region)
+            size = sum(map(len, region))
             if self._current_size + pending_bytes + size > self._max_bytes and (
                 self._current_size + pending_bytes > 0
             ):
@@ -201,7 +208,7 @@ class EntryLogs:
                 pending, pending_bytes = [], 0
                 self._roll()
             placements.append((self._current_id, self._current_size + pending_bytes))
-            pending.append(region)
+            pending += region
             pending_bytes += size
         self._flush(pending, pending_bytes)
         return placements
@@ -211,6 +218,8 @@ class EntryLogs:
             return
         pwritev_all(self._current_fd, pending, self._current_size)
         self._current_size += pending_bytes
+        if self._current_cache is not None:
+            self._current_cache.appended(self._current_size)
         with self._unsynced_lock:
             self._unsynced.add(self._current_id)
 

@@ -46,7 +46,7 @@ class JournalItem:
 
     __slots__ = ("parts", "size", "reserved_bytes", "kind", "ledger", "payload", "on_done", "bulk")
 
-    def __init__(self, parts: tuple[bytes, ...], kind: int, ledger: tuple[int, int],
+    def __init__(self, parts: tuple[bytes | memoryview, ...], kind: int, ledger: tuple[int, int],
                  payload: Any, on_done: Callback | None, reserved_bytes: int = 0, bulk: bool = False) -> None:
         self.bulk = bulk
         self.parts = parts

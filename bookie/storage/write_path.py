@@ -98,7 +98,7 @@ class WritePath:
             if meta is not None and meta.fenced and not recovery:
                 status = Status.FENCED
             if status is None:
-                item = JournalItem(key_record + batch.parts, KIND_ADD, ledger, batch, on_done, reserved, bulk=recovery)
+                item = JournalItem((*key_record, *batch.parts), KIND_ADD, ledger, batch, on_done, reserved, bulk=recovery)
                 # Claimed under this lock, so a fence that follows is journaled after this add.
                 if allow_inline and committer is not None and committer.claim_inline():
                     inline = item

@@ -41,7 +41,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from bookie.proto import bookie_pb2 as pb
-from bookie.proto.add_framing import RECV_BYTES, FramingError, frame, split_frames
+from bookie.proto.add_framing import RECV_BYTES, FramingError, frame_header, sendall_parts, split_frames
 from bookie.proto.versions import WireRange
 from bookie.status import Status
 from pyspark_ledger.errors import BookieUnavailableError
@@ -349,13 +349,16 @@ class SocketAddStream(AddStream):
         """Send one request (the caller counted itself in `_senders` under the lock)."""
         try:
             version = self.wire_version
-            data = (batches[0].request(version) if len(batches) == 1
-                    else frame([b.frame_for(version) for b in batches]))
+            if len(batches) == 1:
+                parts = batches[0].request_parts(version)
+            else:
+                body = [part for b in batches for part in b.frame_parts(version)]
+                parts = [frame_header(sum(map(len, body))), *body]
             with self._send_lock:
                 if self._tls is not None:
-                    self._tls.sendall(data)
+                    self._tls.sendall(b"".join(parts))
                 else:
-                    self.sock.sendall(data)
+                    sendall_parts(self.sock, parts)  # large entries go out from their own buffers
         except OSError as exc:
             self._break(f"add connection to {self.address} failed: {exc}", by_peer=True)
         except FramingError as exc:

@@ -212,7 +212,7 @@ def test_a_bookie_started_without_an_add_listener_advertises_none(tmp_path: Path
 class _AcceptEverything:
     """An AddHandler stand-in: every batch OK."""
 
-    def handle(self, request: pb.AddRequest) -> list[AddOutcome]:
+    def handle(self, request: pb.AddRequest, run_bodies: object = ()) -> list[AddOutcome]:
         return [AddOutcome(b.request_id, Status.OK, "") for b in request.batches]
 
 

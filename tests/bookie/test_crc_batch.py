@@ -51,3 +51,14 @@ def test_shift_is_the_crc_of_a_prefix_moved_past_a_suffix() -> None:
         a, b = rnd.randbytes(rnd.randrange(1, 90)), rnd.randbytes(rnd.randrange(1, 300))
         moved = crc_batch.shift(np.array([crc32c(a)], dtype=np.uint32), len(b))
         assert int(moved[0]) == crc32c(a + b) ^ crc32c(b)
+
+
+def test_extend_is_the_crc_of_the_concatenation_for_any_lengths() -> None:
+    rng = random.Random(20261128)
+    lengths = [0, 1, 2, 3, 4, 255, 256, 4095, 4096, 65_537, 2**20 + 1, 5 * 2**20]
+    for length_b in lengths + [rng.randrange(3 * 2**20) for _ in range(40)]:
+        a = rng.randbytes(rng.randrange(300))
+        b = rng.randbytes(length_b)
+        assert crc_batch.extend(crc32c(a), crc32c(b), len(b)) == crc32c(a + b), (len(a), length_b)
+    with pytest.raises(ValueError, match="out of range"):
+        crc_batch.extend(0, 0, -1)
