@@ -119,7 +119,7 @@ class BookieService(pb_grpc.BookieServicer):
     def _read_runs(self, key: tuple[int, int], first: int, last: int, max_entries: int,
                    max_bytes: int) -> tuple[pb.ReadResponse | bytes, int]:
         """The run answer (ReadRequest.entry_runs): OK entries as runs, the others by id, as
-        the serialized ReadResponse (bookie/run_answer.py: the data copied once, not three times)."""
+        the serialized ReadResponse (bookie/run_answer.py: the data copied once after the pread)."""
         status, answer = self.storage.read_runs(key, first, last, max_entries, max_bytes)
         _, lac = self.storage.read_lac(key)
         if answer is None:
