@@ -12,6 +12,7 @@ child (ledger / Parquet, same minutes); the table gives each tree's median ratio
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -87,13 +88,16 @@ def child(rows: int, raw_rows: int, rounds: int) -> None:
             noop(spark.read.format("ledger").option("metadataServiceUri", uri).option("log", name)
                  .option("metadataColumns", columns).load())
 
+        def parquet_read(path: str) -> None:
+            noop(spark.read.parquet(path))
+
         load0 = os.getloadavg()
         got = {}
         for row, name, cols, pq in (("arrow read none", "ab-arrow", "none", pq_arrow),
                                     ("arrow read all", "ab-arrow", "all", pq_arrow),
                                     ("raw read", "ab-raw", "none", pq_raw)):
-            ours, theirs = timed_pair(lambda n=name, c=cols: ledger_read(n, c),  # type: ignore[misc]
-                                      lambda p=pq: noop(spark.read.parquet(p)), rounds)  # type: ignore[misc]
+            ours, theirs = timed_pair(functools.partial(ledger_read, name, cols),
+                                      functools.partial(parquet_read, pq), rounds)
             got[row] = (ours, theirs)
         print(json.dumps({"where": pyspark_ledger.__file__, "got": got, "load": [load0, os.getloadavg()]}))
     finally:
