@@ -38,8 +38,8 @@ from bookie.ledger_owner import LedgerOwners
 from bookie.long_polls import LongPolls
 from bookie.malloc_tuning import tune_malloc
 from bookie.metrics import Metrics, serve_metrics
-from bookie.proto import bookie_pb2_grpc as pb_grpc
 from bookie.proto.versions import WIRE_VERSION_MAX, WIRE_VERSION_MIN
+from bookie.run_answer import register_bookie_service
 from bookie.scrub_service import start_scrubber
 from bookie.scrubber import Scrubber
 from bookie.service import BookieService
@@ -125,7 +125,7 @@ class BookieServer:
                                     long_polls=LongPolls(cfg.max_long_polls, cfg.max_long_polls_per_client, self.metrics),
                                     owners=LedgerOwners(self.store) if cfg.verify_ledger_keys else None,
                                     entry_bytes_max=cfg.max_entry_size_bytes)
-            pb_grpc.add_BookieServicer_to_server(service, server)
+            register_bookie_service(service, server)  # Read's run answers are bytes already (run_answer.py)
             server.start()
             self.grpc_server = server
             if cfg.add_port >= 0:

@@ -31,6 +31,7 @@ from bookie.metrics import Metrics
 from bookie.proto import bookie_pb2 as pb
 from bookie.proto import bookie_pb2_grpc as pb_grpc
 from bookie.proto.versions import WIRE_VERSION_MAX, WIRE_VERSION_MIN
+from bookie.run_answer import run_answer_bytes
 from bookie.status import Status
 from bookie.storage import BookieStorage
 
@@ -69,7 +70,9 @@ class BookieService(pb_grpc.BookieServicer):
 
     # ---- reads --------------------------------------------------------------------------------
 
-    def Read(self, request: pb.ReadRequest, context: grpc.ServicerContext) -> pb.ReadResponse:  # noqa: N802  # gRPC method names are CamelCase
+    def Read(self, request: pb.ReadRequest, context: grpc.ServicerContext) -> pb.ReadResponse | bytes:  # noqa: N802  # gRPC method names are CamelCase
+        """A range read. A run answer (request.entry_runs) comes back serialized already
+        (bookie/run_answer.py; register_bookie_service's serializer passes it through)."""
         started = time.monotonic()
         key = _ledger_key(request.ledger)
         self._check_read(context, "Read", key, request.master_key)
@@ -93,6 +96,7 @@ class BookieService(pb_grpc.BookieServicer):
                 return pb.ReadResponse(status=int(status), lac=-1)
         max_entries = min(request.max_entries or limits.READ_RESPONSE_ENTRIES_DEFAULT, limits.READ_RESPONSE_ENTRIES_MAX)
         max_bytes = min(request.max_bytes or limits.READ_RESPONSE_BYTES_DEFAULT, limits.READ_RESPONSE_BYTES_MAX)
+        resp: pb.ReadResponse | bytes
         if request.entry_runs:
             resp, served = self._read_runs(key, first, last, max_entries, max_bytes)
         else:
@@ -113,19 +117,14 @@ class BookieService(pb_grpc.BookieServicer):
         return resp, len(results)
 
     def _read_runs(self, key: tuple[int, int], first: int, last: int, max_entries: int,
-                   max_bytes: int) -> tuple[pb.ReadResponse, int]:
-        """The run answer (ReadRequest.entry_runs): OK entries as runs, the others by id."""
+                   max_bytes: int) -> tuple[pb.ReadResponse | bytes, int]:
+        """The run answer (ReadRequest.entry_runs): OK entries as runs, the others by id, as
+        the serialized ReadResponse (bookie/run_answer.py: the data copied once after the pread)."""
         status, answer = self.storage.read_runs(key, first, last, max_entries, max_bytes)
         _, lac = self.storage.read_lac(key)
-        resp = pb.ReadResponse(status=int(status), lac=lac)
         if answer is None:
-            return resp, 0
-        for r in answer.runs:  # add(): the data is copied into the message once (extend copies twice)
-            resp.runs.add(first_entry_id=r.first_entry_id, lengths=r.lengths, data=r.data)
-        if answer.others:
-            resp.entry_ids.extend([eid for eid, _ in answer.others])
-            resp.entry_status.extend([int(st) for _, st in answer.others])
-        return resp, answer.count
+            return pb.ReadResponse(status=int(status), lac=lac), 0
+        return run_answer_bytes(status, lac, answer.runs, answer.others), answer.count
 
     def ReadLac(self, request: pb.ReadLacRequest, context: grpc.ServicerContext) -> pb.ReadLacResponse:  # noqa: N802  # gRPC method names are CamelCase
         key = _ledger_key(request.ledger)

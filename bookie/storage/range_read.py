@@ -10,10 +10,18 @@ by BytesIO.read inside a C iterator (about 0.1-0.2 us per entry in all).
 
 A read answers entries first..first+count-1 (count bounded by entries and bytes, as
 BookieStorage.read_range documents). Consecutive verified entries form an EntryRun: their
-stored bytes (the client's encoded entries, without this bookie's at-rest header) laid end to
-end in one buffer, plus their lengths. Every other entry of the answer (missing, corrupt,
+stored bytes (the client's encoded entries, without this bookie's at-rest header) end to end,
+as a list of chunks, plus their lengths. Every other entry of the answer (missing, corrupt,
 unreadable) is listed with its status. So every id of the answer is in exactly one run or in
 `others`.
+
+Chunks, not one buffer: the service joins a run's chunks into its response once (bookie/
+run_answer.py), so the bytes are not also joined here. Entries of at least VIEW_BYTES_MIN on
+average (Arrow entries, message batches) are chunks that are views of the pread buffer
+(verified in place: no copy at all); smaller entries of mixed sizes are pieces cut by
+BytesIO.read; entries of one size are one strided copy that drops the at-rest headers. A
+bookie range read used to copy every byte five times after the pread (pieces, their join,
+the preads' join, protobuf's field, protobuf's serialization); now once, into the response.
 """
 
 from __future__ import annotations
@@ -45,20 +53,36 @@ _HDR_COLUMNS = np.arange(_HDR, dtype=np.int64)
 
 # pread(log_id, offset, size) -> bytes; raises KeyError / OSError (EntryLogs.pread).
 Pread = Callable[[int, int, int], bytes]
+# Entries at least this large on average are verified and served as views of the pread buffer
+# (a view object per entry costs about what copying 2 KiB does).
+VIEW_BYTES_MIN = 4096
+Chunk = bytes | memoryview
 
 
 @dataclass(frozen=True, slots=True)
 class EntryRun:
     """Verified entries first_entry_id, first_entry_id+1, ...: entry i is
-    data[sum(lengths[:i]) : sum(lengths[:i+1])]."""
+    data[sum(lengths[:i]) : sum(lengths[:i+1])] of the chunks joined."""
 
     first_entry_id: int
     lengths: list[int]
-    data: bytes
+    chunks: list[Chunk]  # the entries' bytes end to end, in pieces (not one piece per entry)
 
     @property
     def count(self) -> int:
         return len(self.lengths)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(map(len, self.chunks))
+
+    @property
+    def data(self) -> bytes:
+        """The run's bytes as one buffer (a copy unless it is one bytes chunk): for the
+        per-entry answer and tests; the service sends the chunks as they are."""
+        if len(self.chunks) == 1 and isinstance(self.chunks[0], bytes):
+            return self.chunks[0]
+        return b"".join(self.chunks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,37 +134,44 @@ def _check_headers(headers: np.ndarray, ids: np.ndarray, lens: np.ndarray, scope
             & (headers["scope"] == scope) & (headers["ledger"] == ledger_id))
 
 
-def _crcs(pieces: Iterable[bytes], n: int) -> np.ndarray:
+def _crcs(pieces: Iterable[Chunk], n: int) -> np.ndarray:
     return np.fromiter(map(crc32c, pieces), dtype=np.uint32, count=n)
 
 
 def _verify(buf: bytes, rel: np.ndarray, lens: np.ndarray, ids: np.ndarray,
-            scope: int, ledger_id: int) -> tuple[np.ndarray, bytes]:
+            scope: int, ledger_id: int) -> tuple[np.ndarray, list[Chunk]]:
     """Check the entries of one pread buffer (back to back from its start, at byte offsets
     `rel`, as pread_starts groups them) against their expected ids and lengths and their
-    crc32c. Returns the ok mask and the ok entries' data, end to end."""
+    crc32c. Returns the ok mask and the ok entries' data, end to end, in chunks."""
     n = len(rel)
-    if n and int(lens.min()) == int(lens.max()) and n * (_HDR + int(lens[0])) <= len(buf):
+    if n and int(lens.min()) == int(lens.max()) < VIEW_BYTES_MIN and n * (_HDR + int(lens[0])) <= len(buf):
         return _verify_equal(buf, n, int(lens[0]), ids, scope, ledger_id)
     ok = rel + _HDR + lens <= len(buf)  # a short pread (a log cut short): the tail is unknown
     m = int(ok.sum())  # back to back, so the complete entries are a prefix
     if m == 0:
-        return ok, b""
+        return ok, []
     arr = np.frombuffer(buf, dtype=np.uint8)
     headers = arr[rel[:m, None] + _HDR_COLUMNS].view(_HEADER_DTYPE).reshape(m)
-    # Cut header, data, header, data, ... in order; BytesIO.read inside map makes one bytes
-    # object per piece without a Python-level loop (the cheapest per-entry object).
-    sizes = np.full(2 * m, _HDR, dtype=np.int64)
-    sizes[1::2] = lens[:m]
-    data = list(map(io.BytesIO(buf).read, sizes.tolist()))[1::2]
+    data: list[Chunk]
+    if int(lens[:m].sum()) >= VIEW_BYTES_MIN * m:
+        # Large entries: each one's data a view of the buffer, its crc computed in place.
+        starts = rel[:m] + _HDR
+        data = list(map(memoryview(buf).__getitem__, map(slice, starts.tolist(), (starts + lens[:m]).tolist())))
+    else:
+        # Cut header, data, header, data, ... in order; BytesIO.read inside map makes one bytes
+        # object per piece without a Python-level loop (the cheapest per-entry object).
+        sizes = np.full(2 * m, _HDR, dtype=np.int64)
+        sizes[1::2] = lens[:m]
+        pieces: list[Chunk] = list(map(io.BytesIO(buf).read, sizes.tolist()))
+        data = pieces[1::2]
     good = _check_headers(headers, ids[:m], lens[:m], scope, ledger_id)
     good &= _crcs(data, m) == headers["crc"]
     ok[:m] = good
-    return ok, b"".join(compress(data, good.tolist()))
+    return ok, list(compress(data, good.tolist()))
 
 
 def _verify_equal(buf: bytes, n: int, length: int, ids: np.ndarray, scope: int,
-                  ledger_id: int) -> tuple[np.ndarray, bytes]:
+                  ledger_id: int) -> tuple[np.ndarray, list[Chunk]]:
     """_verify when every entry has the same length (the common case: fixed-size records):
     the buffer is an n x (header + data) grid, so headers and data come out with one strided
     copy each, and the crcs of many entries are checked all at once (bookie.crc_batch); only
@@ -153,7 +184,7 @@ def _verify_equal(buf: bytes, n: int, length: int, ids: np.ndarray, scope: int,
         good &= _crcs(map(io.BytesIO(data).read, repeat(length, n)), n) == headers["crc"]
     if not good.all():
         data = grid[good, _HDR:].tobytes()
-    return good, data
+    return good, [data] if data else []
 
 
 def read_window(pread: Pread, ledger: tuple[int, int], first: int, locs: array[int],
@@ -167,7 +198,7 @@ def read_window(pread: Pread, ledger: tuple[int, int], first: int, locs: array[i
     status = np.full(n, int(missing), dtype=np.int64)
     pos = np.flatnonzero(loc_all != HOLE)  # slots with a location
     out = RangeRead(count=n)
-    blobs: list[bytes] = []
+    chunks: list[Chunk] = []
     if len(pos):
         loc, ln = loc_all[pos], len_all[pos]
         log_ids, offsets = loc >> LOCATION_OFFSET_BITS, loc & LOCATION_OFFSET_MASK
@@ -182,31 +213,34 @@ def read_window(pread: Pread, ledger: tuple[int, int], first: int, locs: array[i
             except (KeyError, OSError) as e:
                 out.failed_preads.append((log_id, offset, repr(e)))
                 buf = b""  # every entry of this pread is unknown
-            ok, blob = _verify(buf, offsets[a:b] - offsets[a], ln[a:b], first + pos[a:b],
-                               ledger[0], ledger[1])
+            ok, got = _verify(buf, offsets[a:b] - offsets[a], ln[a:b], first + pos[a:b],
+                              ledger[0], ledger[1])
             status[pos[a:b]] = np.where(ok, int(Status.OK), int(Status.UNKNOWN_ENTRY_STATE))
-            blobs.append(blob)
+            chunks += got
             for j in np.flatnonzero(~ok).tolist():
                 out.corrupt.append(Corrupt(first + int(pos[a + j]), int(loc[a + j]), int(ln[a + j])))
-    _collect(out, first, status, len_all, blobs[0] if len(blobs) == 1 else b"".join(blobs))
+    _collect(out, first, status, len_all, chunks)
     return out
 
 
-def _collect(out: RangeRead, first: int, status: np.ndarray, lens: np.ndarray, data: bytes) -> None:
-    """Group the ok slots into runs of consecutive ids (data: the ok entries, end to end)."""
+def _collect(out: RangeRead, first: int, status: np.ndarray, lens: np.ndarray, chunks: list[Chunk]) -> None:
+    """Group the ok slots into runs of consecutive ids (chunks: the ok entries, end to end)."""
     is_ok = status == int(Status.OK)
     bad = np.flatnonzero(~is_ok)
     out.others = [(first + k, Status(s)) for k, s in zip(bad.tolist(), status[bad].tolist())]
     ok_pos = np.flatnonzero(is_ok)
+    out.data_bytes = sum(map(len, chunks))
+    ensure(out.data_bytes == int(lens[ok_pos].sum()), "a range read's verified bytes differ from its entries' lengths")
     if not len(ok_pos):
         return
     breaks = np.flatnonzero(np.diff(ok_pos) != 1) + 1
     bounds = [0, *breaks.tolist(), len(ok_pos)]
     ok_lens = lens[ok_pos]
-    out.data_bytes = len(data)
-    if len(bounds) == 2:  # one run (no gap, no damage: the usual answer) takes the buffer as it is
-        out.runs.append(EntryRun(first + int(ok_pos[0]), ok_lens.tolist(), data))
+    if len(bounds) == 2:  # one run (no gap, no damage: the usual answer) takes the chunks as they are
+        out.runs.append(EntryRun(first + int(ok_pos[0]), ok_lens.tolist(), chunks))
         return
+    # Gaps or damage (rare): the runs are cut out of the chunks joined.
+    data = b"".join(chunks)
     byte_at = np.concatenate(([0], np.cumsum(ok_lens)))[bounds].tolist()  # where each run starts
     for (a, b), (start, end) in zip(pairwise(bounds), pairwise(byte_at)):
-        out.runs.append(EntryRun(first + int(ok_pos[a]), ok_lens[a:b].tolist(), data[start:end]))
+        out.runs.append(EntryRun(first + int(ok_pos[a]), ok_lens[a:b].tolist(), [data[start:end]]))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bookie.proto import bookie_pb2 as pb
 from bookie.status import Status
 from pyspark_ledger.testing.local_cluster import LocalBookie
@@ -61,10 +63,12 @@ def test_run_answers_respect_the_count_and_byte_bounds(bookie: LocalBookie) -> N
         assert missing.status == Status.NO_SUCH_LEDGER and not missing.runs
 
 
-def test_a_damaged_entry_splits_the_runs_and_is_named_unknown(tmp_path: Path) -> None:
+@pytest.mark.parametrize("size", [10, 6000], ids=["small entries", "entries served as views"])
+def test_a_damaged_entry_splits_the_runs_and_is_named_unknown(tmp_path: Path, size: int) -> None:
     b = LocalBookie(f"sqlite://{tmp_path / 'meta.db'}", tmp_path / "data", extra_args=["--no-verify-ledger-keys"]).start()
     marker = b"<<corrupt-me-please>>" * 10
-    entries = [(i, i - 1, marker if i == 4 else f"good {i}".encode()) for i in range(10)]
+    # 6000-byte entries: at least range_read.VIEW_BYTES_MIN, verified and sent as views of the pread.
+    entries = [(i, i - 1, marker if i == 4 else f"good {i}".encode() * size) for i in range(10)]
     with BookieClient(b.bookie_id, b.address) as c:
         assert add_sync(c, LEDGER, entries) == (Status.OK, "")
     b.stop()  # clean stop: checkpointed, so reads come from the entry log
@@ -77,5 +81,10 @@ def test_a_damaged_entry_splits_the_runs_and_is_named_unknown(tmp_path: Path) ->
             assert runs(resp) == [(0, 3), (5, 9)]
             assert list(resp.entry_ids) == [4] and list(resp.entry_status) == [Status.UNKNOWN_ENTRY_STATE]
             assert split(resp) == {e: d for e, _, d in entries if e != 4}
+            # The client's zero-copy parser of the same hand-serialized answer reads the same.
+            fast = c.read_runs(LEDGER, 0, 9)
+            assert [(r.first_entry_id, list(r.lengths), bytes(r.data)) for r in fast.runs] == \
+                [(r.first_entry_id, list(r.lengths), r.data) for r in resp.runs]
+            assert list(fast.entry_ids) == [4]
     finally:
         b.stop()

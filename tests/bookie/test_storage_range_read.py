@@ -67,17 +67,31 @@ def flip(data_dir: Path, needle: bytes, at: int) -> None:
     raise AssertionError("needle not found in any entry log")
 
 
+def serve_as_views(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every entry verified and served as a view of its pread buffer (range_read.VIEW_BYTES_MIN:
+    the path of large entries), whatever its size."""
+    monkeypatch.setattr(range_read, "VIEW_BYTES_MIN", 1)
+
+
+@pytest.mark.parametrize("views", [False, True], ids=["copied", "views"])
 @pytest.mark.parametrize("size, batched", [(None, False), (100, False), (100, True)],
                          ids=["mixed lengths", "equal lengths", "equal lengths, crcs checked at once"])
-def test_one_run_in_one_pread_matches_read_range(engine: BookieStorage, size: int | None, batched: bool,
+def test_one_run_in_one_pread_matches_read_range(engine: BookieStorage, size: int | None, batched: bool, views: bool,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     if batched:
         monkeypatch.setattr(crc_batch, "PIECES_MIN", 1)
+    if views:
+        serve_as_views(monkeypatch)
     assert add_ids(engine, LG, range(500), size=size) == Status.OK
     before = engine.stats()["read_preads"]
     answer = read(engine, 0, 499)
     assert engine.stats()["read_preads"] - before == 1
     assert answer.count == 500 and runs_of(answer) == [(0, 499)] and answer.others == []
+    # Views: one chunk per entry, none of them a copy; equal lengths copied: one chunk (a
+    # strided copy); mixed lengths copied: one piece per entry (joined only into the response).
+    chunks = answer.runs[0].chunks
+    assert len(chunks) == (1 if size is not None and not views else 500)
+    assert {type(c) for c in chunks} == {memoryview if views else bytes}
     assert entries_of(answer) == {e: payload(LG, e, size) for e in range(500)}
     assert answer.data_bytes == sum(len(payload(LG, e, size)) for e in range(500))
     _, results = engine.read_range(LG, 0, 499, 100_000, 2**30)
@@ -109,10 +123,13 @@ def test_striped_entries_are_one_pread_and_one_run_each(engine: BookieStorage) -
 @pytest.mark.parametrize("size, batched", [(None, False), (200, False), (200, True)],
                          ids=["mixed lengths", "equal lengths", "equal lengths, crcs checked at once"])
 @pytest.mark.parametrize("where", ["data", "header entry id", "header crc"])
+@pytest.mark.parametrize("views", [False, True], ids=["copied", "views"])
 def test_a_damaged_copy_in_the_middle_splits_the_run_and_is_unknown(
-        tmp_path: Path, size: int | None, batched: bool, where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, size: int | None, batched: bool, where: str, views: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     if batched:  # the one-pass crc check of bookie.crc_batch, which 40 entries are too few for
         monkeypatch.setattr(crc_batch, "PIECES_MIN", 1)
+    if views:
+        serve_as_views(monkeypatch)
     engine = open_engine(tmp_path / "d")
     try:
         assert add_ids(engine, LG, range(40), size=size) == Status.OK
@@ -135,8 +152,12 @@ def test_a_damaged_copy_in_the_middle_splits_the_run_and_is_unknown(
         engine.close()
 
 
+@pytest.mark.parametrize("views", [False, True], ids=["copied", "views"])
 @pytest.mark.parametrize("size", [None, 200], ids=["mixed lengths", "equal lengths"])
-def test_an_entry_log_cut_short_makes_the_tail_unknown(tmp_path: Path, size: int | None) -> None:
+def test_an_entry_log_cut_short_makes_the_tail_unknown(tmp_path: Path, size: int | None, views: bool,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    if views:
+        serve_as_views(monkeypatch)
     engine = open_engine(tmp_path / "d")
     try:
         assert add_ids(engine, LG, range(20), size=size) == Status.OK
@@ -188,8 +209,12 @@ def test_holes_count_no_bytes_against_the_bound(engine: BookieStorage) -> None:
     assert runs_of(answer) == [(0, 0), (5, 5)]
 
 
-def test_a_run_spans_several_preads_and_entry_log_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("views", [False, True], ids=["copied", "views"])
+def test_a_run_spans_several_preads_and_entry_log_files(tmp_path: Path, views: bool,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(range_read, "READ_PREAD_BYTES_MAX", 1000)  # 300-byte entries: ~3 per pread
+    if views:
+        serve_as_views(monkeypatch)
     engine = open_engine(tmp_path / "d", entry_log_max_bytes=8 * 1024)  # logs roll every ~8 KiB
     try:
         for first in range(0, 200, 20):
