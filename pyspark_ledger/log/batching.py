@@ -112,8 +112,6 @@ class OpenBatch:
                     value = pair[1]  # another value for the batch's one key
             if value is None:
                 pairs = checked_headers(headers)  # raises naming the bound
-                if len(headers) == 1 and type(headers[0]) is tuple and type(headers[0][1]) is bytes:
-                    self._last_pair, self._last_value = headers[0], pairs[0][1]  # immutable: its identity says it all
         size = len(payload) + MESSAGE_OVERHEAD_BYTES
         i = len(self.payloads)
         if event_ms is not None:
@@ -128,8 +126,9 @@ class OpenBatch:
             size += self._event_bytes
         self.payloads.append(payload)
         if key is not None or self.keys is not None:
-            if self.keys is None:
+            if self.keys is None:  # the column starts: a key length (-1) for each message before too
                 self.keys = [None] * i
+                size += 4 * i
             self.keys.append(key)
             size += 4 + (len(key) if key is not None else 0)
         if value is not None:
@@ -137,6 +136,9 @@ class OpenBatch:
             size += 4 + len(value)
         elif pairs is not None or self.header_keys is not None or self.headers is not None:
             size += self._add_headers(i, pairs or ())
+            if self._one_key is not _NO_KEY and headers and type(headers[0]) is tuple and type(headers[0][1]) is bytes:
+                # One header with the batch's one key, in an immutable pair: its identity says it all next time.
+                self._last_pair, self._last_value = headers[0], headers[0][1]
         self.size_bytes += size
         return i
 

@@ -174,13 +174,14 @@ def encode_batch(payloads: Sequence[bytes], append_ms: Sequence[int], *, keys: S
 
 def event_column(event_ms: Sequence[int]) -> tuple[int, bytes]:
     """The event-times column (and EVENT_TIME_OFFSETS when it is the short form): offsets from
-    the first message's time that has one, when every time lies within OFFSET_MAX of it."""
+    the first message's time that has one, when every time lies within OFFSET_MAX of it and
+    there is more than one message (for one, the base and an offset are longer than its time)."""
     times = np.frombuffer(array("q", event_ms), dtype=np.int64)  # array: faster than numpy from a list of ints
     present = times != NO_TIME
     given = times[present]
     ensure(len(given) > 0, "an event-times column without an event time")
     base = int(given[0])
-    if int(given.min()) - base >= -OFFSET_MAX and int(given.max()) - base <= OFFSET_MAX:
+    if len(times) > 1 and int(given.min()) - base >= -OFFSET_MAX and int(given.max()) - base <= OFFSET_MAX:
         offsets = np.where(present, times - np.where(present, base, times), NO_OFFSET)
         return EVENT_TIME_OFFSETS, _I64.pack(base) + offsets.astype(">i4").tobytes()
     return 0, times.astype(">i8").tobytes()
@@ -218,7 +219,7 @@ def encode_columns(payloads: Sequence[bytes], append_ms: int, *, keys: Sequence[
                f"shared header keys: {c} keys, {len(header_values)} values for {n} messages")
         flags |= HEADERS | SHARED_HEADER_KEYS
         values = header_values
-        if values[-1] == values[0] and ((values.count(values[0]) == n) if c == 1 else list(values[:c]) * n == list(values)):
+        if values[-c] == values[0] and ((values.count(values[0]) == n) if c == 1 else list(values[:c]) * n == list(values)):
             flags |= SHARED_HEADERS  # the same headers on every message: once
             values = values[:c]
         names = [k.encode() for k in header_keys]
