@@ -9,6 +9,7 @@ name before anything of its message is added."""
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
@@ -63,10 +64,10 @@ def test_every_path_reads_back_what_was_given_with_exact_sizes(seed: int) -> Non
     messages: list[Message] = []
     for i in range(rng.choice((1, 2, 50, 70, 300))):
         kind = rng.random()
-        headers: list[tuple[str, bytes]] | None = {
+        headers: Any = {
             "constant": constant, "several": several, "value each": [("trace", b"%d" % rng.randrange(10**6))],
         }.get(shape) or rng.choice([constant, several, None, [("trace", b"%d" % i)],
-                                    [("ké", bytearray(b"v"))], [["trace", b"list pair"]]])  # type: ignore[list-item]
+                                    [("ké", bytearray(b"v"))], [["trace", b"list pair"]]])  # bytearray, list pair: on purpose
         event = None if kind < 0.2 else T + rng.randint(-spread, spread)
         key = rng.choice((None, b"", b"k%d" % i)) if seed % 3 == 0 else None
         messages.append((key, event, headers))
@@ -123,12 +124,13 @@ def test_a_refused_message_leaves_the_batch_exact() -> None:
 def test_values_changed_after_append_do_not_change_the_batch() -> None:
     given = [("trace", b"ok")]
     value = bytearray(b"ab")
-    b = fill([(None, None, given), (None, None, given), (None, None, [("trace", value)])])  # type: ignore[list-item]
+    b = fill([(None, None, given), (None, None, given), (None, None, [("trace", value)])])  # type: ignore[list-item]  # a bytearray value on purpose
     given[0] = ("trace", b"v" * (HEADER_VALUE_BYTES_MAX + 1))  # the producer reuses its list
     with pytest.raises(MessageBoundError, match="HEADER_VALUE_BYTES_MAX"):
         b.add(b"big", None, None, given)
     value[:] = b"changed"
     given[0] = ("trace", b"other")
     b.add(b"m3", None, None, given)
-    assert_reads_back(b, [(None, None, [("trace", b"ok")])] * 2 + [(None, None, [("trace", b"ab")]),
-                                                                    (None, None, [("trace", b"other")])])
+    want: list[Message] = [(None, None, [("trace", b"ok")]), (None, None, [("trace", b"ok")]),
+                           (None, None, [("trace", b"ab")]), (None, None, [("trace", b"other")])]
+    assert_reads_back(b, want)
