@@ -66,7 +66,7 @@ class OpenBatch:
     Fields are kept as the columns of the batch (encode_columns): flat lists, no tuple per
     message. Headers: while every message has the same header keys (a producer's fixed names,
     the common case) the keys are kept once and the values flat, c per message; the first
-    message that differs turns the batch to one tuple of pairs per message (to_general_headers).
+    message that differs turns the batch to one tuple of pairs per message (_to_general_headers).
     size_bytes is never below the encoded size (encode checks): the byte bound counts it."""
 
     __slots__ = ("payloads", "keys", "event_ms", "header_keys", "header_values", "headers", "size_bytes", "opened",
@@ -172,11 +172,11 @@ class OpenBatch:
         if self.header_keys is not None and keys == self.header_keys:
             self.header_values.extend(v for _, v in pairs)  # type: ignore[union-attr]  # set with header_keys
             return sum(4 + len(v) for _, v in pairs)
-        added = self.to_general_headers(i)
-        self.headers.append(pairs)  # type: ignore[union-attr]  # to_general_headers made it
+        added = self._to_general_headers(i)
+        self.headers.append(pairs)  # type: ignore[union-attr]  # _to_general_headers made it
         return added + _plain_headers_bytes(pairs)
 
-    def to_general_headers(self, n: int) -> int:
+    def _to_general_headers(self, n: int) -> int:
         """Turn the shared-keys columns of messages 0..n-1 into one tuple of pairs per message;
         returns what that adds to the batch's size."""
         if self.headers is not None:
