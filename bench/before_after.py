@@ -31,6 +31,8 @@ REPO = HERE.parent
 CHILD = r"""
 import sys, time
 from collections import deque
+sys.path[:0] = [sys.argv[5]]
+import bookie, metadata, pyspark_ledger  # from the tree measured, before client_bench puts its own tree first
 sys.path.insert(0, {bench!r})
 from client_bench import throughput
 from pyspark_ledger.client import LedgerClient
@@ -57,16 +59,18 @@ with LedgerClient(uri) as client:
             f.result(timeout=60)
         rate = total / (time.perf_counter() - start)
         w.close()
-print(rate, (time.process_time() - cpu0) / total * 1e6)
+print(rate, (time.process_time() - cpu0) / total * 1e6, pyspark_ledger.__file__)
 """
 
 
 def measure(tree: Path, uri: str, size: int, total: int, kind: str) -> tuple[float, float]:
     """(adds/s, client CPU µs per add including the client's start) of one child run."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    out = subprocess.run([sys.executable, "-c", CHILD.format(bench=str(HERE)), uri, str(size), str(total), kind],
-                         env=env, capture_output=True, text=True, timeout=900, check=True)
-    rate, cpu_us = out.stdout.strip().splitlines()[-1].split()
+    out = subprocess.run([sys.executable, "-c", CHILD.format(bench=str(HERE)), uri, str(size), str(total), kind,
+                          str(tree)], env=env, cwd=tree, capture_output=True, text=True, timeout=900, check=True)
+    rate, cpu_us, where = out.stdout.strip().splitlines()[-1].split()
+    if not where.startswith(str(tree) + os.sep):  # client_bench puts its own tree first on sys.path
+        raise RuntimeError(f"the child meant to run {tree} imported {where}")
     return float(rate), float(cpu_us)
 
 
