@@ -12,8 +12,8 @@
   one producer, same run, medians: the messages' MB/s against the disk's divided by three (three
   bookies on one disk journal every byte three times), the issue's bound being 0.8;
 - stamps (issue 32): alternating rounds of batched 100-byte messages without and with an event
-  time and one header (("trace", 16 bytes): the same for every message, and a value of its own
-  per message), same run, medians and the cost of the stamps.
+  time and one header (("trace", 16 bytes): the same for every message, and an event time and a
+  header value of its own per message), same run, medians and the cost of the stamps.
 Works against releases without batches too (batching=None: the call of those releases).
 """
 
@@ -44,7 +44,8 @@ VARYING_HEADERS = [[("trace", b"%016x" % i)] for i in range(4096)]
 
 def produce(client: LedgerClient, size: int, total: int, batching: bool | None, stamped: bool | str = False) -> float:
     """Messages/s of one producer: pipelined append_async, bounded window; `stamped`: each message
-    with an event time and STAMP_HEADERS ("varying": a header value of its own, VARYING_HEADERS)."""
+    with an event time and STAMP_HEADERS ("varying": an event time and a header value of its own,
+    VARYING_HEADERS)."""
     w = _writer(client, batching)
     payload = b"p" * size
     window: deque[Any] = deque()
@@ -55,7 +56,7 @@ def produce(client: LedgerClient, size: int, total: int, batching: bool | None, 
         if len(window) >= WINDOW_MESSAGES:
             window.popleft().result(timeout=120)
         if stamped == "varying":
-            window.append(append(payload, timestamp=event_ms, headers=VARYING_HEADERS[i & 4095]))
+            window.append(append(payload, timestamp=event_ms + i, headers=VARYING_HEADERS[i & 4095]))
         elif stamped:
             window.append(append(payload, timestamp=event_ms, headers=STAMP_HEADERS))
         else:

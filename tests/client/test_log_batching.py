@@ -20,6 +20,7 @@ from pyspark_ledger.datasource.options.source_options import parse_options
 from pyspark_ledger.datasource.read.planning import log_shape
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.log import LogFencedError, LogFormatError, LogReader, MessageHandle, Position
+from pyspark_ledger.log.batching import BATCH_HEAD_BYTES, MESSAGE_OVERHEAD_BYTES
 from pyspark_ledger.protocol.entry_format import ENTRY_FORMAT_KEY
 from pyspark_ledger.testing.local_cluster import LocalCluster
 from pyspark_ledger.testing.message_batches import set_message_batches
@@ -95,7 +96,8 @@ def test_bytes_bound_linger_and_flush(client: LedgerClient) -> None:
         w.flush()
         assert all(h.done() for h in handles)
         per_entry = Counter((p.seq, p.entry_id) for p in (h.result() for h in handles))
-        assert max(per_entry.values()) <= 1_000 // 112 and len(per_entry) >= 50 // 8
+        fits = (1_000 - BATCH_HEAD_BYTES) // (100 + MESSAGE_OVERHEAD_BYTES)  # 9: a length each, one append time
+        assert max(per_entry.values()) <= fits and len(per_entry) >= 50 // fits
         alone = w.append_async(b"lingering")  # no flush: the linger sends it
         assert alone.result(WAIT_S).entry_id == max(e for _, e in per_entry) + 1
     for bad in ({"batch_max_messages": 0}, {"batch_max_messages": 10_001}, {"batch_max_bytes": 0},

@@ -14,6 +14,7 @@ from metadata import LedgerId
 from metadata.log_record import LogRecord, decode, encode, from_json_dict, to_json_dict
 from pyspark_ledger.errors import EntryFormatError
 from pyspark_ledger.log import Position
+from pyspark_ledger.log.batching import OpenBatch
 from pyspark_ledger.protocol import message_batch as mb
 from pyspark_ledger.protocol.digest import Digest
 from pyspark_ledger.protocol.entry_format import (
@@ -40,11 +41,26 @@ def _columns(msgs: list[dict[str, Any]]) -> dict[str, Any]:
     return {"keys": keys, "event_ms": events, "headers": headers}
 
 
+def _log_writer_batch(payloads: list[bytes], msgs: list[dict[str, Any]]) -> bytes:
+    """What a LogWriter's batch makes of the messages (the short layout: layout bits 3-6)."""
+    b = OpenBatch(0.0)
+    for p, m in zip(payloads, msgs):
+        b.add(p, None if m.get("key_hex") is None else bytes.fromhex(m["key_hex"]), m.get("event_time_ms"),
+              [(k, bytes.fromhex(v)) for k, v in m.get("headers", [])])
+    assert len({m["append_time_ms"] for m in msgs}) == 1, "a LogWriter's batch has one append time"
+    data = b.encode(msgs[0]["append_time_ms"])
+    assert len(data) <= b.size_bytes
+    return data
+
+
 @pytest.mark.parametrize("case", VECTORS, ids=lambda c: c["name"])
 def test_vectors(case: dict[str, Any]) -> None:
     msgs = case["messages"]
     payloads = [bytes.fromhex(m["payload_hex"]) for m in msgs]
-    batch = mb.encode_batch(payloads, [m["append_time_ms"] for m in msgs], **_columns(msgs))
+    if case.get("layout") == "log_writer":
+        batch = _log_writer_batch(payloads, msgs)
+    else:
+        batch = mb.encode_batch(payloads, [m["append_time_ms"] for m in msgs], **_columns(msgs))
     assert batch.hex() == case["batch_hex"]
     d = Digest.for_ledger(case["digest_type"], bytes.fromhex(case["password_hex"]))
     args = (case["scope_id"], case["ledger_id"])
@@ -121,8 +137,15 @@ def test_every_malformed_batch_is_refused() -> None:
             mb.decode_batch(good[:cut])
     with pytest.raises(EntryFormatError, match="past its last message"):
         mb.decode_batch(good + b"!")
-    with pytest.raises(EntryFormatError, match="layout 0x80 unknown"):
-        mb.decode_batch(good[:4] + b"\x80" + good[5:])
+    with pytest.raises(EntryFormatError, match=r"layout 0x85 has bits 0x80 unknown to this release \(it knows 0x01 keys"):
+        mb.decode_batch(good[:4] + b"\x85" + good[5:])
+    for bit, needs in ((mb.EVENT_TIME_OFFSETS, "'event times'"), (mb.SHARED_HEADER_KEYS, "'headers'")):
+        with pytest.raises(EntryFormatError, match=f"without {needs}"):  # a refinement without what it refines
+            mb.decode_batch(good[:4] + bytes([mb.KEYS | bit]) + good[5:])
+    with pytest.raises(EntryFormatError, match="'shared headers' without 'shared header keys'"):
+        mb.decode_batch(good[:4] + bytes([mb.KEYS | mb.HEADERS | mb.SHARED_HEADERS]) + good[5:])
+    with pytest.raises(EntryFormatError, match="reserved bytes"):
+        mb.decode_batch(good[:6] + b"\x01" + good[7:])
     with pytest.raises(EntryFormatError, match="count 0"):
         mb.decode_batch(b"\0\0\0\0" + good[4:])
     with pytest.raises(EntryFormatError, match="key length"):
@@ -148,6 +171,14 @@ def test_seeded_round_trips() -> None:
             assert got.key(i) == (None if keys is None else keys[i]), f"seed {seed}"
             assert got.event_time_ms(i) == (None if events is None or events[i] == mb.NO_TIME else events[i])
             assert got.headers(i) == ([] if headers is None else headers[i]), f"seed {seed}"
+
+
+def test_short_layout_offsets_out_of_range_are_refused() -> None:
+    short = mb.encode_columns([b"a", b"b"], 5, event_ms=[mb.TIME_MS_MAX - 1, mb.TIME_MS_MAX])
+    assert mb.decode_batch(short).event_ms.tolist() == [mb.TIME_MS_MAX - 1, mb.TIME_MS_MAX]
+    at = mb.HEAD_BYTES + 4 * 2 + 8 + 8 + 4  # the second message's offset, after the base
+    with pytest.raises(EntryFormatError, match="offsets run outside the i64 range"):
+        mb.decode_batch(short[:at] + (5).to_bytes(4, "big") + short[at + 4:])
 
 
 def test_positions_order_by_index_and_old_json_parses() -> None:

@@ -18,6 +18,7 @@ from pyspark_ledger.datasource.read.codec import batched_raw_batch, raw_batch
 from pyspark_ledger.datasource.read.columns import ReadSchemaError, chosen_columns, user_columns
 from pyspark_ledger.datasource.rows import META_NAMES, PAYLOAD_FIELD, RowPlace
 from pyspark_ledger.datasource.write.batch_pack import BatchLimits, Stamps, pack_batches
+from pyspark_ledger.log.batching import OpenBatch
 from pyspark_ledger.protocol.message_batch import NO_TIME, MessageBoundError, decode_batch, encode_batch
 
 PLACE = RowPlace("events", 3, "0" * 32, 1_000)
@@ -34,18 +35,40 @@ def seeded_entries(rnd: random.Random) -> list[Entry]:
         payloads = [rnd.randbytes(rnd.randint(0, 20)) for _ in range(n)]
         append = [10_000 + 100 * e + i // 7 for i in range(n)]
         event = [NO_TIME if rnd.random() < 0.3 else rnd.randint(0, 5_000) for _ in range(n)] if rnd.random() < 0.6 else None
-        headers = [[(rnd.choice(("a", "b", "ü")), rnd.randbytes(rnd.randint(0, 5))) for _ in range(rnd.randint(0, 3))]
-                   for _ in range(n)] if rnd.random() < 0.6 else None
+        shape = rnd.random()
+        if shape < 0.2:  # a producer's constant headers
+            headers: list[list[tuple[str, bytes]]] | None = [[("trace", b"t"), ("ü", b"")]] * n
+        elif shape < 0.4:  # the same keys, a value of its own each
+            headers = [[("trace", rnd.randbytes(rnd.randint(0, 5)))] for _ in range(n)]
+        elif shape < 0.7:
+            headers = [[(rnd.choice(("a", "b", "ü")), rnd.randbytes(rnd.randint(0, 5))) for _ in range(rnd.randint(0, 3))]
+                       for _ in range(n)]
+        else:
+            headers = None
         out.append((payloads, append, event, headers))
     return out
 
 
+def log_writer_batch(payloads: list[bytes], append_ms: int, event: list[int] | None,
+                     headers: list[list[tuple[str, bytes]]] | None) -> bytes:
+    """The entry a LogWriter makes of the messages (the short layout, one append time)."""
+    b = OpenBatch(0.0)
+    for i, p in enumerate(payloads):
+        b.add(p, None, None if event is None or event[i] == NO_TIME else event[i], None if headers is None else headers[i])
+    return b.encode(append_ms)
+
+
+@pytest.mark.parametrize("layout", ["plain", "log_writer"])
 @pytest.mark.parametrize("seed", range(8))
-def test_times_and_headers_of_every_row(seed: int) -> None:
-    print("seed", seed)
+def test_times_and_headers_of_every_row(seed: int, layout: str) -> None:
+    print("seed", seed, layout)
     rnd = random.Random(seed)
     entries = seeded_entries(rnd)
-    bufs = [pa.py_buffer(encode_batch(p, a, event_ms=ev, headers=h)) for p, a, ev, h in entries]
+    if layout == "log_writer":  # one append time per batch, as a LogWriter stamps it
+        entries = [(p, [a[0]] * len(a), ev, h) for p, a, ev, h in entries]
+        bufs = [pa.py_buffer(log_writer_batch(p, a[0], ev, h)) for p, a, ev, h in entries]
+    else:
+        bufs = [pa.py_buffer(encode_batch(p, a, event_ms=ev, headers=h)) for p, a, ev, h in entries]
     skip = rnd.randint(0, len(entries[0][0]) - 1)
     rows = list(grouped((unpack_entry(b, i, skip if i == 0 else 0) for i, b in enumerate(bufs)), rows_target=40))
     want = [(p, a, ev[i] if ev is not None else NO_TIME, h[i] if h is not None else [])

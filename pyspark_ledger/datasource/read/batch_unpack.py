@@ -48,15 +48,23 @@ def _binary(n: int, starts: np.ndarray, data: pa.Buffer) -> pa.BinaryArray:
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), data])
 
 
+def _stored(arr: pa.Array, index: np.ndarray | None) -> pa.Array:
+    """One value per header: `arr` itself, or (a layout with shared header keys or values, each
+    stored once) its values picked by `index`, in one C-level take."""
+    return arr if index is None else arr.take(pa.array(index))
+
+
 def _headers(batch: MessageBatch, data: pa.Buffer) -> pa.ListArray | None:
     """Each message's headers as list<struct<key: string, value: binary>>, in bulk: the list
-    offsets are the batch's cumulative header counts, keys and values zero-copy views."""
+    offsets are the batch's cumulative header counts, keys and values zero-copy views (or, shared
+    once by the layout, taken per header)."""
     if batch.header_counts is None or batch.header_key_starts is None or batch.header_value_starts is None:
         return None
-    h = len(batch.header_key_starts) - 1
-    keys = pa.Array.from_buffers(pa.string(), h, [None, pa.py_buffer(np.ascontiguousarray(batch.header_key_starts,
-                                                                                          dtype=np.int32)), data])
-    values = _binary(h, batch.header_value_starts, data)
+    k_off = np.ascontiguousarray(batch.header_key_starts, dtype=np.int32)
+    keys = _stored(pa.Array.from_buffers(pa.string(), len(k_off) - 1, [None, pa.py_buffer(k_off), data]),
+                   batch.header_key_index)
+    values = _stored(_binary(len(batch.header_value_starts) - 1, batch.header_value_starts, data),
+                     batch.header_value_index)
     pairs = pa.StructArray.from_arrays([keys, values], fields=list(HEADER_FIELDS))
     return pa.ListArray.from_arrays(pa.array(batch.header_counts.astype(np.int32)), pairs)
 
