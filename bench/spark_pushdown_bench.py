@@ -48,9 +48,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine_speed import machine_speed_line
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.datasource import Filter, GreaterThanOrEqual, LessThanOrEqual
 from spark_bench import payload_column
 
 from pyspark_ledger.client import LedgerClient
+from pyspark_ledger.datasource.source import LedgerDataSource, LedgerPartition
 from pyspark_ledger.testing.local_cluster import LocalCluster, local_spark_session
 
 ROWS_VARIABLE = "LEDGER_PUSHDOWN_ROWS"
@@ -95,6 +97,15 @@ def time_window(bounds: list[tuple[int, int]], share: float) -> tuple[int, int, 
     return lo, hi, met(hi)
 
 
+def planned_entries(opts: dict[str, str], filters: list[Filter]) -> int:
+    """The entries a read with these filters pushed plans (what its tasks read), from the reader."""
+    source = LedgerDataSource({**opts, "pushFilters": "true"})
+    reader = source.reader(source.schema())
+    left = list(reader.pushFilters(filters))
+    assert not left, f"filters left to Spark: {left}"
+    return sum(p.range.entries for p in reader.partitions() if isinstance(p, LedgerPartition))
+
+
 def utc(ms: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
 
@@ -127,7 +138,7 @@ def main() -> None:
     cluster = LocalCluster(3, work_dir=work / "cluster").start()
     spark = local_spark_session("spark-pushdown-bench")
     opts = {"metadataServiceUri": cluster.metadata_uri, "log": LOG}
-    results: list[tuple[str, int, int, float, float, int]] = []
+    results: list[tuple[str, int, int, float, float, int, int, int]] = []
     loads: list[tuple[float, float, float]] = []
     try:
         start = time.perf_counter()
@@ -136,11 +147,13 @@ def main() -> None:
         cut = args.ledgers * 39 // 40  # seq >= 390 of 400
         lo, hi, met = time_window(times, 0.025)
         span_ms = max(b for _, b in times) - min(a for a, _ in times)
-        cases: list[tuple[str, Column]] = [
-            (f"seq >= {cut}", F.col("seq") >= cut),
+        cases: list[tuple[str, Column, list[Filter]]] = [
+            (f"seq >= {cut}", F.col("seq") >= cut, [GreaterThanOrEqual(("seq",), cut)]),
             (f"timestamp in {(hi - lo) / max(1, span_ms):.1%} of the time ({met} ledgers)",
-             (F.col("timestamp") >= F.lit(utc(lo))) & (F.col("timestamp") <= F.lit(utc(hi)))),
+             (F.col("timestamp") >= F.lit(utc(lo))) & (F.col("timestamp") <= F.lit(utc(hi))),
+             [GreaterThanOrEqual(("timestamp",), utc(lo)), LessThanOrEqual(("timestamp",), utc(hi))]),
         ]
+        full_entries = planned_entries(opts, [])
 
         def query(where: Column, push: bool) -> DataFrame:
             return (spark.read.format("ledger").options(**opts).option("pushFilters", str(push).lower()).load()
@@ -153,10 +166,11 @@ def main() -> None:
             return run
 
         loads.append(os.getloadavg())
-        for name, where in cases:
+        for name, where, filters in cases:
             parts = (query(where, True).rdd.getNumPartitions(), query(where, False).rdd.getNumPartitions())
             t_push, t_full = timed_pair(figures(where, True), figures(where, False), args.rounds)
-            results.append((name, *parts, t_push, t_full, figures(where, True)()[0]))
+            results.append((name, *parts, t_push, t_full, figures(where, True)()[0], planned_entries(opts, filters),
+                            full_entries))
         loads.append(os.getloadavg())
     finally:
         spark.stop()
@@ -170,13 +184,13 @@ def main() -> None:
           "alternating runs after a warm-up; query: count and sum(id) of the rows kept")
     print("load average (1, 5, 15 min) at the start and end of the timed runs: "
           + " / ".join(f"{a:.1f}, {b:.1f}, {c:.1f}" for a, b, c in loads))
-    print(f"| {'filter':<42} | {'rows kept':>10} | {'partitions':>12} | {'pushed':>8} | {'full scan':>9} | "
-          f"{'speed-up':>8} | target |")
-    print(f"|{'-' * 44}|{'-' * 11}:|{'-' * 13}:|{'-' * 9}:|{'-' * 10}:|{'-' * 9}:|--------|")
-    for name, p_push, p_full, t_push, t_full, kept in results:
-        print(f"| {name:<42} | {kept:>10,} | {p_push:>5} / {p_full:<4} | {t_push:>6.2f} s | {t_full:>7.2f} s | "
-              f"{t_full / t_push:>7.1f}x | >= {TARGET_SPEEDUP:.0f}x, <= {TARGET_SHARE:.0%} of partitions |")
-
+    print(f"| {'filter':<42} | {'rows kept':>10} | {'partitions':>12} | {'entries':>13} | {'pushed':>8} | "
+          f"{'full scan':>9} | {'speed-up':>8} | target |")
+    print(f"|{'-' * 44}|{'-' * 11}:|{'-' * 13}:|{'-' * 14}:|{'-' * 9}:|{'-' * 10}:|{'-' * 9}:|--------|")
+    for name, p_push, p_full, t_push, t_full, kept, e_push, e_full in results:
+        print(f"| {name:<42} | {kept:>10,} | {p_push:>5} / {p_full:<4} | {e_push:>6} / {e_full:<5} | {t_push:>6.2f} s | "
+              f"{t_full:>7.2f} s | {t_full / t_push:>7.1f}x | >= {TARGET_SPEEDUP:.0f}x, <= {TARGET_SHARE:.0%} of "
+              "partitions and entries |")
 
 if __name__ == "__main__":
     main()
