@@ -38,7 +38,8 @@ MESSAGE_FORMAT_PROPERTY = "setting.message_format"  # the copy in `properties` (
 RECORD_KEYS = frozenset({"name", "formatVersion", "writerEpoch", "nextSeq", "ctimeMs", "schema", "payloadFormat",
                          "messageFormat", "ledgers", "committedBatches", "pendingDeletions", "retention",
                          "properties", "trimSeq"})
-_LEDGER_KEYS = frozenset({"seq", "ledger", "ctimeMs", "entryCount", "sizeBytes", "sealedMs"})
+_LEDGER_KEYS = frozenset({"seq", "ledger", "ctimeMs", "entryCount", "sizeBytes", "sealedMs", "appendMsMin",
+                          "appendMsMax"})
 _RETENTION_KEYS = frozenset({"max_age_ms", "max_size_bytes"})
 
 
@@ -57,10 +58,28 @@ class LogLedger:
     # entries until a minute ago is a minute old.
     sealed_ms: int | None = None
     extra: tuple[tuple[str, str], ...] = ()  # keys a newer release wrote: (key, JSON), kept as they are
+    # The earliest and latest append time (ms) its entries carry (Arrow entries' and message
+    # batches' own times, docs/entry-format.md), as its writer knew them when the ledger joined or
+    # was sealed into the log; None: not known (a ledger without times of its own, one sealed by a
+    # takeover's recovery or by a release before the fields, or still open). Filter pushdown
+    # prunes ledgers by them (pyspark_ledger/datasource/read/pushdown.py): never narrower than the
+    # times its entries hold.
+    append_times_ms: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        times = self.append_times_ms
+        if times is not None and not 0 <= times[0] <= times[1]:
+            raise InvalidMetadataError(f"ledger {self.ledger_id}: append times {times} are not a range of times")
 
     @property
     def sealed(self) -> bool:
         return self.entry_count is not None
+
+
+def widened_times(times: tuple[int, int] | None, append_ms: int) -> tuple[int, int]:
+    """A ledger's append times (LogLedger.append_times_ms) with one more entry's time: what a
+    writer keeps as it stamps entries."""
+    return (append_ms, append_ms) if times is None else (min(times[0], append_ms), max(times[1], append_ms))
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,23 +161,33 @@ class LogRecord:
         lg = LogLedger(self.next_seq, ledger_id, now_ms() if ctime_ms is None else ctime_ms)
         return replace(self, ledgers=self.ledgers + (lg,), next_seq=self.next_seq + 1)
 
-    def with_ledgers_appended(self, ledger_ids: list[LedgerId], sizes: list[tuple[int, int]]) -> LogRecord:
+    def with_ledgers_appended(self, ledger_ids: list[LedgerId], sizes: list[tuple[int, int]],
+                              times: list[tuple[int, int] | None] | None = None) -> LogRecord:
         """Append sealed ledgers (a Spark job's output) in one change, all with the one time of that
-        change: their rows became readable together, and a read from a time must not split them."""
+        change: their rows became readable together, and a read from a time must not split them.
+        `times`: each ledger's append times (LogLedger.append_times_ms), when its writer knew them."""
         joined_ms = now_ms()
-        appended = tuple(LogLedger(self.next_seq + i, lid, joined_ms, entries, size, joined_ms)
-                         for i, (lid, (entries, size)) in enumerate(zip(ledger_ids, sizes)))
+        each = times if times is not None else [None] * len(ledger_ids)
+        if not len(ledger_ids) == len(sizes) == len(each):
+            raise InvalidMetadataError(f"log {self.name}: {len(ledger_ids)} ledgers, {len(sizes)} sizes and "
+                                       f"{len(each)} time ranges appended")
+        appended = tuple(LogLedger(self.next_seq + i, lid, joined_ms, entries, size, joined_ms, append_times_ms=t)
+                         for i, (lid, (entries, size), t) in enumerate(zip(ledger_ids, sizes, each)))
         return replace(self, ledgers=self.ledgers + appended, next_seq=self.next_seq + len(appended))
 
     def with_sealed(self, ledger_id: LedgerId, entry_count: int, size_bytes: int,
-                    sealed_ms: int | None = None) -> LogRecord:
+                    sealed_ms: int | None = None, append_times_ms: tuple[int, int] | None = None) -> LogRecord:
+        """`append_times_ms`: the append times its entries carry, when the sealer knows them (its
+        writer); a ledger sealed before keeps what it has."""
         i = self.index_of(ledger_id)
         if i is None:
             return self
         ledgers = list(self.ledgers)
         at = now_ms() if sealed_ms is None else sealed_ms
-        ledgers[i] = replace(ledgers[i], entry_count=entry_count, size_bytes=size_bytes,
-                             sealed_ms=ledgers[i].sealed_ms if ledgers[i].sealed else at)
+        old = ledgers[i]
+        ledgers[i] = replace(old, entry_count=entry_count, size_bytes=size_bytes,
+                             sealed_ms=old.sealed_ms if old.sealed else at,
+                             append_times_ms=old.append_times_ms if old.sealed else append_times_ms)
         return replace(self, ledgers=tuple(ledgers))
 
     def without_ledgers(self, ledger_ids: set[LedgerId]) -> LogRecord:
@@ -219,14 +248,18 @@ def ledger_to_json(lg: LogLedger) -> dict[str, Any]:
                          "entryCount": lg.entry_count, "sizeBytes": lg.size_bytes}
     if lg.sealed_ms is not None:
         d["sealedMs"] = lg.sealed_ms
+    if lg.append_times_ms is not None:  # optional keys: a release before them keeps them (extra)
+        d["appendMsMin"], d["appendMsMax"] = lg.append_times_ms
     return _with_unknown(d, lg.extra) if lg.extra else d
 
 
 def ledger_from_json(x: dict[str, Any]) -> LogLedger:
     sealed = x.get("sealedMs")
     extra = () if x.keys() <= _LEDGER_KEYS else _unknown(x, _LEDGER_KEYS)  # the common case builds nothing
+    lo, hi = x.get("appendMsMin"), x.get("appendMsMax")
+    times = None if lo is None or hi is None else (int(lo), int(hi))  # both or neither is ever written
     return LogLedger(int(x["seq"]), LedgerId.from_qualified_name(x["ledger"]), int(x["ctimeMs"]),
-                     x.get("entryCount"), x.get("sizeBytes"), None if sealed is None else int(sealed), extra)
+                     x.get("entryCount"), x.get("sizeBytes"), None if sealed is None else int(sealed), extra, times)
 
 
 def retention_to_json(r: Retention) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from pyspark_ledger.datasource.read.pushdown import PushedFilters, claim
 from pyspark_ledger.datasource.read.reader import ReadSpec, read_partition
 from pyspark_ledger.datasource.read.spark_filters import conditions
 from pyspark_ledger.datasource.read.spark_schema import data_schema, read_columns, spark_arrow_schema
+from pyspark_ledger.datasource.read.time_filter import time_filter
 from pyspark_ledger.datasource.rows import raw_read_schema
 from pyspark_ledger.datasource.write.columns import ROUTE_COLUMN, WriteLayout, plan_layout
 from pyspark_ledger.datasource.write.job import (
@@ -166,9 +167,6 @@ class LedgerReader(DataSourceReader):
         self.payload_format = shape.payload_format
         self.arrow_schema = self.columns.schema
         self.pushed: PushedFilters | None = None
-        # Batched messages and Arrow entries carry times of their own: a ledger does not share one
-        # timestamp, so planning cannot apply a timestamp filter exactly; Spark keeps those (pushFilters).
-        self.own_times = shape.batched or shape.payload_format == "arrow"
 
     @user_errors
     def partitions(self) -> list[InputPartition]:
@@ -179,18 +177,22 @@ class LedgerReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, LedgerPartition):
             return  # Spark's placeholder partition for an empty plan
-        yield from read_partition(self.opts, partition.range,
-                                  ReadSpec(self.payload_format, self.arrow_schema, self.opts.password, self.columns))
+        times = time_filter(self.pushed.conditions) if self.pushed is not None else None
+        yield from read_partition(self.opts, partition.range, ReadSpec(self.payload_format, self.arrow_schema,
+                                                                       self.opts.password, self.columns, times or None))
 
 
 class PushdownLedgerReader(LedgerReader):
     """A batch read with option pushFilters=true: it claims the filters on log, seq, ledger,
-    timestamp and entry that read/pushdown.py applies exactly at planning (Spark checks them no
-    more), and hands every other one back to Spark."""
+    timestamp and entry that read/pushdown.py applies exactly (at planning; timestamp conditions
+    on rows with times of their own also in read(), read/time_filter.py), so Spark checks them
+    no more, and hands every other one back to Spark."""
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:  # noqa: N802 - Spark's API
         found = conditions(filters, self.columns.output_names())
-        if self.own_times:
+        if self.columns.event_time:
+            # timestampSource=event: a row's time is its event time where it has one, which the
+            # recorded append times do not bound; Spark keeps timestamp filters.
             found = [None if c is not None and c.column == "timestamp" else c for c in found]
         self.pushed, kept = claim(found)
         log.info("filters pushed target=%s claimed=%d left_to_spark=%d", self.opts.target,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from metadata import CloseContext, CreateContext, LedgerId, LedgerMetadata, MetadataError
-from metadata.log_record import MESSAGE_FORMAT_BATCHED, LogRecord
+from metadata.log_record import MESSAGE_FORMAT_BATCHED, LogRecord, widened_times
 from pyspark_ledger.errors import LedgerError, LedgerFencedError
 from pyspark_ledger.log.batching import BATCH_BYTES_MAX, BatchSettings, Linger, MessageHandle, OpenBatch, Place
 from pyspark_ledger.log.errors import LogFencedError, LogWriterStoppedError, StaleEpochError
@@ -96,8 +96,11 @@ class LogWriter:
         self._bytes = 0
         self._opened_at = 0.0
         # Ledgers this writer closed whose end the log record does not show yet (the record's
-        # update failed): written with the next change of the record.
-        self._unrecorded_seals: dict[LedgerId, tuple[int, int]] = {}
+        # update failed): written with the next change of the record. (entries, bytes, append times)
+        self._unrecorded_seals: dict[LedgerId, tuple[int, int, tuple[int, int] | None]] = {}
+        # The earliest and latest append time of the batches sent to the current ledger (None:
+        # none, or unbatched entries, which carry no time): the log record keeps it at the seal.
+        self._ledger_times_ms: tuple[int, int] | None = None
         self.epoch = -1
         self.from_seq = -1  # every ledger this writer appends has seq >= from_seq
         self.batching = batching
@@ -148,10 +151,10 @@ class LogWriter:
     # -- the log record --
 
     def _with_unrecorded_seals(self, r: LogRecord) -> LogRecord:
-        for lid, (count, size) in self._unrecorded_seals.items():
+        for lid, (count, size, times) in self._unrecorded_seals.items():
             i = r.index_of(lid)
             if i is not None and not r.ledgers[i].sealed:
-                r = r.with_sealed(lid, count, size)
+                r = r.with_sealed(lid, count, size, append_times_ms=times)
         return r
 
     def _forget_recorded_seals(self, rec: LogRecord) -> None:
@@ -219,6 +222,7 @@ class LogWriter:
             raise LedgerError(f"log {self.name!r}: ledger {handle.ledger_id} is not in the log it was added to")
         self._ledger, self._seq = handle, rec.ledgers[i].seq
         self._entries, self._bytes, self._opened_at = 0, 0, time.monotonic()
+        self._ledger_times_ms = None
 
     # -- appending --
 
@@ -306,7 +310,7 @@ class LogWriter:
             self._check_appendable()
             self._append_ms = max(self._append_ms, time.time_ns() // 1_000_000)
             data = b.encode(self._append_ms)
-            inner, seq, lid = self._add(data)
+            inner, seq, lid = self._add(data, self._append_ms)
         except Exception as exc:  # noqa: BLE001 - settles every message of the batch
             out.set_exception(exc)
             return
@@ -320,12 +324,15 @@ class LogWriter:
 
         inner.add_done_callback(done)
 
-    def _add(self, data: bytes) -> tuple[AddFuture, int, LedgerId]:
-        """Add one entry to the current ledger, rolling over first if due (under self._lock)."""
+    def _add(self, data: bytes, append_ms: int | None = None) -> tuple[AddFuture, int, LedgerId]:
+        """Add one entry to the current ledger, rolling over first if due (under self._lock);
+        `append_ms`: the time a batch carries (None: an unbatched entry)."""
         if self._rollover_due(len(data)):
             self._rollover()
         handle, seq = self._ledger, self._seq
         assert handle is not None
+        if append_ms is not None:  # before the add: an entry whose add fails may still be stored
+            self._ledger_times_ms = widened_times(self._ledger_times_ms, append_ms)
         try:
             inner = handle.add_entry_async(data)
         except LedgerFencedError as exc:
@@ -370,7 +377,7 @@ class LogWriter:
             self._rollover()
 
     def _rollover(self) -> None:
-        old, old_seq = self._ledger, self._seq
+        old, old_seq, old_times = self._ledger, self._seq, self._ledger_times_ms
         assert old is not None
         self._crash("before_create")
         new = self._new_ledger(old.ledger_id)
@@ -381,12 +388,12 @@ class LogWriter:
         self._switch_to(new, rec)
         log.info("log rolled over log=%s from_seq=%d to_seq=%d", self.name, old_seq, self._seq)
         self._crash("before_close")
-        self._seal_rolled_over(old)
+        self._seal_rolled_over(old, old_times)
         self._crash("after_close")
 
     # -- sealing --
 
-    def _seal_rolled_over(self, handle: WriteHandle) -> None:
+    def _seal_rolled_over(self, handle: WriteHandle, times: tuple[int, int] | None) -> None:
         """Close the ledger a rollover left behind. If its close fails, recover it (fence + close,
         bounded); if that fails too, stop: it is then still among the log's unsealed ledgers,
         which the next writer's takeover recovers."""
@@ -399,7 +406,7 @@ class LogWriter:
             log.warning("closing a rolled-over ledger failed; recovering it log=%s ledger=%s error=%s",
                         self.name, handle.ledger_id, exc)
             meta = self._recover_rolled_over(handle.ledger_id, exc)
-        self._note_sealed(meta)
+        self._note_sealed(meta, times)
         try:
             rec, _ = self.client.logs.update_head(self.name, self._sealing_change)
             self._forget_recorded_seals(rec)
@@ -431,10 +438,10 @@ class LogWriter:
             f"{SEAL_RECOVERY_ATTEMPTS_MAX} attempts (last: {last}); this writer stops rather than leave it OPEN "
             "behind a newer ledger: open a new writer, whose takeover recovers it"))
 
-    def _note_sealed(self, meta: LedgerMetadata) -> None:
+    def _note_sealed(self, meta: LedgerMetadata, times: tuple[int, int] | None) -> None:
         if meta.last_entry_id is None or meta.length_bytes is None:
             raise LedgerError(f"ledger {meta.ledger_id} has no end after closing")
-        self._unrecorded_seals[meta.ledger_id] = (meta.last_entry_id + 1, meta.length_bytes)
+        self._unrecorded_seals[meta.ledger_id] = (meta.last_entry_id + 1, meta.length_bytes, times)
 
     def _sealing_change(self, r: LogRecord) -> LogRecord | None:
         self._check_epoch(r)
@@ -458,7 +465,7 @@ class LogWriter:
                 handle.close(CloseContext.builder().because_client_shutdown().build())
             except LedgerFencedError as exc:
                 raise self._stop(exc) from exc
-            self._note_sealed(handle.metadata)
+            self._note_sealed(handle.metadata, self._ledger_times_ms)
             try:
                 rec, _ = self.client.logs.update_head(self.name, self._sealing_change)
             except LogFencedError:

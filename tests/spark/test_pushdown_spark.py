@@ -1,12 +1,15 @@
 """Filter pushdown (pushFilters=true) on a log of 400 tiny ledgers through a real SparkSession:
 `seq >= 390` and a 2.5% time range plan at most 3% of the full scan's partitions and entries,
-and return exactly the rows of the same query without pushdown. Without the option a reader
-claims nothing, so reads work in sessions without Spark's pushdown setting too."""
+and return exactly the rows of the same query without pushdown. The same for a time range on an
+Arrow log and on a batched raw log whose entries carry their own times (every ledger joined in
+one commit, so only the ledgers' recorded append times can prune them). Without the option a
+reader claims nothing, so reads work in sessions without Spark's pushdown setting too."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,9 +17,12 @@ import pytest
 from pyspark.sql import Column, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSourceReader, GreaterThanOrEqual, LessThanOrEqual
+from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from pyspark_ledger.client import LedgerClient
-from pyspark_ledger.datasource.source import LedgerDataSource, LedgerPartition
+from pyspark_ledger.datasource.source import LedgerCommitMessage, LedgerDataSource, LedgerPartition
+from pyspark_ledger.datasource.write.task import write_task
+from pyspark_ledger.testing.message_batches import set_message_batches
 from tests.spark.conftest import ledger_opts
 
 LEDGERS = 400
@@ -107,3 +113,115 @@ def test_entry_filters_cut_ledgers_and_others_stay_with_spark(spark: SparkSessio
     got = sorted(pushed.collect())
     assert got == sorted(unpushed(spark, uri, many, where, range(0, 10)))
     assert [(r["seq"], r["entry"]) for r in got] == [(s, 1) for s in range(5)]
+
+
+# ---- rows with times of their own --------------------------------------------------------------------
+
+TIMED_LEDGERS = 200  # a 2.5% time range: 5 of them
+ROWS_PER_BATCH = 2  # each task writes two record batches of this many rows: two entries, two times
+
+
+def timed_batches(fmt: str, task: int) -> Iterator[Any]:
+    """A task's rows: two record batches, a few ms apart, so its two entries get different times."""
+    import pyarrow as pa
+
+    for part in range(2):
+        ids = [task * 10 + part * ROWS_PER_BATCH + i for i in range(ROWS_PER_BATCH)]
+        payloads = pa.array([b"%08d" % i for i in ids], pa.binary())
+        if fmt == "arrow":
+            yield pa.RecordBatch.from_arrays([pa.array(ids, pa.int64()), payloads], names=["id", "payload"])
+        else:
+            yield pa.RecordBatch.from_arrays([payloads], names=["payload"])
+        time.sleep(0.003)
+
+
+def millis(t: dt.datetime) -> int:
+    """A collected timestamp (naive, in the session's time zone, as Spark gives it) in ms."""
+    return round(t.timestamp() * 1000)
+
+
+def write_timed_log(uri: str, name: str, fmt: str) -> list[tuple[int, int]]:
+    """TIMED_LEDGERS ledgers through the write path Spark drives (the driver's writer, each task's
+    write_task, one commit), run task by task in this process; each ledger's recorded times."""
+    fields = [StructField("payload", BinaryType())]
+    if fmt == "arrow":
+        fields.insert(0, StructField("id", LongType()))
+    source = LedgerDataSource(ledger_opts(uri, name, payloadFormat=fmt, arrowBatchRows=ROWS_PER_BATCH,
+                                          batchMaxMessages=ROWS_PER_BATCH))
+    writer = source.writer(StructType(fields), False)
+    results = [write_task(writer.job, timed_batches(fmt, k), k, 0, k) for k in range(TIMED_LEDGERS)]
+    writer.commit([LedgerCommitMessage((r,)) for r in results])
+    with LedgerClient(uri) as client:
+        rec = client.describe_log(name)
+    assert len(rec.ledgers) == TIMED_LEDGERS and len({lg.ctime_ms for lg in rec.ledgers}) == 1  # one commit
+    assert all(lg.entry_count == 2 and lg.append_times_ms is not None for lg in rec.ledgers)
+    return [lg.append_times_ms for lg in rec.ledgers if lg.append_times_ms is not None]
+
+
+@pytest.fixture(scope="module")
+def timed_logs(uri: str) -> dict[str, list[tuple[int, int]]]:
+    """An Arrow log and a batched raw log, each TIMED_LEDGERS ledgers of two entries: name -> times."""
+    with LedgerClient(uri) as client:
+        set_message_batches(client, True)
+        try:
+            return {name: write_timed_log(uri, name, fmt)
+                    for name, fmt in (("timed-arrow-200", "arrow"), ("timed-batched-200", "raw"))}
+        finally:
+            set_message_batches(client, False)
+
+
+@pytest.mark.parametrize("name", ["timed-arrow-200", "timed-batched-200"])
+def test_a_time_range_prunes_ledgers_by_their_own_times_and_filters_their_rows(
+        spark: SparkSession, uri: str, timed_logs: dict[str, list[tuple[int, int]]], name: str) -> None:
+    bounds = timed_logs[name]
+    # From ledger 100's second entry to ledger 104's first: 5 ledgers (2.5%), cut inside two of them.
+    lo, hi = bounds[100][1], bounds[104][0]
+    overlapping = [s for s, (a, b) in enumerate(bounds) if a <= hi and b >= lo]
+    assert overlapping[0] >= 99 and overlapping[-1] <= 105  # tasks ran one after another
+    full_parts, full_entries = planned(uri, name, [])
+    parts, entries = planned(uri, name, [GreaterThanOrEqual(("timestamp",), utc(lo)),
+                                         LessThanOrEqual(("timestamp",), utc(hi))])
+    print(f"{name}: {parts}/{full_parts} partitions, {entries}/{full_entries} entries")
+    assert (parts, entries) == (len(overlapping), 2 * len(overlapping))  # exactly the ledgers the range meets
+    assert parts <= 0.03 * full_parts and entries <= 0.03 * full_entries
+    where = (F.col("timestamp") >= F.lit(utc(lo))) & (F.col("timestamp") <= F.lit(utc(hi)))
+    pushed = spark.read.format("ledger").options(**ledger_opts(uri, name, pushFilters="true")).load().where(where)
+    assert pushed.rdd.getNumPartitions() == parts
+    got = sorted(pushed.collect())
+    start = {"seq": overlapping[0] - 1, "ledger": "", "entry": 0}
+    with LedgerClient(uri) as client:
+        ids = [lg.ledger_id.qualified_name for lg in client.describe_log(name).ledgers]
+    start["ledger"] = ids[overlapping[0] - 1]
+    end = {"seq": overlapping[-1] + 2, "ledger": ids[overlapping[-1] + 2], "entry": 0}
+    unpushed_rows = (spark.read.format("ledger")
+                     .options(**ledger_opts(uri, name, startingPosition=json.dumps(start), endingPosition=json.dumps(end)))
+                     .load().where(where).collect())
+    assert got == sorted(unpushed_rows) and got  # the reader filtered each row as Spark would have
+    assert all(lo <= millis(r["timestamp"]) <= hi for r in got)
+    # Only the rows at their own times pass: the first entry of ledger 100 is left out if it is older.
+    if bounds[100][0] < lo:
+        assert len(got) < ROWS_PER_BATCH * 2 * len(overlapping)
+    # metadataColumns without timestamp: Spark cannot name the column, so nothing is pushed on it.
+    none = spark.read.format("ledger").options(**ledger_opts(uri, name, pushFilters="true", metadataColumns="seq"))
+    assert none.load().where(F.col("seq") == 100).count() == 2 * ROWS_PER_BATCH
+
+
+def test_a_batching_log_writer_records_each_ledgers_append_times(spark: SparkSession, uri: str) -> None:
+    """The LogWriter's seals (rollover and close) record the times its batches carry; the rows'
+    timestamps, read back, lie within them and reach both ends."""
+    name = "timed-log-writer"
+    with LedgerClient(uri) as client:
+        set_message_batches(client, True)
+        try:
+            with client.open_log_writer(name, rollover_entries=2) as w:
+                for i in range(6):
+                    w.append(b"m%d" % i)
+                    time.sleep(0.002)
+        finally:
+            set_message_batches(client, False)
+        rec = client.describe_log(name)
+    assert [lg.entry_count for lg in rec.ledgers] == [2, 2, 2]
+    rows = spark.read.format("ledger").options(**ledger_opts(uri, name)).load().collect()
+    for lg in rec.ledgers:
+        stamps = [millis(r["timestamp"]) for r in rows if r["seq"] == lg.seq]
+        assert lg.append_times_ms == (min(stamps), max(stamps)), (lg, stamps)

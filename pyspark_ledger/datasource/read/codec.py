@@ -21,6 +21,7 @@ from pyspark_ledger.datasource import keyed_entries
 from pyspark_ledger.datasource.read.batch_unpack import RowsBatch
 from pyspark_ledger.datasource.read.columns import ReadColumns
 from pyspark_ledger.datasource.read.meta_columns import MetaColumns
+from pyspark_ledger.datasource.read.time_filter import TimeFilter
 from pyspark_ledger.datasource.rows import (
     META_NAMES,
     RowPlace,
@@ -75,29 +76,35 @@ def raw_batch(place: RowPlace, first_entry_id: int, payloads: pa.Array,
 
 
 def batched_raw_batch(place: RowPlace, rows: RowsBatch, columns: ReadColumns, *,
-                      meta: MetaColumns | None = None) -> pa.RecordBatch:
+                      meta: MetaColumns | None = None, times: TimeFilter | None = None) -> pa.RecordBatch:
     """Messages of batched raw entries (read/batch_unpack.py) as rows: the key (a keyed log's;
     the batch's own key column, null where a message has none), the payload, then where each is
-    (rows of one entry from `meta`'s cached columns when given)."""
+    (rows of one entry from `meta`'s cached columns when given). `times`: pushed timestamp
+    conditions, applied to each row's time (whether or not the read returns the column)."""
     data = [rows.payloads]
     if columns.data_count == 2:
         keys = rows.keys if rows.keys is not None else pa.nulls(len(rows.payloads), pa.binary())
         data = [keys.cast(columns.schema.field(0).type), rows.payloads]
     where: list[pa.Array] = []
     n = len(rows.payloads)
+    shown = rows.times_ms(columns.event_time)  # each message's own time (None: the ledger's)
     if columns.meta_positions:
         if meta is not None and rows.single_entry and n:
             where = meta.entry(int(rows.entries[0]), int(rows.index[0]), n)
         else:
             where = meta_arrays(place, rows.entries, rows.index)
-        times = rows.times_ms(columns.event_time)
-        if times is not None and TIMESTAMP_AT in columns.meta_positions:  # each message's own time
-            where = [*where[:TIMESTAMP_AT], stamp_array(times), *where[TIMESTAMP_AT + 1:]]
+        if shown is not None and TIMESTAMP_AT in columns.meta_positions:
+            where = [*where[:TIMESTAMP_AT], stamp_array(shown), *where[TIMESTAMP_AT + 1:]]
         where = columns.pick(where)
     tail: list[pa.Array] = []
     if columns.headers:
         tail = [as_headers_type(rows.headers if rows.headers is not None else no_headers(n), columns.headers_type)]
-    return pa.RecordBatch.from_arrays([*data, *where, *tail], schema=columns.schema)
+    batch = pa.RecordBatch.from_arrays([*data, *where, *tail], schema=columns.schema)
+    if times:
+        mask = times.mask(shown if shown is not None else np.full(n, place.timestamp_ms, dtype=np.int64))
+        if mask.false_count:
+            batch = batch.filter(mask)
+    return batch
 
 
 def _no_headers(columns: ReadColumns, n: int) -> list[pa.Array]:
@@ -110,7 +117,8 @@ def _no_headers(columns: ReadColumns, n: int) -> list[pa.Array]:
 
 def decode_arrow_entry(payload: pa.Buffer, place: RowPlace, entry_id: int, target: pa.Schema,
                        skip_rows: int = 0, keep_rows: int | None = None, *,
-                       meta: MetaColumns | None = None, columns: ReadColumns | None = None) -> Iterator[pa.RecordBatch]:
+                       meta: MetaColumns | None = None, columns: ReadColumns | None = None,
+                       times: TimeFilter | None = None) -> Iterator[pa.RecordBatch]:
     """The record batches of one Arrow entry, with the metadata columns added (rows.py; from
     `meta`'s cached columns when given), in the
     exact target schema (Spark checks it). Only the entry's rows with skip_rows <= index <
@@ -119,17 +127,20 @@ def decode_arrow_entry(payload: pa.Buffer, place: RowPlace, entry_id: int, targe
     reader = pa.ipc.open_stream(payload)
     entry_ms = append_ms_of(reader.schema, f"entry {entry_id} of ledger {place.ledger}")
     yield from arrow_entry_batches(reader, place, entry_id, target, skip_rows, keep_rows,
-                                   meta=meta, columns=columns, entry_ms=entry_ms)
+                                   meta=meta, columns=columns, entry_ms=entry_ms, times=times)
 
 
 def arrow_entry_batches(reader: Iterable[pa.RecordBatch], place: RowPlace, entry_id: int, target: pa.Schema,
                         skip_rows: int = 0, keep_rows: int | None = None, *,
                         meta: MetaColumns | None = None, columns: ReadColumns | None = None,
-                        entry_ms: int | None = None) -> Iterator[pa.RecordBatch]:
+                        entry_ms: int | None = None, times: TimeFilter | None = None) -> Iterator[pa.RecordBatch]:
     """decode_arrow_entry over an entry's record batches however they were read (an IPC stream,
     or an offloaded entry's Parquet row group: pyspark_ledger/offload). `entry_ms`: the entry's
     own append time (protocol/arrow_times.py), every row's timestamp; None (an entry written
-    before times): the ledger's join time."""
+    before times): the ledger's join time. `times`: pushed timestamp conditions; the entry's rows
+    share one time, so they pass or fail together (whether or not the read returns the column)."""
+    if times and not times.keeps(entry_ms if entry_ms is not None else place.timestamp_ms):
+        return
     read_cols = all_columns(target, columns)
     data_fields = list(read_cols.schema)[: read_cols.data_count]
     names = [f.name for f in data_fields]

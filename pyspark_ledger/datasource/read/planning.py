@@ -8,11 +8,12 @@ read that runs while a producer appends returns a consistent prefix of each log.
 `max_entries_per_partition` entries (ranges.py), carrying the ledger's metadata (which pickles)
 so executors need no metadata reads to find the replicas; minPartitions cuts them further.
 
-Every row's `timestamp` is the time its ledger joined the log (LogLedger.ctime_ms): when a
-LogWriter rolled over to it (its entries were appended from then until the ledger was sealed),
-or when a Spark job's or micro-batch's commit made it part of the log (its rows became readable
-then). No entry carries a time of its own (the entry format has none), so that is the
-granularity: a ledger.
+A row's `timestamp` is its entry's own append time where the entry carries one (a timed Arrow
+entry, protocol/arrow_times.py; a message batch, entry format 3), else the time its ledger
+joined the log (LogLedger.ctime_ms): when a LogWriter rolled over to it, or when a Spark job's
+or micro-batch's commit made it part of the log. Pushed `timestamp` filters prune the first kind
+of ledger by its recorded append times (LogLedger.append_times_ms, read/time_filter.py: the
+reader then filters its rows) and the second kind by its join time, exactly.
 
 No pyspark here; source.py wraps ranges into Spark input partitions.
 """
@@ -31,10 +32,12 @@ from pyspark_ledger.datasource.errors import LedgerSourceError, OptionError, did
 from pyspark_ledger.datasource.options.source_options import LedgerSourceOptions
 from pyspark_ledger.datasource.read.cuts import Cut, DataLossError, end_cut, start_cut
 from pyspark_ledger.datasource.read.log_view import HeadView
-from pyspark_ledger.datasource.read.pushdown import PushedFilters
+from pyspark_ledger.datasource.read.pushdown import PLACE_COLUMNS, PushedFilters
 from pyspark_ledger.datasource.read.ranges import LedgerRange, Span, add_fragment_ranges, split_to_min_partitions
+from pyspark_ledger.datasource.read.time_filter import TimeFilter, time_filter
 from pyspark_ledger.datasource.rows import RowPlace
 from pyspark_ledger.ledger.read_handle import ReadHandle
+from pyspark_ledger.protocol.arrow_times import ledger_is_timed
 from pyspark_ledger.protocol.entry_format import BATCH_FORMAT_VERSION, entry_format_of_ledger
 
 if TYPE_CHECKING:
@@ -198,16 +201,49 @@ def _raw_span(span: Span, batched: bool) -> Span | None:
     return Span(first, span.last) if first <= span.last else None
 
 
+def shows_own_times(meta: LedgerMetadata, fmt: str) -> bool:
+    """Whether a read in `fmt` shows this ledger's rows with times of their own (its timed Arrow
+    entries' or its message batches'), not its join time."""
+    if fmt == "arrow":
+        return ledger_is_timed(meta.custom)
+    return entry_format_of_ledger(meta.custom) == BATCH_FORMAT_VERSION
+
+
+class Pruning:
+    """The pushed filters as planning applies them to one log's ledgers. `bounded`: the log's
+    recorded append times (LogLedger.append_times_ms) bound the rows' times as this read shows
+    them (its payload format is the log's own; never for a lone ledger)."""
+
+    __slots__ = ("bounded", "pushed", "times")
+
+    def __init__(self, pushed: PushedFilters, bounded: bool):
+        self.pushed = pushed
+        self.times: TimeFilter = time_filter(pushed.conditions)
+        self.bounded = bounded
+
+    def keeps(self, place: RowPlace, lg: LogLedger, own_times: bool | None) -> bool:
+        """Whether the ledger's rows may pass (`own_times` None: not known yet, before its
+        metadata is read). Rows that share the join time are decided exactly; rows with times of
+        their own by the recorded times (kept without them), and the reader filters each row."""
+        if own_times is False or not self.times:
+            return self.pushed.keeps_ledger(place)
+        recorded = lg.append_times_ms if self.bounded else None
+        return self.pushed.keeps_ledger(place, PLACE_COLUMNS) and self.times.may_hold(recorded)
+
+
 def ranges_of(client: LedgerClient, opts: LedgerSourceOptions, name: str | None, ledgers: Iterator[LogLedger],
               start: Cut, end: Cut | None, out: list[LedgerRange], fmt: str = "arrow",
-              pushed: PushedFilters | None = None) -> None:
+              pushed: PushedFilters | None = None, own_times: bool = True) -> None:
+    """`own_times`: some ledgers of this log may show rows with times of their own (False: every
+    row shows its ledger's join time, so a timestamp filter is decided before any metadata read)."""
+    pruning = Pruning(pushed, bounded=name is not None and own_times) if pushed is not None else None
     for lg in ledgers:
         if lg.seq < start.seq:
             continue
         if end is not None and (lg.seq > end.seq or (lg.seq == end.seq and end.entry == 0 and end.index == 0)):
             break
-        if name is not None and pushed is not None and not pushed.keeps_ledger(
-                RowPlace(name, lg.seq, lg.ledger_id.qualified_name, lg.ctime_ms)):
+        if name is not None and pruning is not None and not pruning.keeps(
+                RowPlace(name, lg.seq, lg.ledger_id.qualified_name, lg.ctime_ms), lg, None if own_times else False):
             continue  # filtered out whole, before its metadata is even read
         found = _ledger_meta(client, opts, name, lg)
         if found is None:
@@ -218,8 +254,9 @@ def ranges_of(client: LedgerClient, opts: LedgerSourceOptions, name: str | None,
         span = _span(lg.seq, last_readable(client, meta, version, opts), start, end)
         if span is not None and fmt == "raw":
             span = _raw_span(span, entry_format_of_ledger(meta.custom) == BATCH_FORMAT_VERSION)
-        if span is not None and pushed is not None:
-            span = pushed.cut_span(span) if pushed.keeps_ledger(place) else None
+        if span is not None and pruning is not None:
+            kept = pruning.keeps(place, lg, shows_own_times(meta, fmt))
+            span = pruning.pushed.cut_span(span) if kept else None
         if span is None:
             continue
         add_fragment_ranges(out, lg.seq, lg.ledger_id, meta, version, span, opts.max_entries_per_partition, place,
@@ -251,7 +288,9 @@ def plan_log(client: LedgerClient, opts: LedgerSourceOptions, name: str, fmt: st
         start = Cut(pushed.seq_floor(), 0)
     if start is None or (end is not None and end <= start):
         return  # starts after the end (latest, a later time) or ends before the start: empty
-    ranges_of(client, opts, name, view.ledgers(start.seq), start, end, out, fmt, pushed)
+    # Rows with times of their own: a timed Arrow ledger's, a batched raw log's batches (read raw).
+    own_times = fmt == view.head.record.payload_format and (fmt == "arrow" or batched)
+    ranges_of(client, opts, name, view.ledgers(start.seq), start, end, out, fmt, pushed, own_times)
 
 
 def _plan_ledger(client: LedgerClient, opts: LedgerSourceOptions, fmt: str, out: list[LedgerRange],

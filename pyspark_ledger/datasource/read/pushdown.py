@@ -6,7 +6,10 @@ ones the reader claims again, so every claimed condition is applied exactly here
 
 - on log, seq, ledger and timestamp, which are the same for every row of a ledger (rows.py), a
   condition keeps or drops whole ledgers at planning: a dropped ledger is never read, and its
-  metadata is not even fetched (keeps_ledger runs before that);
+  metadata is not even fetched (keeps_ledger runs before that). `timestamp` is the same for every
+  row only where entries carry no time of their own; for the others (timed Arrow entries,
+  message batches) time_filter.py prunes by the ledger's recorded append times and the reader
+  applies the condition to every row;
 - on entry, a comparison (=, <, <=, >, >=) cuts each ledger's span of entries at planning.
 
 Anything else (index, data columns, IN or NOT on entry) is left to Spark. Comparisons follow
@@ -26,8 +29,10 @@ from pyspark_ledger.datasource.rows import RowPlace
 
 OPTION = "pushFilters"
 SESSION_SETTING = "spark.sql.python.filterPushdown.enabled"
-# The columns whose value a whole ledger shares, and the entry id (rows.py's names).
-LEDGER_COLUMNS = ("log", "seq", "ledger", "timestamp")
+# The columns whose value a whole ledger shares, and the entry id (rows.py's names). `timestamp`
+# is shared only by a ledger whose entries carry no time of their own (time_filter.py otherwise).
+PLACE_COLUMNS = ("log", "seq", "ledger")
+LEDGER_COLUMNS = (*PLACE_COLUMNS, "timestamp")
 ENTRY_COLUMN = "entry"
 COMPARISONS = ("eq", "gt", "ge", "lt", "le")
 OPS = (*COMPARISONS, "eq_null_safe", "in", "is_null", "is_not_null", "starts_with", "ends_with", "contains")
@@ -49,7 +54,7 @@ class Condition:
             raise ValueError(f"unknown filter operation {self.op!r}")
 
 
-def _micros(value: Any) -> Any:
+def micros(value: Any) -> Any:
     """A timestamp literal as microseconds since the epoch (the timestamp column's unit); a
     naive datetime is UTC (the source's session time zone)."""
     if isinstance(value, dt.datetime):
@@ -75,7 +80,7 @@ def truth(cond: Condition, value: Any) -> bool | None:
     """SQL's three-valued truth of `cond` for a column holding `value` (None: null)."""
     literal = cond.value
     if cond.column == "timestamp":
-        literal = tuple(map(_micros, literal)) if cond.op == "in" else _micros(literal)
+        literal = tuple(map(micros, literal)) if cond.op == "in" else micros(literal)
     result: bool | None
     if cond.op == "is_null":
         result = value is None
@@ -149,11 +154,12 @@ class PushedFilters:
             if not claimable(cond):
                 raise ValueError(f"condition {cond} cannot be applied exactly by the reader")
 
-    def keeps_ledger(self, place: RowPlace) -> bool:
-        """Whether the rows of the ledger at `place` pass every ledger-column condition (they
-        all hold the same values there, so this is exact)."""
+    def keeps_ledger(self, place: RowPlace, columns: tuple[str, ...] = LEDGER_COLUMNS) -> bool:
+        """Whether the rows of the ledger at `place` pass every condition on `columns` (they all
+        hold the same values there, so this is exact; PLACE_COLUMNS for a ledger whose rows carry
+        times of their own)."""
         return all(truth(c, place_value(c.column, place)) is True
-                   for c in self.conditions if c.column in LEDGER_COLUMNS)
+                   for c in self.conditions if c.column in columns)
 
     def seq_floor(self) -> int:
         """No row with seq below this passes (so planning may start a log there)."""

@@ -35,6 +35,7 @@ from pyspark_ledger.datasource.read.batch_unpack import grouped, unpack_entry
 from pyspark_ledger.datasource.read.columns import ReadColumns
 from pyspark_ledger.datasource.read.meta_columns import MetaColumns
 from pyspark_ledger.datasource.read.planning import LedgerRange
+from pyspark_ledger.datasource.read.time_filter import TimeFilter
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.ledger.run_reads import RunReads
 from pyspark_ledger.offload.offloaded_reads import offloaded_entries, open_ledger_file
@@ -66,6 +67,9 @@ class ReadSpec:
     schema: pa.Schema  # the exact output schema Spark expects
     password: bytes
     columns: ReadColumns | None = None  # which of the schema's columns are data, which metadata (None: all six)
+    # Claimed timestamp conditions (pushFilters), applied here to rows with times of their own:
+    # planning kept their ledgers by recorded times only (read/time_filter.py). None: none.
+    times: TimeFilter | None = None
 
     @property
     def read_columns(self) -> ReadColumns:
@@ -112,7 +116,9 @@ class RangeReader:
                                     where=f"{where} {run.first_entry_id + i}")
                        for i, buf in enumerate(run.buffers()))
             for rows in grouped(entries):
-                yield codec.batched_raw_batch(place, rows, self.columns, meta=self.meta)
+                batch = codec.batched_raw_batch(place, rows, self.columns, meta=self.meta, times=self.spec.times)
+                if batch.num_rows:
+                    yield batch
             return
         if self.spec.payload_format == "raw":
             yield codec.raw_batch(place, run.first_entry_id, run.payloads, self.spec.schema, meta=self.meta,
@@ -121,7 +127,7 @@ class RangeReader:
         for i, buf in enumerate(run.buffers()):
             entry_id = run.first_entry_id + i
             yield from codec.decode_arrow_entry(buf, place, entry_id, self.spec.schema, *self.rng.rows_of(entry_id),
-                                                meta=self.meta, columns=self.columns)
+                                                meta=self.meta, columns=self.columns, times=self.spec.times)
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         if self.spec.payload_format != "raw" and is_offloaded(self.rng.metadata):
@@ -152,7 +158,7 @@ class RangeReader:
             table = lf.pq.read_row_group(g)
             yield from codec.arrow_entry_batches(table.to_batches(), self.rng.place, entry_id, self.spec.schema,
                                                  *self.rng.rows_of(entry_id), meta=self.meta, columns=self.columns,
-                                                 entry_ms=lf.facts.entry_ms(g))
+                                                 entry_ms=lf.facts.entry_ms(g), times=self.spec.times)
 
     def runs(self) -> Generator[DecodedRun, None, None]:
         """The range's entries, verified, in order, as runs of consecutive entries."""

@@ -226,7 +226,8 @@ def commit_stream_batch(base: WriteJob, run_id: str, messages: list[StreamTaskRe
                 return None
             replayed[0] = False
             check_against_log(rec, base.layout, STREAM_REMEDY)  # changed since the query started (an overwrite): refuse
-            return with_batches(rec.with_ledgers_appended(ids, sizes).with_schema(base.schema_json, base.payload_format)
+            appended = rec.with_ledgers_appended(ids, sizes, [r.append_times_ms for r in committed])
+            return with_batches(appended.with_schema(base.schema_json, base.payload_format)
                                 .with_committed_batch(query_id, batch_id), base)
 
         _maybe_fail(client, base, "before", fail_commit)

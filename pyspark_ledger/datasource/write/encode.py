@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from metadata.errors import InvalidMetadataError
+from metadata.log_record import widened_times
 from metadata.paths import check_name
 from pyspark_ledger.datasource import keyed_entries
 from pyspark_ledger.datasource.errors import LedgerSourceError
@@ -46,6 +47,7 @@ class RawBatcher:
         self.limits = limits
         self.event_time_column = event_time_column
         self._held: tuple[pa.Array, pa.Array | None, Stamps] | None = None  # rows not packed yet
+        self.stamped_ms: tuple[int, int] | None = None  # the earliest and latest append time packed (LogLedger)
 
     def add(self, batch: pa.RecordBatch, append_ms: int) -> list[bytes]:
         payloads = batch.column(batch.schema.get_field_index(PAYLOAD_COLUMN))
@@ -76,6 +78,8 @@ class RawBatcher:
             entries, used = pack_batches(payloads, keys, append_ms, self.limits, hold_last=hold_last, stamps=stamps)
         except ValueError as exc:  # a header over a bound, a null header key: the user's data
             raise LedgerSourceError(f"raw write: {exc}") from None
+        if entries:  # every batch of one call carries its append_ms
+            self.stamped_ms = widened_times(self.stamped_ms, append_ms)
         rest = len(payloads) - used
         self._held = None if rest == 0 else (payloads.slice(used), keys.slice(used) if keys is not None else None,
                                              stamps.slice(used))

@@ -120,6 +120,9 @@ class TaskResult:
     size_bytes: int
     rows: int
     log_name: str = ""  # the log it is for (routed writes; "" in a one-log job)
+    # The earliest and latest append time its entries carry (Arrow entries, message batches), for
+    # the log record (LogLedger.append_times_ms); None: its entries carry none.
+    append_times_ms: tuple[int, int] | None = None
 
 
 # ---- driver: preparing a job --------------------------------------------------------------------------
@@ -268,7 +271,8 @@ def _clean_staging(client: LedgerClient, job: WriteJob, keep: Container[LedgerId
     return deleted
 
 
-def _append_change(job: WriteJob, ids: list[LedgerId], sizes: list[tuple[int, int]]) -> Any:
+def _append_change(job: WriteJob, ids: list[LedgerId], sizes: list[tuple[int, int]],
+                   times: list[tuple[int, int] | None]) -> Any:
     def change(rec: LogRecord) -> LogRecord:
         if job.epoch is not None:
             check_epoch(rec, job.epoch, f"spark job {job.job_id}")  # stale: nothing is appended
@@ -277,7 +281,8 @@ def _append_change(job: WriteJob, ids: list[LedgerId], sizes: list[tuple[int, in
             rec = rec.without_ledgers({lg.ledger_id for lg in rec.ledgers})
         else:
             _check_compatible(rec, job)
-        return with_batches(rec.with_ledgers_appended(ids, sizes).with_schema(job.schema_json, job.payload_format), job)
+        return with_batches(rec.with_ledgers_appended(ids, sizes, times).with_schema(job.schema_json, job.payload_format),
+                            job)
 
     return change
 
@@ -299,7 +304,7 @@ def commit_job(job: WriteJob, results: list[TaskResult | None]) -> None:
                 raise LedgerSourceError(f"ledger {r.ledger_id} of partition {r.partition_id} is not sealed as reported")
             sizes.append((r.entry_count, int(meta.length_bytes or 0)))
         try:
-            client.logs.update_head(job.log_name, _append_change(job, ids, sizes))
+            client.logs.update_head(job.log_name, _append_change(job, ids, sizes, [r.append_times_ms for r in committed]))
         except StaleEpochError as exc:
             # Another writer took the log over since this job started: nothing was appended, and
             # the job's ledgers go now (Spark's abort repeats this harmlessly).

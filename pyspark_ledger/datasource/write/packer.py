@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 
+from metadata.log_record import widened_times
 from pyspark_ledger.protocol.arrow_times import stamped_schema
 
 # An Arrow entry aims at this size: far below the client's 4 MiB entry limit, large enough
@@ -39,6 +40,7 @@ class ArrowEntryPacker:
         self.schema = schema
         self._clock_ms = clock_ms  # None: entries without an append time (as before times)
         self._last_ms = 0
+        self.stamped_ms: tuple[int, int] | None = None  # the earliest and latest time stamped (LogLedger)
         # use_threads=False: Arrow would compress an entry's buffers on its CPU thread pool, and
         # handing a few MiB to pool threads cost 5x the compression itself here (2 cores, each
         # busy with a Spark task or a bookie): 5.3 ms against 1.1 ms for an 8,192-row LZ4 entry.
@@ -94,6 +96,7 @@ class ArrowEntryPacker:
         if self._clock_ms is not None:
             self._last_ms = max(self._last_ms, self._clock_ms())  # a clock stepping back does not
             schema = stamped_schema(schema, self._last_ms)
+            self.stamped_ms = widened_times(self.stamped_ms, self._last_ms)
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, schema, options=options) as w:
             for part in parts:

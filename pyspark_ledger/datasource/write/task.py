@@ -275,8 +275,10 @@ class _LogOutput:
         entries, size = ledger.seal()
         log.info("task wrote ledger=%s log=%s partition=%d attempt=%d rows=%d entries=%d bytes=%d", ledger.ledger_id,
                  self.job.log_name, partition_id, attempt_number, self.rows, entries, size)
+        # What the entries were stamped with (the driver's commit records it: LogLedger.append_times_ms).
+        stamper = self.packer if self.packer is not None else self.batcher
         return TaskResult(partition_id, attempt_number, task_attempt_id, ledger.ledger_id, entries, size, self.rows,
-                          self.job.log_name)
+                          self.job.log_name, stamper.stamped_ms if stamper is not None else None)
 
     def discard(self, reason: str) -> None:
         if self.ledger is not None:
