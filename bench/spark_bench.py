@@ -33,6 +33,7 @@ incompressible (SHA-512 bytes); --data text makes them padded decimal ids (very 
 
     python bench/spark_bench.py [--rows 2000000] [--raw-rows 1000000] [--rounds 3]
                                 [--data random|text] [--compression lz4|none|zstd]
+                                [--bookie-args '--entry-log-cache-mb 0']
 """
 
 from __future__ import annotations
@@ -106,6 +107,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--data", choices=("random", "text"), default="random")
     ap.add_argument("--compression", choices=("lz4", "none", "zstd"), default="lz4")
+    ap.add_argument("--bookie-args", default="",
+                    help="extra bookie options, space-separated (e.g. '--entry-log-cache-mb 0')")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -113,7 +116,7 @@ def main() -> None:
     # Before anything else runs: the disk alone. Single probes of this VM's disk range from 0.4
     # to 1.4 GB/s within minutes (a host cache absorbs bursts), so the median of three.
     disk_mb_s = statistics.median(write_fsync_mb_s(str(work)) for _ in range(DISK_PROBES))
-    cluster = LocalCluster(3, work_dir=work / "cluster").start()
+    cluster = LocalCluster(3, work_dir=work / "cluster", bookie_args=args.bookie_args.split()).start()
     with LedgerClient(cluster.metadata_uri) as setting_client:
         set_message_batches(setting_client, True)  # raw writes batch (option batching's default)
     spark = local_spark_session("spark-bench")

@@ -127,6 +127,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--spark", action="store_true", help="also the Spark Arrow write (local[2])")
     ap.add_argument("--rows", type=int, default=2_000_000)
+    ap.add_argument("--bookie-args", default="",
+                    help="extra bookie options, space-separated (e.g. '--entry-log-cache-mb 0')")
     ap.add_argument("--entry-sizes", default=f"{ARROW_ENTRY_BYTES},{2 * 2**20},{4 * 2**20 - 4096}")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -134,7 +136,7 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="write-bound-bench-"))
     disk = statistics.median(write_fsync_mb_s(str(work)) for _ in range(DISK_PROBES))
-    cluster = LocalCluster(3, work_dir=work / "cluster").start()
+    cluster = LocalCluster(3, work_dir=work / "cluster", bookie_args=args.bookie_args.split()).start()
     pids = [b.proc.pid for b in cluster.bookies if b.proc is not None]
     loads = [os.getloadavg()]
     results: dict[str, list[dict[str, float]]] = {}
