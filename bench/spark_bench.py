@@ -45,8 +45,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -55,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine_speed import machine_speed_line, write_fsync_mb_s
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from spark_timing import noop, payload_column, timed_pair
 
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.offload.offloader import offload_pass
@@ -67,37 +66,6 @@ DISK_PROBES = 3
 TARGETS = {"arrow write": ">= 0.8 of disk / 3", "arrow read none": ">= 0.9 of Parquet",
            "arrow read all": ">= 0.6 of Parquet", "raw read": ">= 0.8 of Parquet", "raw write": ">= 0.8 of arrow",
            "offloaded arrow read": ">= 0.9 of Parquet"}
-
-
-def payload_column(kind: str) -> F.Column:
-    if kind == "text":
-        return F.expr("cast(lpad(cast(id as string), 100, 'x') as binary)")
-    # 128 pseudo-random bytes per row (two differently salted SHA-512s, so no row repeats a
-    # neighbour's bytes), cut to 100: nothing for LZ4 or snappy to find.
-    return F.expr("substring(concat(unhex(sha2(concat('a', cast(id as string)), 512)), "
-                  "unhex(sha2(concat('b', cast(id as string)), 512))), 1, 100)")
-
-
-def timed_pair(ours: Callable[[], None], theirs: Callable[[], None], rounds: int) -> tuple[float, float]:
-    """Median seconds of `ours` and of `theirs`, run alternately after a warm-up of each."""
-    fns = (ours, theirs)
-    times: tuple[list[float], list[float]] = ([], [])
-    for fn in fns:
-        fn()  # warm-up: Python workers, JIT, page cache
-        os.sync()
-    for r in range(rounds):
-        for k in (0, 1) if r % 2 == 0 else (1, 0):
-            start = time.perf_counter()
-            fns[k]()
-            times[k].append(time.perf_counter() - start)
-            # Write back what the run left dirty in the page cache (Parquet's files, the bookies'
-            # entry logs), untimed, so that no run is measured during the kernel's writeback of another.
-            os.sync()
-    return statistics.median(times[0]), statistics.median(times[1])
-
-
-def noop(df: DataFrame) -> None:
-    df.write.format("noop").mode("overwrite").save()
 
 
 def main() -> None:

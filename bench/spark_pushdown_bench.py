@@ -49,7 +49,7 @@ from machine_speed import machine_speed_line
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import Filter, GreaterThanOrEqual, LessThanOrEqual
-from spark_bench import payload_column
+from spark_timing import payload_column
 
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.datasource.source import LedgerDataSource, LedgerPartition

@@ -18,42 +18,11 @@ import os
 import statistics
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 HERE = Path(__file__).resolve().parent
 CHILD_TIMEOUT_S = 1800
 ROWS = ("arrow read none", "arrow read all", "raw read")
-
-
-def timed_pair(ours: Callable[[], None], theirs: Callable[[], None], rounds: int) -> tuple[float, float]:
-    """spark_bench.timed_pair (not imported: spark_bench puts this tree first on sys.path)."""
-    fns = (ours, theirs)
-    times: tuple[list[float], list[float]] = ([], [])
-    for fn in fns:
-        fn()
-        os.sync()
-    for r in range(rounds):
-        for k in (0, 1) if r % 2 == 0 else (1, 0):
-            start = time.perf_counter()
-            fns[k]()
-            times[k].append(time.perf_counter() - start)
-            os.sync()
-    return statistics.median(times[0]), statistics.median(times[1])
-
-
-def noop(df: Any) -> None:
-    df.write.format("noop").mode("overwrite").save()
-
-
-def payload_column() -> Any:
-    """spark_bench's random payload: 100 incompressible bytes a row."""
-    from pyspark.sql import functions as F
-
-    return F.expr("substring(concat(unhex(sha2(concat('a', cast(id as string)), 512)), "
-                  "unhex(sha2(concat('b', cast(id as string)), 512))), 1, 100)")
 
 
 def child(rows: int, raw_rows: int, rounds: int) -> None:
@@ -61,6 +30,7 @@ def child(rows: int, raw_rows: int, rounds: int) -> None:
     import tempfile
 
     from pyspark.sql import functions as F
+    from spark_timing import noop, payload_column, timed_pair
 
     import pyspark_ledger
     from pyspark_ledger.client import LedgerClient
@@ -76,8 +46,8 @@ def child(rows: int, raw_rows: int, rounds: int) -> None:
         spark = local_spark_session("spark-read-ab")
         uri = cluster.metadata_uri
         opts = {"metadataServiceUri": uri, "ensembleSize": "3", "writeQuorumSize": "3", "ackQuorumSize": "2"}
-        arrow_df = spark.range(rows, numPartitions=2).select(F.col("id"), payload_column().alias("payload"))
-        raw_df = spark.range(raw_rows, numPartitions=2).select(payload_column().alias("payload"))
+        arrow_df = spark.range(rows, numPartitions=2).select(F.col("id"), payload_column("random").alias("payload"))
+        raw_df = spark.range(raw_rows, numPartitions=2).select(payload_column("random").alias("payload"))
         pq_arrow, pq_raw = str(work / "arrow.parquet"), str(work / "raw.parquet")
         for df, name, fmt, pq in ((arrow_df, "ab-arrow", "arrow", pq_arrow), (raw_df, "ab-raw", "raw", pq_raw)):
             (df.write.format("ledger").options(**opts).option("log", name).option("payloadFormat", fmt)

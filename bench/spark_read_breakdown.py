@@ -53,7 +53,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
-from spark_bench import noop, payload_column
+from spark_timing import noop, payload_column
 
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.datasource.options.source_options import parse_options

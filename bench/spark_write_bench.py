@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from spark_bench import payload_column
+from spark_timing import payload_column
 
 from pyspark_ledger.testing.local_cluster import LocalCluster, local_spark_session
 

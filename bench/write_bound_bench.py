@@ -173,7 +173,7 @@ def main() -> None:
 
 def spark_workload(uri: str, rows: int, bookie_pids: list[int]) -> tuple[Any, Callable[[], dict[str, float]]]:
     from pyspark.sql import functions as F
-    from spark_bench import payload_column
+    from spark_timing import payload_column
 
     from pyspark_ledger.testing.local_cluster import local_spark_session
 

@@ -23,6 +23,7 @@ import grpc
 
 from bookie.proto import bookie_pb2 as pb
 from bookie.proto import bookie_pb2_grpc as pb_grpc
+from bookie.proto.wire import encode_varint
 from bookie.status import Status
 from bookie.storage.errors import ensure
 from bookie.storage.range_read import EntryRun
@@ -31,21 +32,6 @@ _LENGTH_DELIMITED = 2
 _RUNS_TAG = bytes([pb.ReadResponse.DESCRIPTOR.fields_by_name["runs"].number << 3 | _LENGTH_DELIMITED])
 _DATA_TAG = bytes([pb.EntryRun.DESCRIPTOR.fields_by_name["data"].number << 3 | _LENGTH_DELIMITED])
 _SERVICE = pb.DESCRIPTOR.services_by_name["Bookie"].full_name
-_VARINT_BYTES_MAX = 10
-
-
-def varint(value: int) -> bytes:
-    """Protobuf's base-128 varint of a non-negative int."""
-    if value < 0:
-        raise ValueError(f"a varint of a negative length {value}")
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    if len(out) > _VARINT_BYTES_MAX:
-        raise ValueError("a varint longer than 10 bytes")
-    return bytes(out)
 
 
 def run_answer_bytes(status: Status, lac: int, runs: Sequence[EntryRun],
@@ -62,8 +48,8 @@ def run_answer_bytes(status: Status, lac: int, runs: Sequence[EntryRun],
         ensure(size == sum(run.lengths), f"run at entry {run.first_entry_id}: {size} bytes for lengths adding "
                                           f"up to {sum(run.lengths)}")
         meta = pb.EntryRun(first_entry_id=run.first_entry_id, lengths=run.lengths).SerializeToString()
-        data_head = _DATA_TAG + varint(size)
-        parts += [_RUNS_TAG, varint(len(meta) + len(data_head) + size), meta, data_head, *run.chunks]
+        data_head = _DATA_TAG + encode_varint(size)
+        parts += [_RUNS_TAG, encode_varint(len(meta) + len(data_head) + size), meta, data_head, *run.chunks]
     return b"".join(parts)
 
 

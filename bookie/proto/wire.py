@@ -8,8 +8,10 @@ _SMALL = [bytes([i]) for i in range(0x80)]
 
 def encode_varint(n: int) -> bytes:
     """A non-negative integer as a varint (one byte below 128, the common case, from a table)."""
-    if n < 0x80:
+    if 0 <= n < 0x80:
         return _SMALL[n]
+    if n < 0:  # a length or an id: never negative (protobuf would take ten bytes of two's complement)
+        raise ValueError(f"a varint of a negative number {n}")
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)

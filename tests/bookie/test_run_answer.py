@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from bookie.proto import bookie_pb2 as pb
-from bookie.run_answer import _read_serializer, run_answer_bytes, varint
+from bookie.proto.wire import encode_varint
+from bookie.run_answer import _read_serializer, run_answer_bytes
 from bookie.status import Status
 from bookie.storage.errors import InvariantError
 from bookie.storage.range_read import EntryRun
@@ -55,9 +56,9 @@ def test_a_run_whose_chunks_differ_from_its_lengths_is_refused() -> None:
 @pytest.mark.parametrize("value, encoded", [(0, b"\x00"), (1, b"\x01"), (127, b"\x7f"), (128, b"\x80\x01"),
                                             (300, b"\xac\x02"), (2**63 - 1, b"\xff" * 8 + b"\x7f")])
 def test_varints_are_protobufs(value: int, encoded: bytes) -> None:
-    assert varint(value) == encoded
+    assert encode_varint(value) == encoded
     with pytest.raises(ValueError, match="negative"):
-        varint(-1)
+        encode_varint(-1)
 
 
 def test_reads_serializer_passes_bytes_and_serializes_messages() -> None:
