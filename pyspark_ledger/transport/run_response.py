@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bookie.proto import bookie_pb2 as pb
+from bookie.proto.wire import LENGTH_DELIMITED, Field, WireFormatError, message_fields
 from pyspark_ledger.errors import PySparkLedgerError
 
 _RUNS_FIELD = pb.ReadResponse.DESCRIPTOR.fields_by_name["runs"].number
 _DATA_FIELD = pb.EntryRun.DESCRIPTOR.fields_by_name["data"].number
-_VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
 
 
 class MalformedResponse(PySparkLedgerError, ValueError):
@@ -43,52 +43,18 @@ class RunResponse:
     runs: list[Run]
 
 
-def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(buf):
-            raise MalformedResponse("a varint runs past the end of the message")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
-        if shift > 63:
-            raise MalformedResponse("a varint longer than 10 bytes")
-
-
-def _fields(buf: memoryview) -> list[tuple[int, int, int, int, int]]:
-    """(field number, wire type, start of the field's tag, start of its value, end) of each field."""
-    out = []
-    pos, end = 0, len(buf)
-    while pos < end:
-        start = pos
-        key, pos = _varint(buf, pos)
-        number, wire = key >> 3, key & 7
-        value_at = pos
-        if wire == _VARINT:
-            _, pos = _varint(buf, pos)
-        elif wire == _FIXED64:
-            pos += 8
-        elif wire == _FIXED32:
-            pos += 4
-        elif wire == _LENGTH_DELIMITED:
-            size, value_at = _varint(buf, pos)
-            pos = value_at + size
-        else:
-            raise MalformedResponse(f"unsupported wire type {wire} for field {number}")
-        if pos > end or number == 0:
-            raise MalformedResponse(f"field {number} runs past the end of the message")
-        out.append((number, wire, start, value_at, pos))
-    return out
+def _fields(buf: memoryview) -> list[Field]:
+    try:
+        return message_fields(buf)
+    except WireFormatError as exc:
+        raise MalformedResponse(str(exc)) from exc
 
 
 def _run(buf: memoryview) -> Run:
     rest: list[memoryview] = []
     data = memoryview(b"")
     for number, wire, start, value_at, end in _fields(buf):
-        if number == _DATA_FIELD and wire == _LENGTH_DELIMITED:
+        if number == _DATA_FIELD and wire == LENGTH_DELIMITED:
             data = buf[value_at:end]  # last one wins, as in protobuf
         else:
             rest.append(buf[start:end])
@@ -102,7 +68,7 @@ def parse_run_response(raw: bytes) -> RunResponse:
     rest: list[memoryview] = []
     runs: list[Run] = []
     for number, wire, start, value_at, end in _fields(buf):
-        if number == _RUNS_FIELD and wire == _LENGTH_DELIMITED:
+        if number == _RUNS_FIELD and wire == LENGTH_DELIMITED:
             runs.append(_run(buf[value_at:end]))
         else:
             rest.append(buf[start:end])

@@ -18,6 +18,7 @@ from bookie.add_runs import SPLIT_FRAME_BYTES_MIN, parse_add_request
 from bookie.config import BookieConfig
 from bookie.errors import BookieError
 from bookie.proto import bookie_pb2 as pb
+from bookie.proto.wire import encode_varint
 from bookie.status import Status
 from bookie.storage import JournalCorruptionError, page_cache, records
 from bookie.storage.entry_log import EntryLogs
@@ -58,7 +59,7 @@ def test_a_repeated_run_body_field_keeps_the_last_as_protobuf_does() -> None:
     first = run_batch(1, [SPLIT_FRAME_BYTES_MIN], 0x11).SerializeToString()
     second = pb.AddBatch(run_body=b"\x22" * SPLIT_FRAME_BYTES_MIN).SerializeToString()
     batch = first + second  # protobuf merges the concatenation: the last run_body wins
-    frame = b"\x0a" + _varint(len(batch)) + batch
+    frame = b"\x0a" + encode_varint(len(batch)) + batch
     parsed, [body] = parse_add_request(frame)
     assert body is not None and bytes(body) == pb.AddRequest.FromString(frame).batches[0].run_body
 
@@ -75,14 +76,6 @@ def test_a_frame_the_walk_does_not_know_is_left_to_protobuf(damage: str) -> None
     frame += b"\x10\x01"  # field 2, a varint: unknown to AddRequest, which protobuf keeps aside
     parsed, bodies = parse_add_request(frame)
     assert bodies == [None] and parsed == pb.AddRequest.FromString(frame)
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    return bytes(out + bytes([n]))
 
 
 def test_large_entries_make_the_same_journal_record_as_the_joined_encoding(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bookie.proto import bookie_pb2 as pb
-from bookie.proto.wire import encode_varint
+from bookie.proto.wire import WireFormatError, encode_varint, message_fields
 from bookie.run_answer import _read_serializer, run_answer_bytes
 from bookie.status import Status
 from bookie.storage.errors import InvariantError
@@ -65,3 +65,18 @@ def test_reads_serializer_passes_bytes_and_serializes_messages() -> None:
     message = pb.ReadResponse(status=int(Status.NO_SUCH_LEDGER), lac=-1)
     assert _read_serializer(message) == message.SerializeToString()
     assert _read_serializer(b"\x08\x01") == b"\x08\x01"
+
+
+def test_message_fields_walks_what_protobuf_wrote_and_refuses_the_rest() -> None:
+    raw = pb.ReadResponse(status=2, lac=300, entry_ids=[1, 2]).SerializeToString()
+    fields = message_fields(memoryview(raw))
+    assert [(number, wire) for number, wire, *_ in fields] == [(1, 0), (3, 0), (4, 2)]
+    assert b"".join(raw[start:end] for _, _, start, _, end in fields) == raw  # every byte, in order
+    _, _, _, value_at, end = fields[2]
+    assert raw[value_at:end] == b"\x01\x02"  # a packed field's value, after its length
+    with pytest.raises(WireFormatError, match="more than 2 fields"):
+        message_fields(memoryview(raw), fields_max=2)
+    for bad, why in ((b"\x0b", "wire type 3"), (b"\x0a\x05ab", "runs past the end"),
+                     (b"\x08" + b"\xff" * 11, "longer than 10 bytes"), (b"\x02\x00", "field 0")):
+        with pytest.raises(WireFormatError, match=why):
+            message_fields(memoryview(bad))
