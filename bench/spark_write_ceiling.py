@@ -19,7 +19,13 @@ bookie), and from those the MB/s the write would reach with every core its own (
 bookies counted three times): on a loaded machine wall-clock MB/s says mostly how busy the
 others were, CPU per MB less so. The load average is printed at the start and end.
 
+--prefill-mb N first writes N MB to every bookie with the plain client (1 MiB entries, one
+ledger, deleted after), so the timed writes meet bookies whose current entry log is past its
+page-cache window (entry_log_cache_mb, default 256: docs/storage.md "Page cache"), as a bookie
+that has run a while is: a new bookie's first window goes into pages the VM has never touched.
+
     python bench/spark_write_ceiling.py [--rows 1000000] [--rounds 3] [--arrow-batch-rows 8192]
+                                        [--prefill-mb 0] [--bookie-args '--entry-log-cache-mb 16']
 """
 
 from __future__ import annotations
@@ -32,42 +38,22 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from machine_speed import write_fsync_mb_s
 from pyspark.sql import functions as F
-from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
-from spark_timing import payload_column
+from spark_timing import payload_column, register_nullsink
 from write_bound_bench import cpu_s, tree_cpu_s
 
+from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.testing.local_cluster import LocalCluster, local_spark_session
 
 DISK_PROBES = 3
 ROW_BYTES = 108  # id (8) + payload (100)
-
-
-class NullArrowWriter(DataSourceArrowWriter):
-    """Takes every Arrow batch Spark hands the Python worker and drops it."""
-
-    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        rows = 0
-        for batch in iterator:
-            rows += batch.num_rows
-        return WriterCommitMessage()
-
-
-class NullSink(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return "nullsink"
-
-    def writer(self, schema: Any, overwrite: bool) -> NullArrowWriter:
-        return NullArrowWriter()
 
 
 def measure(fn: Callable[[], None], jvm: int, bookies: list[int], mb: float) -> dict[str, float]:
@@ -83,20 +69,36 @@ def measure(fn: Callable[[], None], jvm: int, bookies: list[int], mb: float) -> 
     return out
 
 
+def prefill(uri: str, mb: int) -> None:
+    """Write `mb` MB to every bookie (E=W=3) with the plain client, then delete the ledger."""
+    if mb <= 0:
+        return
+    payload = os.urandom(2**20)
+    with LedgerClient(uri) as client:
+        handle = client.create_ledger(3, 3, 2)
+        futures = [handle.add_entry_async(payload) for _ in range(mb * 10**6 // len(payload))]
+        futures[-1].result(timeout=600)
+        handle.close()
+        client.delete_ledger(handle.ledger_id)
+    os.sync()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--arrow-batch-rows", type=int, default=8_192, help="the ledger write's option arrowBatchRows")
     ap.add_argument("--bookie-args", default="", help="extra bookie options, space-separated")
+    ap.add_argument("--prefill-mb", type=int, default=0, help="MB written to every bookie before the timed runs")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
     work = Path(tempfile.mkdtemp(prefix="spark-write-ceiling-"))
     disk = statistics.median(write_fsync_mb_s(str(work)) for _ in range(DISK_PROBES))
     cluster = LocalCluster(3, work_dir=work / "cluster", bookie_args=args.bookie_args.split()).start()
+    prefill(cluster.metadata_uri, args.prefill_mb)
     spark = local_spark_session("spark-write-ceiling")
-    spark.dataSource.register(NullSink)
+    register_nullsink(spark)
     jvm = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]  # py4j is untyped: proc is set at launch
     bookies = [b.proc.pid for b in cluster.bookies if b.proc is not None]
     opts = {"metadataServiceUri": cluster.metadata_uri, "ensembleSize": "3", "writeQuorumSize": "3",
@@ -132,8 +134,8 @@ def report(args: argparse.Namespace, disk: float, loads: list[tuple[float, float
            results: dict[str, list[dict[str, float]]]) -> None:
     third = disk / 3
     print(f"local[2], {os.cpu_count()} cores; {args.rows:,} rows of id + 100 B random payload; ledger: 3 bookies "
-          f"(fsync on), E=3 W=3 A=2, arrowBatchRows={args.arrow_batch_rows}; median of {args.rounds} rounds "
-          "(order rotating) after a warm-up")
+          f"(fsync on), E=3 W=3 A=2, arrowBatchRows={args.arrow_batch_rows}, bookie args {args.bookie_args.split()}, "
+          f"prefill {args.prefill_mb} MB a bookie; median of {args.rounds} rounds (order rotating) after a warm-up")
     print(f"disk: sequential 1 MiB write + fdatasync {disk:,.0f} MB/s (median of {DISK_PROBES}), a third {third:,.0f} "
           f"MB/s, 0.8 of that {0.8 * third:,.0f} MB/s")
     print("load average at the start and end: " + " / ".join(f"{a:.1f}, {b:.1f}, {c:.1f}" for a, b, c in loads))
