@@ -1,4 +1,5 @@
-"""What the Spark benchmarks share: the rows' payload, the noop sink, and alternating timed pairs.
+"""What the Spark benchmarks share: the rows' payload, the noop sink, a do-nothing Python data
+source writer (`nullsink`), and alternating timed pairs.
 
 A leaf module: it changes nothing on sys.path, so a bench that runs another source tree
 (spark_read_ab.py's children) can import it without taking this tree's pyspark_ledger along.
@@ -12,7 +13,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from pyspark import cloudpickle
 from pyspark.sql import functions as F
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 
 
 def payload_column(kind: str) -> F.Column:
@@ -45,3 +48,31 @@ def timed_pair(ours: Callable[[], None], theirs: Callable[[], None], rounds: int
 def noop(df: Any) -> None:
     """Force a whole read (a count() on Parquet would read only footers)."""
     df.write.format("noop").mode("overwrite").save()
+
+
+class NullArrowWriter(DataSourceArrowWriter):
+    """Takes every Arrow batch Spark hands the Python worker and drops it: what any Python data
+    source's write costs before it does anything (the ceiling of such a write)."""
+
+    def write(self, iterator: Any) -> WriterCommitMessage:
+        for _batch in iterator:
+            pass
+        return WriterCommitMessage()
+
+
+class NullSink(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "nullsink"
+
+    def writer(self, schema: Any, overwrite: bool) -> NullArrowWriter:
+        return NullArrowWriter()
+
+
+def register_nullsink(spark: Any) -> None:
+    """Make format("nullsink") available. This module is on the driver's path only (the benches
+    put bench/ there), so its classes travel to the workers by value."""
+    import sys
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    spark.dataSource.register(NullSink)
