@@ -70,6 +70,17 @@ def produce(client: LedgerClient, size: int, total: int, batching: bool | None, 
     return total / elapsed
 
 
+def messages(client: LedgerClient, size: int, total: int) -> tuple[float, float]:
+    """Batched messages of one producer (bench/ab_runs.py's kind `messages`): msgs/s and this
+    process's CPU us per message."""
+    from pyspark_ledger.testing.message_batches import set_message_batches
+
+    set_message_batches(client, True)
+    cpu = time.process_time()
+    rate = produce(client, size, total, True)
+    return rate, (time.process_time() - cpu) / total * 1e6
+
+
 def produce_parallel(client: LedgerClient, size: int, total: int, batching: bool | None, producers: int) -> float:
     """Messages/s of `producers` threads together, each writing total/producers messages."""
     rates: list[float] = []
