@@ -6,13 +6,14 @@ clients of tree A and tree B in alternating rounds (each round in the other orde
 Each measurement is a fresh client process whose PYTHONPATH is that tree, against the same
 three bookies (started from this tree; their code is not what is compared). Rows: runs of 256
 (add_entries_async) at 100 B and 1 KiB, and single adds (add_entry_async) at 1 KiB; each gives
-acked entries/s and the client process's CPU time per entry. The kind `messages` (not in the
-default rows) is batched LogWriter messages from one producer (bench/log_writer_rows.py
-produce): `--rows messages:1024 --entries 300000` is issue 30's 1 KiB row; beside it the
-bookies' CPU per message (all three together, from /proc), which a client change can move too. The load average is printed beside
-every round: on a shared machine compare the two columns of one run, never runs of two days.
-With --bookies-per-tree each tree's clients write to three bookies of that same tree (two clusters,
-each started with its tree first on PYTHONPATH): for a change on the bookie's side of the add path."""
+acked entries/s and the client process's CPU time per entry, and beside it the bookies' (all
+three together, from /proc), which a client change can move too. Kinds not in the default rows:
+`messages`, batched LogWriter messages from one producer (bench/log_writer_rows.py produce;
+`--rows messages:1024 --entries 300000` is issue 30's 1 KiB row), and `unbatched`, the same with
+batching off. The load average is printed beside every round: on a shared machine compare the
+two columns of one run, never runs of two days. With --bookies-per-tree each tree's clients
+write to three bookies of that same tree (two clusters, each started with its tree first on
+PYTHONPATH): for a change on the bookie's side of the add path."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ _CHILD = """
 import json, sys
 sys.path[:0] = [{tree!r}, {bench!r}]
 from run_rows import runs, singles
-from log_writer_rows import messages
+from log_writer_rows import messages, unbatched
 from pyspark_ledger.client import LedgerClient
 with LedgerClient({uri!r}) as client:
     rate, cpu = ({kind})(client, {size}, {entries})
@@ -85,26 +86,31 @@ def main() -> None:
     # A terminated run still stops its bookies and ZooKeeper (the context managers below).
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(1))
     rows = [(kind, int(size)) for kind, size in (r.split(":") for r in args.rows.split(","))]
-    if any(kind not in ("runs", "singles", "messages") for kind, _ in rows):
-        ap.error(f"--rows: kinds are runs, singles and messages, not {args.rows!r}")
+    if any(kind not in ("runs", "singles", "messages", "unbatched") for kind, _ in rows):
+        ap.error(f"--rows: kinds are runs, singles, messages and unbatched, not {args.rows!r}")
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
     got: dict[tuple[str, str, int], list[tuple[float, float, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="ab-runs-") as tmp, LocalZooKeeper(Path(tmp) / "zk") as zk, \
             ExitStack() as stack:
         clusters = {}
         for name in (trees if args.bookies_per_tree else ["after"]):
-            # The bookies inherit PYTHONPATH: with --bookies-per-tree, each cluster runs its tree.
-            saved = os.environ.get("PYTHONPATH")
+            # The bookies inherit PYTHONPATH and the working directory (`python -m` puts it first
+            # on sys.path): with --bookies-per-tree, both are the tree, so each cluster runs its own.
+            saved, cwd = os.environ.get("PYTHONPATH"), os.getcwd()
             if args.bookies_per_tree:
                 os.environ["PYTHONPATH"] = str(trees[name])
+                os.chdir(trees[name])
             try:
                 clusters[name] = stack.enter_context(LocalCluster(3, metadata_uri=zk.uri(f"/ab-runs-{name}"),
                                                                   work_dir=Path(tmp) / f"cluster-{name}"))
             finally:
+                os.chdir(cwd)
                 if saved is None:
                     os.environ.pop("PYTHONPATH", None)
                 else:
                     os.environ["PYTHONPATH"] = saved
+            print(f"{name} bookies run from " + ", ".join(sorted({os.readlink(f"/proc/{b.proc.pid}/cwd")
+                                                                  for b in clusters[name].bookies if b.proc})))
         for r in range(max(args.rounds, 1)):
             order = ("before", "after") if r % 2 == 0 else ("after", "before")
             for kind, size in rows:

@@ -69,8 +69,6 @@ class BookieConfig:
     max_pending_add_bytes: int = 64 * 2**20
     journal_max_group_bytes: int = 8 * 2**20
     journal_max_group_wait_ms: float = 0.0
-    # The journal written with O_DIRECT (bookie/storage/direct_append.py) when fsync is on.
-    journal_direct_io: bool = True
     checkpoint_interval_s: float = 60.0
     fsync: bool = True
     repair_journal: bool = False
@@ -218,8 +216,6 @@ _FLAG_HELP = {
     "max_pending_add_bytes": "bytes of adds queued for the journal before new adds are refused BUSY (default 64 MiB)",
     "journal_max_group_bytes": "bytes one journal group commit (one fdatasync) may take (default 8 MiB)",
     "journal_max_group_wait_ms": "how long a group commit may wait for more adds (default 0: never waits)",
-    "journal_direct_io": "write the journal with O_DIRECT, past the page cache (default on, with fsync on; a file "
-                         "system without O_DIRECT falls back to the page cache by itself)",
     "checkpoint_interval_s": "seconds between checkpoints of the index (default 60); replay after a crash starts there",
     "shutdown_grace_s": "seconds a stop lets calls in progress finish (default 5)",
     "gc_interval_s": "seconds between garbage collection rounds (default 300; 0 = none)",

@@ -355,7 +355,6 @@ def _storage_config(cfg: BookieConfig) -> StorageConfig:
         fsync=cfg.fsync,
         journal_max_group_bytes=cfg.journal_max_group_bytes,
         journal_max_group_wait_ms=cfg.journal_max_group_wait_ms,
-        journal_direct_io=cfg.journal_direct_io,
         checkpoint_interval_s=cfg.checkpoint_interval_s,
         max_entry_size_bytes=cfg.max_entry_size_bytes,
         max_pending_add_bytes=cfg.max_pending_add_bytes,

@@ -48,7 +48,6 @@ class StorageConfig:
     journal_file_max_bytes: int = 256 * 2**20
     journal_max_group_bytes: int = 8 * 2**20
     journal_max_group_wait_ms: float = 0.0
-    journal_direct_io: bool = True  # O_DIRECT journal appends when fsync is on (direct_append.py)
     entry_log_max_bytes: int = 1 * 2**30
     entry_log_cache_window_bytes: int = 256 * 2**20  # 0 = keep every page (page_cache.py)
     checkpoint_interval_s: float = 60.0

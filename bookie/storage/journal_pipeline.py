@@ -64,7 +64,7 @@ class JournalPipeline:
 
     def _open_file(self, seq: int) -> None:
         self._writer = JournalWriter(self._directory, seq, self._config.journal_file_max_bytes,
-                                     self._config.fsync, self._config.journal_direct_io)
+                                     self._config.fsync)
 
     def start(self, apply_group: ApplyGroup, on_failure: Callable[[BaseException], None]) -> None:
         """Start a group committer over the current file."""

@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from bookie.storage.direct_append import BLOCK_BYTES, DirectAppender, reopen_direct
 from bookie.storage.durable_files import fsync_dir, pwritev_all
 
 log = logging.getLogger(__name__)
@@ -76,13 +75,10 @@ class JournalWriter:
     """Appends groups to the current journal file. One writer at a time (the group committer
     serialises the journal thread and inline writers)."""
 
-    def __init__(self, directory: Path, seq: int, file_max_bytes: int, fsync: bool, direct_io: bool = False) -> None:
+    def __init__(self, directory: Path, seq: int, file_max_bytes: int, fsync: bool) -> None:
         self._directory = directory
         self._file_max_bytes = file_max_bytes
         self._fsync = fsync
-        # O_DIRECT appends (direct_append.py) when syncing: without fsync the page cache is faster.
-        self._direct_io = direct_io and fsync
-        self._direct: DirectAppender | None = None
         self._preallocate = True
         self._seq = seq
         self._offset = 0
@@ -94,9 +90,6 @@ class JournalWriter:
         path = journal_path(self._directory, seq)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         self._allocated = 0
-        if self._direct_io and (direct_fd := reopen_direct(path)) is not None:
-            os.close(fd)
-            fd, self._direct = direct_fd, DirectAppender(direct_fd)
         # The new name must be durable before any record in it is acknowledged.
         if self._fsync:
             fsync_dir(self._directory)
@@ -113,11 +106,7 @@ class JournalWriter:
         end = self._offset + sum(map(len, parts))
         if end > self._allocated and self._preallocate:
             self._extend(end)
-        if self._direct is not None:
-            self._direct.append(parts)
-            assert self._direct.end == end, f"O_DIRECT appender at {self._direct.end}, journal at {end}"
-        else:
-            pwritev_all(self._fd, parts, self._offset)
+        pwritev_all(self._fd, parts, self._offset)
         self._offset = end
         return JournalPosition(self._seq, self._offset)
 
@@ -138,7 +127,7 @@ class JournalWriter:
         start = time.perf_counter()
         os.fdatasync(self._fd)
         took = time.perf_counter() - start
-        if self._direct is None and self._offset - self._dropped >= PAGE_CACHE_DROP_BYTES:
+        if self._offset - self._dropped >= PAGE_CACHE_DROP_BYTES:
             self._drop_synced_pages()
         return took
 
@@ -165,17 +154,10 @@ class JournalWriter:
 
     def _finish_file(self) -> None:
         """Cut the preallocated tail off (durably, before any later file exists) and close."""
-        # O_DIRECT appends write whole blocks: without preallocation the file may end in zeros too.
-        if self._allocated > self._offset or (self._direct is not None and self._offset % BLOCK_BYTES):
+        if self._allocated > self._offset:
             os.ftruncate(self._fd, self._offset)
             if self._fsync:
                 os.fdatasync(self._fd)
-        self._close_fd()
-
-    def _close_fd(self) -> None:
-        if self._direct is not None:
-            self._direct.close()
-            self._direct = None
         os.close(self._fd)
         self._fd = -1
 
@@ -187,4 +169,5 @@ class JournalWriter:
         except OSError as e:  # e.g. after a failed journal: replay cuts the tail instead
             log.warning("journal close could not cut the preallocated tail error=%s", e)
             if self._fd >= 0:
-                self._close_fd()
+                os.close(self._fd)
+                self._fd = -1
