@@ -133,7 +133,7 @@ class OpenBatch:
                             elif shape == _HEADER_EVENTS and (event_ms is self._first_event or type(event_ms) is int
                                                               and self._event_lo <= event_ms <= self._event_hi):
                                 self.event_ms.append(event_ms)  # type: ignore[union-attr]  # the shape says so
-                                self.header_values.append(v)  # type: ignore[union-attr]
+                                self.header_values.append(v)  # type: ignore[union-attr]  # the shape says so
                                 self.payloads.append(payload)
                                 self.size_bytes += len(payload) + size + MESSAGE_OVERHEAD_BYTES + 8
                                 return i
