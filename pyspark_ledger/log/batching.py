@@ -45,7 +45,11 @@ _NO_KEY = object()  # OpenBatch._one_key when the batch has no one shared header
 # header, in a batch without those columns; events: an event time in the offsets' range, in a
 # batch with only that column; header: one header with the batch's one key (a batch with only
 # the shared-keys columns); header and events: both. Other: every message takes _add_general.
-_PLAIN, _EVENTS, _HEADER, _HEADER_EVENTS, _OTHER = 0, 1, 2, 3, -1
+# Same: one header and maybe an event time, the very objects of the batch's first message (as a
+# producer's constant header and time are), as every message's so far.
+_PLAIN, _EVENTS, _HEADER, _HEADER_EVENTS, _SAME, _OTHER = 0, 1, 2, 3, 4, -1
+_HEADER_BYTES = MESSAGE_OVERHEAD_BYTES + 4  # a message's length and its one header value's length
+_STAMPED_BYTES = _HEADER_BYTES + 4  # and an event time offset
 Place = tuple[int, int, LedgerId]  # (seq, entry id, ledger id) of an acknowledged batch
 
 
@@ -76,7 +80,8 @@ class OpenBatch:
 
     __slots__ = ("payloads", "keys", "event_ms", "header_keys", "header_values", "headers", "size_bytes", "opened",
                  "future", "_event_lo", "_event_hi", "_event_bytes", "_one_key", "_shape",
-                 "_value_len", "_value_max", "_first_value", "_first_event")
+                 "_value_len", "_value_max", "_first_value", "_first_event",
+                 "_same_event", "_same_bytes")
 
     def __init__(self, opened: float):
         self.payloads: list[bytes] = []
@@ -105,6 +110,9 @@ class OpenBatch:
         # while offsets fit (else an object no time is).
         self._first_value: object = _NO_KEY
         self._first_event: object = _NO_KEY
+        # _SAME: the first message's event time (None: the batch has none), and what a message costs.
+        self._same_event: object = None
+        self._same_bytes = 0
 
     def add(self, payload: bytes, key: bytes | None, event_ms: int | None, headers: Sequence[Header] | None) -> int:
         """Add one message; returns its index in the batch. A message over a bound is refused
@@ -119,24 +127,33 @@ class OpenBatch:
                 if headers is not None:
                     if shape >= _HEADER:
                         (k, v), = headers  # copied out now: a list or pair the producer changes later changes nothing
-                        size = len(v)
-                        # The batch's first value (checked; bytes: immutable) or a bytes value as long as
-                        # the batch's values so far, or (once they differ, _value_max) within the bound.
-                        if (v is self._first_value or type(v) is bytes and (size == self._value_len or size <= self._value_max)) \
-                                and (k is self._one_key or type(k) is str and k == self._one_key):
-                            if event_ms is None:
-                                if shape == _HEADER:
+                        if shape == _SAME:
+                            # The very value and time (or none) of the batch's first message, as every
+                            # message's so far: their columns hold the first's alone (_materialize).
+                            if v is self._first_value and event_ms is self._same_event and k is self._one_key:
+                                self.payloads.append(payload)
+                                self.size_bytes += len(payload) + self._same_bytes
+                                return i
+                        else:
+                            # The batch's first value (checked; bytes: immutable) or a bytes value as long
+                            # as the batch's values so far, or (once they differ, _value_max) within the bound.
+                            size = len(v)
+                            if (v is self._first_value or type(v) is bytes and (size == self._value_len
+                                                                                or size <= self._value_max)) \
+                                    and (k is self._one_key or type(k) is str and k == self._one_key):
+                                if shape == _HEADER_EVENTS:
+                                    if event_ms is self._first_event or type(event_ms) is int \
+                                            and self._event_lo <= event_ms <= self._event_hi:
+                                        self.event_ms.append(event_ms)  # type: ignore[union-attr, arg-type]  # shape; an int
+                                        self.header_values.append(v)  # type: ignore[union-attr]  # the shape says so
+                                        self.payloads.append(payload)
+                                        self.size_bytes += len(payload) + size + _STAMPED_BYTES
+                                        return i
+                                elif event_ms is None:
                                     self.header_values.append(v)  # type: ignore[union-attr]  # the shape says so
                                     self.payloads.append(payload)
-                                    self.size_bytes += len(payload) + size + MESSAGE_OVERHEAD_BYTES + 4
+                                    self.size_bytes += len(payload) + size + _HEADER_BYTES
                                     return i
-                            elif shape == _HEADER_EVENTS and (event_ms is self._first_event or type(event_ms) is int
-                                                              and self._event_lo <= event_ms <= self._event_hi):
-                                self.event_ms.append(event_ms)  # type: ignore[union-attr]  # the shape says so
-                                self.header_values.append(v)  # type: ignore[union-attr]  # the shape says so
-                                self.payloads.append(payload)
-                                self.size_bytes += len(payload) + size + MESSAGE_OVERHEAD_BYTES + 8
-                                return i
                 elif event_ms is None:
                     if shape == _PLAIN:
                         self.payloads.append(payload)
@@ -159,6 +176,7 @@ class OpenBatch:
                      headers: Sequence[Header] | None) -> int:
         """Message i of any shape: every field checked first (raises naming the bound, nothing
         added), then added; returns the bytes it adds."""
+        self._materialize()
         check_key(key)
         pairs = checked_headers(headers) if headers else None
         size = len(payload) + MESSAGE_OVERHEAD_BYTES
@@ -186,7 +204,25 @@ class OpenBatch:
             return _PLAIN if self.event_ms is None else _EVENTS
         if self._one_key is _NO_KEY:
             return _OTHER
+        if len(self.payloads) == 1 and self._first_value is not _NO_KEY and \
+                (self.event_ms is None or self._first_event is not _NO_KEY):
+            self._same_event = None if self.event_ms is None else self._first_event
+            self._same_bytes = (_HEADER_BYTES if self.event_ms is None else _STAMPED_BYTES) + self._value_len
+            return _SAME
         return _HEADER if self.event_ms is None else _HEADER_EVENTS
+
+    def _materialize(self) -> None:
+        """Leave the _SAME shape: its columns hold the first message's entries alone, which every
+        message shares; repeat them, one per message (before anything else reads or adds to them)."""
+        n = len(self.payloads)
+        if self._shape == _SAME:
+            values = self.header_values
+            ensure(values is not None and len(values) == 1, "a batch of one shared header value has its value once")
+            assert values is not None  # ensured; for the type checker
+            values *= n  # in place, as is the next
+            if self.event_ms is not None:
+                self.event_ms *= n
+            self._shape = _OTHER  # until the caller's _shape_now
 
     def _add_far_event(self, i: int, event_ms: int) -> int:
         """Message i's event time (any: the batch's first, one too far from the first for an
@@ -244,6 +280,7 @@ class OpenBatch:
     def encode(self, append_ms: int) -> bytes:
         """The entry's payload. The append time is the batch's send time, the same for all its
         messages (as Kafka's LogAppendTime is per record batch): stored once."""
+        self._materialize()
         data = encode_columns(self.payloads, append_ms, keys=self.keys, event_ms=self.event_ms,
                               header_keys=self.header_keys, header_values=self.header_values, headers=self.headers,
                               header_value_length=self._value_len if self._value_len >= 0 else None)

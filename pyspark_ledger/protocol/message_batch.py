@@ -177,6 +177,9 @@ def event_column(event_ms: Sequence[int]) -> tuple[int, bytes]:
     the first message's time that has one, when every time lies within OFFSET_MAX of it and
     there is more than one message (for one, the base and an offset are longer than its time)."""
     n = len(event_ms)
+    base = event_ms[0]
+    if n > 1 and base == event_ms[-1] != NO_TIME and event_ms.count(base) == n:  # one time for all: offsets 0
+        return EVENT_TIME_OFFSETS, _I64.pack(base) + bytes(4 * n)
     # The caller's ints (OpenBatch.add checked each): fromiter is the fastest way from a list of ints.
     times = np.fromiter(event_ms, dtype=np.int64, count=n)
     lo, hi = int(times.min()), int(times.max())

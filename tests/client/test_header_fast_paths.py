@@ -188,3 +188,17 @@ def test_times_that_are_no_int_take_the_general_path_and_read_back_as_ints() -> 
     got = decode_batch(b.encode(T))
     assert [got.event_time_ms(i) for i in range(4)] == [T, T + 5, T + 7, T + 8]
     assert all(type(t) is int for t in b.event_ms or ())
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 1000])
+def test_a_constant_header_and_time_the_same_objects_every_message_read_back(n: int) -> None:
+    """A producer's constant header (one list, one pair) and event time: every message after the
+    first is only counted (the columns hold the first's until something differs or the batch is
+    encoded), stored as one shared header (bit 6) and zero offsets."""
+    headers = [("trace", b"0123456789abcdef")]
+    for event in (T, None):
+        messages: list[Message] = [(None, event, headers)] * n
+        flags = assert_reads_back(fill(messages), messages)
+        assert flags & mb.SHARED_HEADERS
+        then: list[Message] = messages + [(None, T + 1, headers), (None, event, [("trace", b"x")]), (None, event, headers)]
+        assert_reads_back(fill(then), then)
