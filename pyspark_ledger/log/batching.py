@@ -107,7 +107,7 @@ class OpenBatch:
         self._value_len, self._value_max = -1, -1
         # Identity fast paths (a producer's constant header or time is the same object every time):
         # the batch's first header value when its one header is bytes, and its first event time
-        # while offsets fit (else an object no time is).
+        # (_SAME) while offsets fit (else an object no time is).
         self._first_value: object = _NO_KEY
         self._first_event: object = _NO_KEY
         # _SAME: the first message's event time (None: the batch has none), and what a message costs.
@@ -142,9 +142,8 @@ class OpenBatch:
                                                                                 or size <= self._value_max)) \
                                     and (k is self._one_key or type(k) is str and k == self._one_key):
                                 if shape == _HEADER_EVENTS:
-                                    if event_ms is self._first_event or type(event_ms) is int \
-                                            and self._event_lo <= event_ms <= self._event_hi:
-                                        self.event_ms.append(event_ms)  # type: ignore[union-attr, arg-type]  # shape; an int
+                                    if type(event_ms) is int and self._event_lo <= event_ms <= self._event_hi:
+                                        self.event_ms.append(event_ms)  # type: ignore[union-attr]  # the shape says so
                                         self.header_values.append(v)  # type: ignore[union-attr]  # the shape says so
                                         self.payloads.append(payload)
                                         self.size_bytes += len(payload) + size + _STAMPED_BYTES
@@ -160,8 +159,7 @@ class OpenBatch:
                         self.size_bytes += len(payload) + MESSAGE_OVERHEAD_BYTES
                         return i
                 # An int within the range is valid (the range lies inside NO_TIME < t <= TIME_MS_MAX).
-                elif shape == _EVENTS and (event_ms is self._first_event or type(event_ms) is int
-                                           and self._event_lo <= event_ms <= self._event_hi):
+                elif shape == _EVENTS and type(event_ms) is int and self._event_lo <= event_ms <= self._event_hi:
                     self.event_ms.append(event_ms)  # type: ignore[union-attr]  # the shape says the column is there
                     self.payloads.append(payload)
                     self.size_bytes += len(payload) + MESSAGE_OVERHEAD_BYTES + 4
