@@ -220,7 +220,8 @@ class OpenBatch:
             values *= n  # in place, as is the next
             if self.event_ms is not None:
                 self.event_ms *= n
-            self._shape = _OTHER  # until the caller's _shape_now
+            # What it is now, even if the message that made it leave is then refused.
+            self._shape = _HEADER if self.event_ms is None else _HEADER_EVENTS
 
     def _add_far_event(self, i: int, event_ms: int) -> int:
         """Message i's event time (any: the batch's first, one too far from the first for an

@@ -202,3 +202,8 @@ def test_a_constant_header_and_time_the_same_objects_every_message_read_back(n: 
         assert flags & mb.SHARED_HEADERS
         then: list[Message] = messages + [(None, T + 1, headers), (None, event, [("trace", b"x")]), (None, event, headers)]
         assert_reads_back(fill(then), then)
+        b = fill(messages)
+        with pytest.raises(MessageBoundError, match="KEY_BYTES_MAX"):  # refused after the columns were repeated
+            b.add(b"bad", b"k" * (mb.KEY_BYTES_MAX + 1), event, headers)
+        b.add(b"m%d" % n, None, event, headers)
+        assert_reads_back(b, messages + [(None, event, headers)])
