@@ -41,6 +41,15 @@ MESSAGE_OVERHEAD_BYTES = 4  # a length per message (the append time is one per b
 BATCH_HEAD_BYTES = HEAD_BYTES + 8  # the head and the one append time
 
 _NO_KEY = object()  # OpenBatch._one_key when the batch has no one shared header key
+# OpenBatch._shape: what a message must be to be added without a call. Plain: no key, time or
+# header, in a batch without those columns; events: an event time in the offsets' range, in a
+# batch with only that column; header: one header with the batch's one key (a batch with only
+# the shared-keys columns); header and events: both. Other: every message takes _add_general.
+# Same: one header and maybe an event time, the very objects of the batch's first message (as a
+# producer's constant header and time are), as every message's so far.
+_PLAIN, _EVENTS, _HEADER, _HEADER_EVENTS, _SAME, _OTHER = 0, 1, 2, 3, 4, -1
+_HEADER_BYTES = MESSAGE_OVERHEAD_BYTES + 4  # a message's length and its one header value's length
+_STAMPED_BYTES = _HEADER_BYTES + 4  # and an event time offset
 Place = tuple[int, int, LedgerId]  # (seq, entry id, ledger id) of an acknowledged batch
 
 
@@ -70,7 +79,9 @@ class OpenBatch:
     size_bytes is never below the encoded size (encode checks): the byte bound counts it."""
 
     __slots__ = ("payloads", "keys", "event_ms", "header_keys", "header_values", "headers", "size_bytes", "opened",
-                 "future", "_event_lo", "_event_hi", "_event_bytes", "_one_key", "_last_pair", "_last_value")
+                 "future", "_event_lo", "_event_hi", "_event_bytes", "_one_key", "_shape",
+                 "_value_len", "_value_max", "_first_value", "_first_event",
+                 "_same_event", "_same_bytes")
 
     def __init__(self, opened: float):
         self.payloads: list[bytes] = []
@@ -88,39 +99,87 @@ class OpenBatch:
         # range sends every time to _add_far_event. Empty until the first: it goes there too.
         self._event_lo, self._event_hi, self._event_bytes = 0, -1, 4
         # The one header key of a batch whose messages all have one header with it (else an object
-        # no key is), and the last such pair seen and its value: the next message's is usually it.
+        # no key is), and the shape of the messages add() takes without a call (_shape_now).
         self._one_key: object = _NO_KEY
-        self._last_pair: object = None
-        self._last_value = b""
+        self._shape = _PLAIN
+        # With _one_key: the length of every header value so far (-1 once they differ), and the
+        # bound the next one's is checked against in add() when not that (-1: none passes there).
+        self._value_len, self._value_max = -1, -1
+        # Identity fast paths (a producer's constant header or time is the same object every time):
+        # the batch's first header value when its one header is bytes, and its first event time
+        # (_SAME) while offsets fit (else an object no time is).
+        self._first_value: object = _NO_KEY
+        self._first_event: object = _NO_KEY
+        # _SAME: the first message's event time (None: the batch has none), and what a message costs.
+        self._same_event: object = None
+        self._same_bytes = 0
 
     def add(self, payload: bytes, key: bytes | None, event_ms: int | None, headers: Sequence[Header] | None) -> int:
         """Add one message; returns its index in the batch. A message over a bound is refused
         before anything of it is added (the batch is unchanged). Runs once per message on the
-        producer's thread: the common cases (no stamps; an event time near the batch's first and
-        one header with the batch's key) take no call and no check they do not need."""
-        if key is not None:
-            check_key(key)
-        value: bytes | None = None  # the value of a message whose one header has the batch's one key
-        pairs: tuple[Header, ...] | None = None  # else its headers, checked
-        if headers:
-            if len(headers) == 1:
-                pair = headers[0]
-                if pair is self._last_pair:  # the very (immutable) pair of the message before
-                    value = self._last_value
-                elif type(pair) is tuple and len(pair) == 2 and pair[0] is self._one_key and type(pair[1]) is bytes \
-                        and len(pair[1]) <= HEADER_VALUE_BYTES_MAX:
-                    value = pair[1]  # another value for the batch's one key
-            if value is None:
-                pairs = checked_headers(headers)  # raises naming the bound
-        size = len(payload) + MESSAGE_OVERHEAD_BYTES
+        producer's thread: a message of the batch's shape (_shape: plain; an event time near the
+        batch's first; one header with the batch's one key; both) is added here, with no call and
+        only the checks that bound it; any other goes to _add_general, which checks everything."""
         i = len(self.payloads)
+        if key is None:
+            shape = self._shape
+            try:
+                if headers is not None:
+                    if shape >= _HEADER:
+                        (k, v), = headers  # copied out now: a list or pair the producer changes later changes nothing
+                        if shape == _SAME:
+                            # The very value and time (or none) of the batch's first message, as every
+                            # message's so far: their columns hold the first's alone (_materialize).
+                            if v is self._first_value and event_ms is self._same_event and k is self._one_key:
+                                self.payloads.append(payload)
+                                self.size_bytes += len(payload) + self._same_bytes
+                                return i
+                        else:
+                            # The batch's first value (checked; bytes: immutable) or a bytes value as long
+                            # as the batch's values so far, or (once they differ, _value_max) within the bound.
+                            size = len(v)
+                            if (v is self._first_value or type(v) is bytes and (size == self._value_len
+                                                                                or size <= self._value_max)) \
+                                    and (k is self._one_key or type(k) is str and k == self._one_key):
+                                if shape == _HEADER_EVENTS:
+                                    if type(event_ms) is int and self._event_lo <= event_ms <= self._event_hi:
+                                        self.event_ms.append(event_ms)  # type: ignore[union-attr]  # the shape says so
+                                        self.header_values.append(v)  # type: ignore[union-attr]  # the shape says so
+                                        self.payloads.append(payload)
+                                        self.size_bytes += len(payload) + size + _STAMPED_BYTES
+                                        return i
+                                elif event_ms is None:
+                                    self.header_values.append(v)  # type: ignore[union-attr]  # the shape says so
+                                    self.payloads.append(payload)
+                                    self.size_bytes += len(payload) + size + _HEADER_BYTES
+                                    return i
+                elif event_ms is None:
+                    if shape == _PLAIN:
+                        self.payloads.append(payload)
+                        self.size_bytes += len(payload) + MESSAGE_OVERHEAD_BYTES
+                        return i
+                # An int within the range is valid (the range lies inside NO_TIME < t <= TIME_MS_MAX).
+                elif shape == _EVENTS and type(event_ms) is int and self._event_lo <= event_ms <= self._event_hi:
+                    self.event_ms.append(event_ms)  # type: ignore[union-attr]  # the shape says the column is there
+                    self.payloads.append(payload)
+                    self.size_bytes += len(payload) + MESSAGE_OVERHEAD_BYTES + 4
+                    return i
+            except (TypeError, ValueError):
+                pass  # not one pair (or a time no int compares with): _add_general names what is wrong
+        self.size_bytes += self._add_general(i, payload, key, event_ms, headers)
+        self._shape = self._shape_now()
+        return i
+
+    def _add_general(self, i: int, payload: bytes, key: bytes | None, event_ms: int | None,
+                     headers: Sequence[Header] | None) -> int:
+        """Message i of any shape: every field checked first (raises naming the bound, nothing
+        added), then added; returns the bytes it adds."""
+        self._materialize()
+        check_key(key)
+        pairs = checked_headers(headers) if headers else None
+        size = len(payload) + MESSAGE_OVERHEAD_BYTES
         if event_ms is not None:
-            # An int within the range is valid (the range lies inside NO_TIME < t <= TIME_MS_MAX).
-            if type(event_ms) is int and self._event_lo <= event_ms <= self._event_hi:
-                self.event_ms.append(event_ms)  # type: ignore[union-attr]  # the range is empty without the column
-                size += 4
-            else:
-                size += self._add_far_event(i, event_ms)  # checked first: raises naming the bound
+            size += self._add_far_event(i, event_ms)  # checked before it adds: raises naming the bound
         elif self.event_ms is not None:
             self.event_ms.append(NO_TIME)
             size += self._event_bytes
@@ -131,24 +190,47 @@ class OpenBatch:
                 size += 4 * i
             self.keys.append(key)
             size += 4 + (len(key) if key is not None else 0)
-        if value is not None:
-            self.header_values.append(value)  # type: ignore[union-attr]  # _one_key is set with header_values
-            size += 4 + len(value)
-        elif pairs is not None or self.header_keys is not None or self.headers is not None:
+        if pairs is not None or self.header_keys is not None or self.headers is not None:
             size += self._add_headers(i, pairs or ())
-            if self._one_key is not _NO_KEY and headers and type(headers[0]) is tuple and type(headers[0][1]) is bytes:
-                # One header with the batch's one key, in an immutable pair: its identity says it all next time.
-                self._last_pair, self._last_value = headers[0], headers[0][1]
-        self.size_bytes += size
-        return i
+        return size
+
+    def _shape_now(self) -> int:
+        """The shape of messages add() takes without a call, given the batch's columns now."""
+        if self.keys is not None or self.headers is not None:
+            return _OTHER
+        if self.header_keys is None:
+            return _PLAIN if self.event_ms is None else _EVENTS
+        if self._one_key is _NO_KEY:
+            return _OTHER
+        if len(self.payloads) == 1 and self._first_value is not _NO_KEY and \
+                (self.event_ms is None or self._first_event is not _NO_KEY):
+            self._same_event = None if self.event_ms is None else self._first_event
+            self._same_bytes = (_HEADER_BYTES if self.event_ms is None else _STAMPED_BYTES) + self._value_len
+            return _SAME
+        return _HEADER if self.event_ms is None else _HEADER_EVENTS
+
+    def _materialize(self) -> None:
+        """Leave the _SAME shape: its columns hold the first message's entries alone, which every
+        message shares; repeat them, one per message (before anything else reads or adds to them)."""
+        n = len(self.payloads)
+        if self._shape == _SAME:
+            values = self.header_values
+            ensure(values is not None and len(values) == 1, "a batch of one shared header value has its value once")
+            assert values is not None  # ensured; for the type checker
+            values *= n  # in place, as is the next
+            if self.event_ms is not None:
+                self.event_ms *= n
+            # What it is now, even if the message that made it leave is then refused.
+            self._shape = _HEADER if self.event_ms is None else _HEADER_EVENTS
 
     def _add_far_event(self, i: int, event_ms: int) -> int:
-        """Message i's event time when it is the batch's first, too far from the first for an
-        offset, after such a one, or not an int: checked, added; returns the bytes it adds."""
+        """Message i's event time (any: the batch's first, one too far from the first for an
+        offset, one after such a one, one not an int): checked, added; returns the bytes it adds."""
         t = checked_time_ms(event_ms)  # an int-like, or out of range: converted, or refused by name
         events = self.event_ms
         if events is None:  # the first: the base, and an offset (NO_OFFSET) for each message before
             self.event_ms = [NO_TIME] * i + [t]
+            self._first_event = event_ms if type(event_ms) is int else _NO_KEY  # t itself when given an int
             self._event_lo, self._event_hi = max(t - OFFSET_MAX, NO_TIME + 1), min(t + OFFSET_MAX, TIME_MS_MAX)
             return 8 + 4 * (i + 1)
         events.append(t)
@@ -158,7 +240,7 @@ class OpenBatch:
             return 4
         # Too far from the base: full times from now on, 8 bytes each instead of the base and
         # offsets; every later time comes here (an empty range) and costs 8.
-        self._event_lo, self._event_hi, self._event_bytes = 0, -1, 8
+        self._event_lo, self._event_hi, self._event_bytes, self._first_event = 0, -1, 8, _NO_KEY
         return 8 * len(events) - (8 + 4 * (len(events) - 1))
 
     def _add_headers(self, i: int, pairs: tuple[Header, ...]) -> int:
@@ -167,10 +249,12 @@ class OpenBatch:
         if i == 0 and pairs:  # the first message's keys are the batch's, until a message differs
             self.header_keys, self.header_values = keys, [v for _, v in pairs]
             if len(keys) == 1:
-                self._one_key = keys[0]
+                self._one_key, self._value_len, self._first_value = keys[0], len(pairs[0][1]), pairs[0][1]
             return 2 + sum(2 + len(k.encode()) for k in keys) + sum(4 + len(v) for _, v in pairs)
         if self.header_keys is not None and keys == self.header_keys:
             self.header_values.extend(v for _, v in pairs)  # type: ignore[union-attr]  # set with header_keys
+            if len(keys) == 1 and len(pairs[0][1]) != self._value_len:  # lengths differ: one per value
+                self._value_len, self._value_max = -1, HEADER_VALUE_BYTES_MAX
             return sum(4 + len(v) for _, v in pairs)
         added = self._to_general_headers(i)
         self.headers.append(pairs)  # type: ignore[union-attr]  # _to_general_headers made it
@@ -188,15 +272,17 @@ class OpenBatch:
         c = len(hk)
         self.headers = [tuple(zip(hk, values[j * c:j * c + c])) for j in range(n)]
         self.header_keys = self.header_values = None
-        self._one_key, self._last_pair = _NO_KEY, None
+        self._one_key, self._value_len, self._value_max, self._first_value = _NO_KEY, -1, -1, _NO_KEY
         shared = 2 + sum(2 + len(k.encode()) for k in hk) + 4 * len(values) + sum(map(len, values))
         return sum(map(_plain_headers_bytes, self.headers)) - shared
 
     def encode(self, append_ms: int) -> bytes:
         """The entry's payload. The append time is the batch's send time, the same for all its
         messages (as Kafka's LogAppendTime is per record batch): stored once."""
+        self._materialize()
         data = encode_columns(self.payloads, append_ms, keys=self.keys, event_ms=self.event_ms,
-                              header_keys=self.header_keys, header_values=self.header_values, headers=self.headers)
+                              header_keys=self.header_keys, header_values=self.header_values, headers=self.headers,
+                              header_value_length=self._value_len if self._value_len >= 0 else None)
         ensure(len(data) <= self.size_bytes, f"a batch of {len(data)} bytes counted as {self.size_bytes}")
         return data
 

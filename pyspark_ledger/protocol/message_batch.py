@@ -177,7 +177,11 @@ def event_column(event_ms: Sequence[int]) -> tuple[int, bytes]:
     the first message's time that has one, when every time lies within OFFSET_MAX of it and
     there is more than one message (for one, the base and an offset are longer than its time)."""
     n = len(event_ms)
-    times = np.frombuffer(array("q", event_ms), dtype=np.int64)  # array: faster than numpy from a list of ints
+    base = event_ms[0]
+    if n > 1 and base == event_ms[-1] != NO_TIME and event_ms.count(base) == n:  # one time for all: offsets 0
+        return EVENT_TIME_OFFSETS, _I64.pack(base) + bytes(4 * n)
+    # The caller's ints (OpenBatch.add checked each): fromiter is the fastest way from a list of ints.
+    times = np.fromiter(event_ms, dtype=np.int64, count=n)
     lo, hi = int(times.min()), int(times.max())
     if lo != NO_TIME:  # every message has one: the common case, four numpy passes
         base = event_ms[0]
@@ -197,13 +201,15 @@ def event_column(event_ms: Sequence[int]) -> tuple[int, bytes]:
 def encode_columns(payloads: Sequence[bytes], append_ms: int, *, keys: Sequence[bytes | None] | None = None,
                    event_ms: Sequence[int] | None = None, header_keys: tuple[str, ...] | None = None,
                    header_values: Sequence[bytes] | None = None,
-                   headers: Sequence[Sequence[Header]] | None = None) -> bytes:
+                   headers: Sequence[Sequence[Header]] | None = None,
+                   header_value_length: int | None = None) -> bytes:
     """A LogWriter's batch (OpenBatch keeps its fields in these columns), in the short layout:
     one append time (bit 3), event times as offsets where they fit (bit 4), and headers either
     per message (`headers`, the plain columns) or, when every message has the same header keys,
     those keys once and the values c per message, flat (`header_keys`, `header_values`: bit 5;
-    bit 6 as well when every message's values are the first one's). The caller checked every
-    key and header against the bounds (OpenBatch.add does, so that the message's own append fails)."""
+    bit 6 as well when every message's values are the first one's; `header_value_length`: every
+    value has that many bytes, written without measuring each). The caller checked every key and
+    header against the bounds (OpenBatch.add does, so that the message's own append fails)."""
     n = len(payloads)
     if not 1 <= n <= MESSAGES_PER_ENTRY_MAX:
         raise MessageBoundError(f"a batch holds 1..MESSAGES_PER_ENTRY_MAX ({MESSAGES_PER_ENTRY_MAX}) messages, not {n}")
@@ -230,8 +236,15 @@ def encode_columns(payloads: Sequence[bytes], append_ms: int, *, keys: Sequence[
             flags |= SHARED_HEADERS  # the same headers on every message: once
             values = values[:c]
         names = [k.encode() for k in header_keys]
-        parts += [_U16.pack(c), _packed("H", map(len, names)), _packed("I", map(len, values))]
-        data += [b"".join(names), b"".join(values)]
+        joined = b"".join(values)
+        if header_value_length is None:
+            lengths = _packed("I", map(len, values))
+        else:  # one length for all (OpenBatch.add kept it so); their total must agree
+            ensure(len(joined) == header_value_length * len(values),
+                   f"{len(values)} header values of {len(joined)} bytes are not all {header_value_length} bytes")
+            lengths = _packed("I", (header_value_length,)) * len(values)
+        parts += [_U16.pack(c), _packed("H", map(len, names)), lengths]
+        data += [b"".join(names), joined]
     elif headers is not None:
         ensure(len(headers) == n, f"{len(headers)} headers for {n} messages")
         flags |= HEADERS

@@ -134,3 +134,76 @@ def test_values_changed_after_append_do_not_change_the_batch() -> None:
     want: list[Message] = [(None, None, [("trace", b"ok")]), (None, None, [("trace", b"ok")]),
                            (None, None, [("trace", b"ab")]), (None, None, [("trace", b"other")])]
     assert_reads_back(b, want)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_same_objects_again_take_the_identity_paths_and_still_count_exactly(seed: int) -> None:
+    """A producer's constant header value and event time are the very objects of the batch's first
+    message: add() takes them without a check, but an event time too far from the first turns the
+    column to full width, and the first time, met again, must count 8 bytes then, not 4."""
+    print("seed", seed)
+    rng = random.Random(seed)
+    value = b"0123456789abcdef"
+    far = T + rng.choice((mb.OFFSET_MAX + 1, -2**40))
+    messages: list[Message] = []
+    for _ in range(rng.choice((2, 3, 40, 200))):
+        event = rng.choice((T, T, T, None, far, T + 1)) if seed % 2 else rng.choice((T, T, far))
+        headers = None if seed % 4 == 3 else [("trace", rng.choice((value, value, b"%016d" % rng.randrange(10**6))))]
+        messages.append((None, event, headers))
+    flags = assert_reads_back(fill(messages), messages)
+    times = [e for _, e, _ in messages if e is not None]
+    near = bool(times) and all(abs(t - times[0]) <= mb.OFFSET_MAX for t in times)
+    assert bool(flags & mb.EVENT_TIME_OFFSETS) == (near and len(messages) > 1)
+
+
+def test_header_values_of_one_length_are_written_with_one_length_until_one_differs() -> None:
+    same: list[Message] = [(None, T + i, [("trace", b"%016d" % i)]) for i in range(5)]
+    differs: list[Message] = same + [(None, T, [("trace", b"short")]), (None, T, [("trace", b"%016d" % 9)])]
+    for messages in (same, differs):
+        assert_reads_back(fill(messages), messages)
+    b = fill(same)
+    with pytest.raises(MessageBoundError, match="HEADER_VALUE_BYTES_MAX"):  # over the bound: refused, not a new length
+        b.add(b"big", None, T, [("trace", b"v" * (HEADER_VALUE_BYTES_MAX + 1))])
+    assert_reads_back(b, same)
+
+
+def test_a_wrong_one_length_promise_is_caught_by_the_encoder() -> None:
+    """encode_columns trusts header_value_length (OpenBatch keeps it true) but checks the total:
+    a caller that breaks the promise fails loudly instead of writing lengths that lie."""
+    values = [b"0123456789abcdef", b"short"]
+    with pytest.raises(AssertionError, match="not all 16 bytes"):
+        mb.encode_columns([b"a", b"b"], T, header_keys=("trace",), header_values=values, header_value_length=16)
+    data = mb.encode_columns([b"a", b"b"], T, header_keys=("trace",), header_values=values)
+    assert decode_batch(data).headers(1) == [("trace", b"short")]
+
+
+def test_times_that_are_no_int_take_the_general_path_and_read_back_as_ints() -> None:
+    np = pytest.importorskip("numpy")
+    messages: list[Message] = [(None, T, [("trace", b"v")]), (None, T + 5, [("trace", b"v")])]
+    b = fill(messages)
+    b.add(b"m2", None, float(T + 7), [("trace", b"v")])  # type: ignore[arg-type]  # a float on purpose: int() of it
+    b.add(b"m3", None, np.int64(T + 8), [("trace", b"v")])  # type: ignore[arg-type]  # a numpy int on purpose
+    with pytest.raises(MessageBoundError, match="event time"):
+        b.add(b"bad", None, mb.NO_TIME, [("trace", b"v")])
+    got = decode_batch(b.encode(T))
+    assert [got.event_time_ms(i) for i in range(4)] == [T, T + 5, T + 7, T + 8]
+    assert all(type(t) is int for t in b.event_ms or ())
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 1000])
+def test_a_constant_header_and_time_the_same_objects_every_message_read_back(n: int) -> None:
+    """A producer's constant header (one list, one pair) and event time: every message after the
+    first is only counted (the columns hold the first's until something differs or the batch is
+    encoded), stored as one shared header (bit 6) and zero offsets."""
+    headers = [("trace", b"0123456789abcdef")]
+    for event in (T, None):
+        messages: list[Message] = [(None, event, headers)] * n
+        flags = assert_reads_back(fill(messages), messages)
+        assert flags & mb.SHARED_HEADERS
+        then: list[Message] = messages + [(None, T + 1, headers), (None, event, [("trace", b"x")]), (None, event, headers)]
+        assert_reads_back(fill(then), then)
+        b = fill(messages)
+        with pytest.raises(MessageBoundError, match="KEY_BYTES_MAX"):  # refused after the columns were repeated
+            b.add(b"bad", b"k" * (mb.KEY_BYTES_MAX + 1), event, headers)
+        b.add(b"m%d" % n, None, event, headers)
+        assert_reads_back(b, messages + [(None, event, headers)])
