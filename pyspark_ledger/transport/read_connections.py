@@ -44,7 +44,7 @@ from bookie.proto.add_framing import (
 )
 from bookie.proto.versions import OUR_RANGE
 from bookie.status import Status
-from pyspark_ledger.errors import BookieUnavailableError
+from pyspark_ledger.errors import BookieUnavailableError, PySparkLedgerError
 from pyspark_ledger.transport.run_response import MalformedResponse, RunResponse, parse_run_response
 from pyspark_ledger.transport.tls_socket import describe_tls_failure
 
@@ -58,7 +58,7 @@ NOT_OFFERED_RETRY_S = 60.0
 UNREACHABLE_RETRY_S = 1.0
 
 
-class NotOffered(Exception):
+class NotOffered(PySparkLedgerError):
     """The bookie serves no read connections (no listener, or it refused the read hello)."""
 
 

@@ -181,7 +181,7 @@ def test_reads_fail_over_when_a_bookie_dies_during_a_read(tmp_path: Path, monkey
 
 def test_tls_read_connections_keep_the_bookies_read_authorization(tmp_path: Path) -> None:
     cluster = LocalCluster(1, work_dir=tmp_path / "cluster", tls=True, bookie_args=["--require-read-auth"])
-    with cluster.start(), LedgerClient(cluster.metadata_uri, **cluster.client_tls) as client:  # type: ignore[arg-type]
+    with cluster.start(), LedgerClient(cluster.metadata_uri, **cluster.client_tls) as client:  # type: ignore[arg-type]  # client_tls: the three tls_* paths, as strings
         with client.open_log_writer("secret", batching=False, ensemble_size=1, write_quorum_size=1,
                                     ack_quorum_size=1, password=b"pw") as w:
             w.append_async(b"x" * 5000).result(WAIT_S)
