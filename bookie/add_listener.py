@@ -184,30 +184,48 @@ class AddListener:
                 self._conns[conn] = t
             t.start()
 
-    def _hello(self, conn: socket.socket, peer: object) -> bytes | None:
+    def _hello(self, conn: socket.socket, peer: object) -> tuple[bytes | None, str]:
         """The client's hello answered: the kind of connection it opens (add_framing.MAGIC or
-        READ_MAGIC), or None when this bookie does not speak the version it asks for."""
+        READ_MAGIC; None when this bookie does not speak the version it asks for, or the host
+        holds as many read connections as it may), and the key of the slot the connection holds
+        now: a read connection's moves to its host's read slots, bounded apart from its add
+        connections, so a host's readers never take the slots its writers need."""
         data = recv_exactly(conn, HELLO_BYTES)
         magic = READ_MAGIC if data[:4] == READ_MAGIC and self._reads is not None else MAGIC
         asked = parse_hello(data, magic)
+        slot = _peer_host(peer)
         if asked not in OUR_RANGE:
             # Our highest: a newer client that speaks it too (it read a registration of ours
             # from before a downgrade) reconnects asking for it; any other names both and stops.
             conn.sendall(hello(OUR_RANGE.high, magic))
             log.warning("add connection closed peer=%s reason=client asks for wire version %d, this bookie speaks %s",
                         peer, asked, OUR_RANGE)
-            return None
+            return None, slot
+        if magic == READ_MAGIC:
+            reads = f"{slot} reads"
+            refusal = self._slots.try_take(reads)
+            if refusal is not None:  # closed unanswered: the client reads over gRPC
+                log.warning("read connection refused peer=%s reason=%s", peer, refusal)
+                return None, slot
+            try:
+                conn.sendall(hello(asked, magic))
+            except BaseException:
+                self._slots.release(reads)
+                raise
+            self._slots.release(slot)
+            return magic, reads
         conn.sendall(hello(asked, magic))  # accepted: every frame of this connection is of that version
-        return magic
+        return magic, slot
 
     def _serve(self, conn: socket.socket, peer: object) -> None:
         raw = conn
         framing = False
+        slot = _peer_host(peer)  # the slot the accept loop took
         try:
             prepare_socket(conn)
             conn.settimeout(min(HELLO_TIMEOUT_S, self.idle_timeout_s))
             conn = self._secure(conn, peer)
-            magic = self._hello(conn, peer)
+            magic, slot = self._hello(conn, peer)
             if magic is None:
                 return
             start_frames(conn)
@@ -248,7 +266,7 @@ class AddListener:
                 self._conns.pop(raw, None)
                 self._conns.pop(conn, None)
                 self._identities.pop(conn, None)
-            self._slots.release(_peer_host(peer))
+            self._slots.release(slot)
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop accepting, end every connection (a request being journaled finishes first), and

@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 
 READ_CONNECTIONS_ENV = "LEDGER_READ_CONNECTIONS"  # "0": run reads over gRPC only
 IDLE_MAX = 4  # connections kept open between reads, per bookie
-OPEN_MAX = 16  # connections at once, per bookie: reads beyond them go over gRPC
+OPEN_MAX = 8  # connections at once, per bookie: reads beyond them go over gRPC
 CONNECT_TIMEOUT_S = 5.0  # TCP connect plus the hello exchange
 NOT_OFFERED_RETRY_S = 60.0
 UNREACHABLE_RETRY_S = 1.0

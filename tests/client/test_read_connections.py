@@ -195,3 +195,26 @@ def test_tls_read_connections_keep_the_bookies_read_authorization(tmp_path: Path
         # A wrong key: refused over the connection, asked again over gRPC, refused there by name.
         with pytest.raises(BookieRefusedError, match="PERMISSION_DENIED"):
             bc.read_runs(key, 0, 0, master_key=b"wrong")
+
+
+def test_a_hosts_read_connections_are_bounded_apart_from_its_add_connections() -> None:
+    from tests.bookie.test_add_listener import _AcceptEverything, _one_add, connect_and_greet
+
+    def ok(request: pb.ReadRequest, identity: str | None) -> list[bytes | memoryview]:
+        return [pb.ReadResponse(status=int(Status.OK), lac=7).SerializeToString()]
+
+    listener = AddListener(_AcceptEverything(), "127.0.0.1", 0, per_peer_max=2, reads=ok).start()  # type: ignore[arg-type]  # a stand-in handler
+    address = f"127.0.0.1:{listener.port}"
+    request = pb.ReadRequest(first_entry_id=0, last_entry_id=0, entry_runs=True).SerializeToString()
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(listener.close, timeout_s=WAIT_S)
+        writer = cleanup.enter_context(connect_and_greet(address))  # one of the host's 2 add slots
+        readers = [read_connections.open_read_connection(address, None) for _ in range(2)]
+        for sock in readers:
+            cleanup.callback(sock.close)
+            assert read_connections.exchange(sock, request, WAIT_S).lac == 7
+        with pytest.raises(read_connections.NotOffered):  # a third: past the host's 2 read slots
+            read_connections.open_read_connection(address, None)
+        # The readers hold read slots only: the host still has its second add slot.
+        second_writer = cleanup.enter_context(connect_and_greet(address))
+        assert _one_add(writer, 1) == [(1, Status.OK)] and _one_add(second_writer, 2) == [(2, Status.OK)]
