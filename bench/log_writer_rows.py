@@ -70,6 +70,22 @@ def produce(client: LedgerClient, size: int, total: int, batching: bool | None, 
     return total / elapsed
 
 
+def messages(client: LedgerClient, size: int, total: int, batching: bool = True) -> tuple[float, float]:
+    """Messages of one producer, batched or not (bench/ab_runs.py's kinds `messages` and
+    `unbatched`): msgs/s and this process's CPU us per message."""
+    from pyspark_ledger.testing.message_batches import set_message_batches
+
+    set_message_batches(client, True)
+    cpu = time.process_time()
+    rate = produce(client, size, total, batching)
+    return rate, (time.process_time() - cpu) / total * 1e6
+
+
+def unbatched(client: LedgerClient, size: int, total: int) -> tuple[float, float]:
+    """`messages` with batching off: one entry per message."""
+    return messages(client, size, total, batching=False)
+
+
 def produce_parallel(client: LedgerClient, size: int, total: int, batching: bool | None, producers: int) -> float:
     """Messages/s of `producers` threads together, each writing total/producers messages."""
     rates: list[float] = []

@@ -22,6 +22,9 @@ Workloads:
          format("ledger") (from the files, by row group, never a bookie) next to spark.read.parquet
          over the very same files
 The load average of the machine is printed at the start and end of the timed runs.
+The Arrow write is also timed against `nullsink` (bench/spark_timing.py), a Python data source
+whose writer drops every Arrow batch it is handed: the ceiling of any write through a Python
+data source on this machine (in that row the second column is nullsink's, not Parquet's).
 
 "payload MB/s" counts the DataFrame's data bytes (8 + 100 per arrow row);
 the stored bytes (Arrow IPC, after LZ4 if on) are printed too. The column "ratio" is ledger /
@@ -53,7 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine_speed import machine_speed_line, write_fsync_mb_s
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from spark_timing import noop, payload_column, timed_pair
+from spark_timing import noop, payload_column, register_nullsink, timed_pair
 
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.offload.offloader import offload_pass
@@ -88,6 +91,7 @@ def main() -> None:
     with LedgerClient(cluster.metadata_uri) as setting_client:
         set_message_batches(setting_client, True)  # raw writes batch (option batching's default)
     spark = local_spark_session("spark-bench")
+    register_nullsink(spark)  # format("nullsink"): the ceiling of a write through a Python data source
     loads: list[tuple[float, float, float]] = []
     uri = cluster.metadata_uri
     opts = {"metadataServiceUri": uri, "ensembleSize": "3", "writeQuorumSize": "3", "ackQuorumSize": "2"}
@@ -110,6 +114,10 @@ def main() -> None:
         loads.append(os.getloadavg())
         t_aw, t_pw = timed_pair(lambda: ledger_write(arrow_df, "bench-arrow", "arrow"),
                                 lambda: arrow_df.write.mode("overwrite").parquet(pq_arrow), args.rounds)
+        # The same rows through a Python data source writer that drops them (spark_timing.NullSink):
+        # what Spark's hand-over of Arrow batches to a Python worker allows any such write.
+        t_aw2, t_nw = timed_pair(lambda: ledger_write(arrow_df, "bench-arrow", "arrow"),
+                                 lambda: arrow_df.write.format("nullsink").mode("append").save(), args.rounds)
         t_arn, t_prn = timed_pair(lambda: ledger_read("bench-arrow", "none"), lambda: noop(spark.read.parquet(pq_arrow)),
                                   args.rounds)
         t_ar, t_pr = timed_pair(lambda: ledger_read("bench-arrow"), lambda: noop(spark.read.parquet(pq_arrow)), args.rounds)
@@ -148,6 +156,8 @@ def main() -> None:
         rows = [
             ("arrow write (payload)", mb(arrow_bytes, t_aw), mb(arrow_bytes, t_pw), ratio(t_aw, t_pw), ""),
             ("arrow write / (disk / 3)", f"{arrow_bytes / t_aw / 1e6 / disk_third:.2f}", "", "", TARGETS["arrow write"]),
+            ("arrow write / nullsink", mb(arrow_bytes, t_aw2), mb(arrow_bytes, t_nw), ratio(t_aw2, t_nw), ""),
+            ("nullsink / (disk / 3)", f"{arrow_bytes / t_nw / 1e6 / disk_third:.2f}", "", "", "the ceiling"),
             ("arrow write (rows)", rps(args.rows, t_aw), rps(args.rows, t_pw), ratio(t_aw, t_pw), ""),
             ("arrow read, no metadata", rps(args.rows, t_arn), rps(args.rows, t_prn), ratio(t_arn, t_prn),
              TARGETS["arrow read none"]),

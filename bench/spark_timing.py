@@ -1,4 +1,5 @@
-"""What the Spark benchmarks share: the rows' payload, the noop sink, and alternating timed pairs.
+"""What the Spark benchmarks share: the rows' payload, the noop sink, a do-nothing Python data
+source writer (`nullsink`), alternating timed pairs, and the CPU of the processes a run starts.
 
 A leaf module: it changes nothing on sys.path, so a bench that runs another source tree
 (spark_read_ab.py's children) can import it without taking this tree's pyspark_ledger along.
@@ -12,7 +13,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from pyspark import cloudpickle
 from pyspark.sql import functions as F
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 
 
 def payload_column(kind: str) -> F.Column:
@@ -109,3 +112,31 @@ def timed_pair_cpu(ours: Callable[[], None], theirs: Callable[[], None], rounds:
             os.sync()
     return {"ours_s": statistics.median(times[0]), "theirs_s": statistics.median(times[1]),
             "ours_cpu": statistics.median(cpus[0]), "theirs_cpu": statistics.median(cpus[1])}
+
+
+class NullArrowWriter(DataSourceArrowWriter):
+    """Takes every Arrow batch Spark hands the Python worker and drops it: what any Python data
+    source's write costs before it does anything (the ceiling of such a write)."""
+
+    def write(self, iterator: Any) -> WriterCommitMessage:
+        for _batch in iterator:
+            pass
+        return WriterCommitMessage()
+
+
+class NullSink(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "nullsink"
+
+    def writer(self, schema: Any, overwrite: bool) -> NullArrowWriter:
+        return NullArrowWriter()
+
+
+def register_nullsink(spark: Any) -> None:
+    """Make format("nullsink") available. This module is on the driver's path only (the benches
+    put bench/ there), so its classes travel to the workers by value."""
+    import sys
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    spark.dataSource.register(NullSink)

@@ -12,8 +12,9 @@ bookie's read CPU: reading 100-byte entries, bookie CPU per entry 0.60 -> 0.37 u
 A no-op off glibc, when opted out with PYSPARK_LEDGER_MALLOC_TUNING=0, or when the process was
 started with MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_ (the operator's choice wins).
 bookie.server.main applies it at start; Spark executors apply it once per Python worker, when
-they first read (pyspark_ledger/datasource/read/reader.py). A leaf module (the standard library and bookie.opt_out only), so
-the client may import it.
+they first read (pyspark_ledger/datasource/read/reader.py); a LedgerClient once per process (a
+writer's batches and entries are ~128 KiB buffers, the sender's frames of small entries too).
+A leaf module (the standard library and bookie.opt_out only), so the client may import it.
 """
 
 from __future__ import annotations

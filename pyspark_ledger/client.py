@@ -10,11 +10,13 @@ Usable without pyspark or a JVM:
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bookie.malloc_tuning import tune_malloc
 from metadata import (
     BookieInfo,
     BookieRegistry,
@@ -96,6 +98,7 @@ class LedgerClient:
         ("digest:user:secret" or "sasl:user:secret"), default the URI's zk_auth or LEDGER_ZK_AUTH. metrics_registry: a
         prometheus_client registry to expose this client's metrics in (`self.metrics`, see
         pyspark_ledger/client_metrics.py); default none: registered nowhere."""
+        _tune_malloc_once()
         self.metadata = _client_settings(metadata_uri, zk_auth, tls_ca, tls_cert, tls_key)
         self.metadata_uri = str(self.metadata)  # for messages: zk_auth's secret shows as ***
         files = self.metadata.tls
@@ -307,3 +310,12 @@ class LedgerClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@functools.cache
+def _tune_malloc_once() -> bool:
+    # A writer's entries are ~128 KiB buffers (a batch of messages, its encoded entry): above
+    # glibc's default mmap threshold each is a fresh mapping, touched page by page and unmapped
+    # again (about a tenth of a 1 KiB-message producer's CPU in page faults and zeroing, profiled
+    # 2026-11-28). Once per process; see bookie/malloc_tuning.py (and its opt-out).
+    return tune_malloc()

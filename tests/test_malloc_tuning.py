@@ -1,5 +1,5 @@
-"""The malloc settings the bookie (at start) and Spark executors (at their first read) apply:
-they respect an operator's own settings and the opt-out."""
+"""The malloc settings the bookie (at start), Spark executors (at their first read) and a
+LedgerClient (once per process) apply: they respect an operator's own settings and the opt-out."""
 
 from __future__ import annotations
 
@@ -32,3 +32,19 @@ def test_applied_on_glibc() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "True"
+
+
+def test_a_client_applies_it_once_per_process(sqlite_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LedgerClient tunes malloc for its writers' ~128 KiB batch and entry buffers, once."""
+    import pyspark_ledger.client as client_module
+
+    calls: list[int] = []
+    monkeypatch.setattr(client_module, "tune_malloc", lambda: calls.append(1) or True)
+    client_module._tune_malloc_once.cache_clear()
+    try:
+        for _ in range(2):
+            with client_module.LedgerClient(sqlite_uri):
+                pass
+        assert calls == [1]
+    finally:
+        client_module._tune_malloc_once.cache_clear()

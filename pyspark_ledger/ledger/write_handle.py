@@ -56,6 +56,10 @@ PENDING_BYTES_MAX = 64 * 2**20
 ENTRY_BYTES_MAX = 4 * 2**20
 BACKPRESSURE_TIMEOUT_S = 60.0
 CLOSE_DRAIN_TIMEOUT_S = 60.0
+# An entry this large always goes out from the sender thread, never from the adding one: its
+# sends to W bookies (system calls without the GIL) then overlap the caller's next work, e.g. a
+# LogWriter's producer filling the next batch of messages.
+DIRECT_SEND_BYTES_MAX = 64 * 1024
 
 
 class _Pending(PendingAdd):
@@ -183,7 +187,7 @@ class WriteHandle(ReadHandle):
                 # this thread send at once and save a thread hop of latency. Under load it queues
                 # the entry for the sender, which batches whatever accumulated.
                 idle = self._sender_idle
-                direct = machine.append(p, lac, now, idle)
+                direct = machine.append(p, lac, now, idle and size < DIRECT_SEND_BYTES_MAX)
                 if not direct and idle:
                     self._sender_wake.notify()  # a busy sender finds the outbox on its next round
             if direct:
