@@ -3,7 +3,9 @@ a change), each run a child process with its tree first on PYTHONPATH (so its bo
 workers run that tree too), trees alternating run by run. Each child starts 3 bookies and a
 local[2] session, writes the rows once (untimed), then times the read rows against Parquet as
 spark_bench does (median of --rounds alternating runs after a warm-up). Ratios are within a
-child (ledger / Parquet, same minutes); the table gives each tree's median ratio over its runs.
+child (ledger / Parquet, same minutes); the table gives each tree's median ratio over its runs,
+and the same for the CPU the runs cost (Spark's JVM, its Python workers and the bookies, from
+/proc: what a loaded shared machine changes least).
 
     git worktree add --detach /tmp/before main
     python bench/spark_read_ab.py --before /tmp/before [--runs 2] [--rows 1000000] [--raw-rows 500000]
@@ -30,7 +32,7 @@ def child(rows: int, raw_rows: int, rounds: int) -> None:
     import tempfile
 
     from pyspark.sql import functions as F
-    from spark_timing import noop, payload_column, timed_pair
+    from spark_timing import noop, payload_column, timed_pair_cpu
 
     import pyspark_ledger
     from pyspark_ledger.client import LedgerClient
@@ -62,14 +64,14 @@ def child(rows: int, raw_rows: int, rounds: int) -> None:
             noop(spark.read.parquet(path))
 
         load0 = os.getloadavg()
-        got = {}
+        got, cpu = {}, {}
         for row, name, cols, pq in (("arrow read none", "ab-arrow", "none", pq_arrow),
                                     ("arrow read all", "ab-arrow", "all", pq_arrow),
                                     ("raw read", "ab-raw", "none", pq_raw)):
-            ours, theirs = timed_pair(functools.partial(ledger_read, name, cols),
-                                      functools.partial(parquet_read, pq), rounds)
-            got[row] = (ours, theirs)
-        print(json.dumps({"where": pyspark_ledger.__file__, "got": got, "load": [load0, os.getloadavg()]}))
+            pair = timed_pair_cpu(functools.partial(ledger_read, name, cols), functools.partial(parquet_read, pq), rounds)
+            got[row] = (pair["ours_s"], pair["theirs_s"])
+            cpu[row] = (pair["ours_cpu"], pair["theirs_cpu"])
+        print(json.dumps({"where": pyspark_ledger.__file__, "got": got, "cpu": cpu, "load": [load0, os.getloadavg()]}))
     finally:
         if spark is not None:
             spark.stop()
@@ -107,6 +109,7 @@ def main() -> None:
         ap.error("--before is required")
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
     ratios: dict[tuple[str, str], list[float]] = {}
+    cpu_ratios: dict[tuple[str, str], list[float]] = {}
     for r in range(args.runs):
         for name in ("before", "after") if r % 2 == 0 else ("after", "before"):
             res = run_child(trees[name], args)
@@ -117,11 +120,23 @@ def main() -> None:
                 ours, theirs = got[row]
                 ratios.setdefault((name, row), []).append(theirs / ours)
                 line.append(f"{row} {ours:.2f}s/{theirs:.2f}s={theirs / ours:.2f}")
+                cpu = res.get("cpu")
+                if isinstance(cpu, dict):
+                    ours_cpu, theirs_cpu = cpu[row]
+                    cpu_ratios.setdefault((name, row), []).append(theirs_cpu / ours_cpu)
+                    line.append(f"(CPU {ours_cpu:.2f}/{theirs_cpu:.2f}={theirs_cpu / ours_cpu:.2f})")
             print(f"run {r} {name:<6} " + "  ".join(line) + f"  load {res['load']}", flush=True)
     print(f"\nmedian ratio (ledger / Parquet, higher is faster), {args.rows:,} arrow rows, {args.raw_rows:,} raw rows:")
     for row in ROWS:
         b, a = statistics.median(ratios[("before", row)]), statistics.median(ratios[("after", row)])
         print(f"{row:<16} before {b:.2f}  after {a:.2f}  (runs: {ratios[('before', row)]} / {ratios[('after', row)]})")
+    if cpu_ratios:
+        print("\nmedian CPU ratio (Parquet's CPU seconds / the ledger read's, JVM + Python workers + bookies; "
+              "what the wall ratio tends to on a quiet 2-core machine where both are CPU-bound):")
+        for row in ROWS:
+            b, a = statistics.median(cpu_ratios[("before", row)]), statistics.median(cpu_ratios[("after", row)])
+            print(f"{row:<16} before {b:.2f}  after {a:.2f}  (runs: {cpu_ratios[('before', row)]} / "
+                  f"{cpu_ratios[('after', row)]})")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import logging
-import os
 import pstats
 import shutil
 import statistics
@@ -53,7 +52,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
-from spark_timing import noop, payload_column
+from spark_timing import cpu_by_kind, noop, payload_column
 
 from pyspark_ledger.client import LedgerClient
 from pyspark_ledger.datasource.options.source_options import parse_options
@@ -105,48 +104,6 @@ class ReplayReader(DataSourceReader):
                     schema = pa.schema(_nonnull(list(batch.schema), self.nonnull))
                     batch = pa.RecordBatch.from_arrays(batch.columns, schema=schema)
                 yield batch.select(range(self.columns)) if self.columns else batch
-
-
-TICKS_PER_S = os.sysconf("SC_CLK_TCK")
-
-
-def _procs() -> dict[int, tuple[int, float, str]]:
-    """pid -> (parent pid, CPU seconds so far, command line) of every process we can read."""
-    out = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue  # gone meanwhile
-        # utime + stime + cutime + cstime: Python workers that exited count in their daemon's figure.
-        out[int(entry)] = (int(fields[1]), sum(int(x) for x in fields[11:15]) / TICKS_PER_S, cmd)
-    return out
-
-
-def cpu_by_kind() -> dict[str, float]:
-    """CPU seconds so far of this process's descendants, by kind: the Spark JVM, its Python
-    workers, the bookies (other processes on the machine are not counted)."""
-    procs = _procs()
-    mine = {os.getpid()}
-    changed = True
-    while changed:
-        changed = False
-        for pid, (ppid, _, _) in procs.items():
-            if ppid in mine and pid not in mine:
-                mine.add(pid)
-                changed = True
-    kinds = {"jvm": 0.0, "python workers": 0.0, "bookies": 0.0}
-    for pid in mine - {os.getpid()}:
-        _, cpu, cmd = procs[pid]
-        kind = "jvm" if "java" in cmd else "python workers" if "pyspark" in cmd else "bookies" if "bookie" in cmd else None
-        if kind is not None:
-            kinds[kind] += cpu
-    return kinds
 
 
 CPU: dict[str, dict[str, float]] = {}  # per measurement: CPU seconds per run, by kind

@@ -6,7 +6,8 @@ an idle CPU is expensive. Here one thread per connection reads a frame, hands th
 the same AddHandler the gRPC service uses (which journals a lone batch inline in this thread) and
 writes the AddResponse back: one wake-up per request. Clients find the listener through the
 bookie's registration (BookieInfo.add_address); bookies started with --add-port -1 have none,
-and clients then add over gRPC.
+and clients then add over gRPC. The same listener serves read connections (a hello of their own:
+bookie/read_connection.py), the bulk range reads' transport.
 
 Bounds: at most `connections_max` connections, and `per_peer_max` from one client address (more
 are refused at accept: one host cannot take every connection), a hello within HELLO_TIMEOUT_S,
@@ -33,6 +34,8 @@ from bookie.add_handler import AddHandler, encode_add_response
 from bookie.add_runs import parse_add_request
 from bookie.proto.add_framing import (
     HELLO_BYTES,
+    MAGIC,
+    READ_MAGIC,
     FrameReader,
     FramingError,
     frame,
@@ -43,6 +46,7 @@ from bookie.proto.add_framing import (
     start_frames,
 )
 from bookie.proto.versions import OUR_RANGE
+from bookie.read_connection import ReadAnswer, serve_reads
 from bookie.slots import KeyedSlots
 from bookie.storage.errors import ensure
 from bookie.tls import cert_identity
@@ -89,11 +93,15 @@ def _peer_host(peer: object) -> str:
 class AddListener:
     def __init__(self, handler: AddHandler, host: str, port: int, *, connections_max: int = CONNECTIONS_MAX_DEFAULT,
                  ssl_context: ssl.SSLContext | None = None, allow_plaintext: bool = False,
-                 per_peer_max: int = PER_PEER_MAX_DEFAULT, idle_timeout_s: float = IDLE_TIMEOUT_S_DEFAULT):
+                 per_peer_max: int = PER_PEER_MAX_DEFAULT, idle_timeout_s: float = IDLE_TIMEOUT_S_DEFAULT,
+                 reads: ReadAnswer | None = None):
         """ssl_context: TLS on every connection (bookie/tls.py), plaintext ones refused unless
-        allow_plaintext (told apart by their first byte)."""
+        allow_plaintext (told apart by their first byte). reads: what answers read connections
+        (bookie/read_connection.py); None: none are accepted (their hello is refused as not an
+        add hello, as by a bookie of an earlier release)."""
         ensure(idle_timeout_s > 0 and per_peer_max >= 1 and connections_max >= 1, "add listener bounds out of range")
         self.handler = handler
+        self._reads = reads
         self.connections_max = connections_max
         self.idle_timeout_s = idle_timeout_s
         self._slots = KeyedSlots(connections_max, min(per_peer_max, connections_max), "connections")
@@ -176,22 +184,50 @@ class AddListener:
                 self._conns[conn] = t
             t.start()
 
+    def _hello(self, conn: socket.socket, peer: object) -> tuple[bytes | None, str]:
+        """The client's hello answered: the kind of connection it opens (add_framing.MAGIC or
+        READ_MAGIC; None when this bookie does not speak the version it asks for, or the host
+        holds as many read connections as it may), and the key of the slot the connection holds
+        now: a read connection's moves to its host's read slots, bounded apart from its add
+        connections, so a host's readers never take the slots its writers need."""
+        data = recv_exactly(conn, HELLO_BYTES)
+        magic = READ_MAGIC if data[:4] == READ_MAGIC and self._reads is not None else MAGIC
+        asked = parse_hello(data, magic)
+        slot = _peer_host(peer)
+        if asked not in OUR_RANGE:
+            # Our highest: a newer client that speaks it too (it read a registration of ours
+            # from before a downgrade) reconnects asking for it; any other names both and stops.
+            conn.sendall(hello(OUR_RANGE.high, magic))
+            log.warning("add connection closed peer=%s reason=client asks for wire version %d, this bookie speaks %s",
+                        peer, asked, OUR_RANGE)
+            return None, slot
+        if magic == READ_MAGIC:
+            reads = f"{slot} reads"
+            refusal = self._slots.try_take(reads)
+            if refusal is not None:  # closed unanswered: the client reads over gRPC
+                log.warning("read connection refused peer=%s reason=%s", peer, refusal)
+                return None, slot
+            try:
+                conn.sendall(hello(asked, magic))
+            except BaseException:
+                self._slots.release(reads)
+                raise
+            self._slots.release(slot)
+            return magic, reads
+        conn.sendall(hello(asked, magic))  # accepted: every frame of this connection is of that version
+        return magic, slot
+
     def _serve(self, conn: socket.socket, peer: object) -> None:
         raw = conn
         framing = False
+        slot = _peer_host(peer)  # the slot the accept loop took
         try:
             prepare_socket(conn)
             conn.settimeout(min(HELLO_TIMEOUT_S, self.idle_timeout_s))
             conn = self._secure(conn, peer)
-            asked = parse_hello(recv_exactly(conn, HELLO_BYTES))
-            if asked not in OUR_RANGE:
-                # Our highest: a newer client that speaks it too (it read a registration of ours
-                # from before a downgrade) reconnects asking for it; any other names both and stops.
-                conn.sendall(hello(OUR_RANGE.high))
-                log.warning("add connection closed peer=%s reason=client asks for wire version %d, this bookie speaks %s",
-                            peer, asked, OUR_RANGE)
+            magic, slot = self._hello(conn, peer)
+            if magic is None:
                 return
-            conn.sendall(hello(asked))  # accepted: every frame of this connection is of that version
             start_frames(conn)
             framing = True
             # Idle or half-open: closed (clients reconnect). CPython's ssl retries a read that
@@ -201,6 +237,11 @@ class AddListener:
                 conn.settimeout(self.idle_timeout_s)
             else:
                 _set_recv_timeout(conn, self.idle_timeout_s)
+            if magic == READ_MAGIC and self._reads is not None:
+                with self._lock:
+                    identity = self._identities.get(conn)
+                serve_reads(conn, self._reads, identity)
+                return
             frames = FrameReader(conn)
             while (body := frames.read()) is not None:
                 try:
@@ -225,7 +266,7 @@ class AddListener:
                 self._conns.pop(raw, None)
                 self._conns.pop(conn, None)
                 self._identities.pop(conn, None)
-            self._slots.release(_peer_host(peer))
+            self._slots.release(slot)
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop accepting, end every connection (a request being journaled finishes first), and

@@ -154,6 +154,12 @@ class Authorizer:
                        for name in grpc_peer_identities(context))
         return False
 
+    def is_operator_identity(self, identity: str | None) -> bool:
+        """A connection's verified TLS client identity (bookie.tls.cert_identity) is an operator's:
+        how a read connection, which carries no gRPC metadata, is an operator (is_operator's
+        second half)."""
+        return identity is not None and identity_problem(identity) is None and identity in self.policy.operator_identities
+
     def may_use_ledger(self, context: grpc.ServicerContext, stored_key: bytes | None, presented_key: bytes) -> bool:
         return keys_equal(stored_key, presented_key) or self.is_operator(context)
 

@@ -26,7 +26,7 @@ from bookie.proto import bookie_pb2_grpc as pb_grpc
 from bookie.proto.wire import encode_varint
 from bookie.status import Status
 from bookie.storage.errors import ensure
-from bookie.storage.range_read import EntryRun
+from bookie.storage.range_read import Chunk, EntryRun
 
 _LENGTH_DELIMITED = 2
 _RUNS_TAG = bytes([pb.ReadResponse.DESCRIPTOR.fields_by_name["runs"].number << 3 | _LENGTH_DELIMITED])
@@ -38,11 +38,18 @@ def run_answer_bytes(status: Status, lac: int, runs: Sequence[EntryRun],
                      others: Sequence[tuple[int, Status]]) -> bytes:
     """The serialized ReadResponse of a run answer: status and lac, each run (its first id,
     lengths and data: the run's chunks end to end), and the ids and statuses of the others."""
+    return b"".join(run_answer_parts(status, lac, runs, others))
+
+
+def run_answer_parts(status: Status, lac: int, runs: Sequence[EntryRun],
+                     others: Sequence[tuple[int, Status]]) -> list[Chunk]:
+    """run_answer_bytes in pieces, never joined: a read connection sends them as they are, the
+    runs' data straight from the pread buffers (bookie/read_connection.py)."""
     head = pb.ReadResponse(status=int(status), lac=lac)
     if others:
         head.entry_ids.extend([eid for eid, _ in others])
         head.entry_status.extend([int(st) for _, st in others])
-    parts: list[bytes | memoryview] = [head.SerializeToString()]
+    parts: list[Chunk] = [head.SerializeToString()]
     for run in runs:
         size = run.size_bytes
         ensure(size == sum(run.lengths), f"run at entry {run.first_entry_id}: {size} bytes for lengths adding "
@@ -50,7 +57,7 @@ def run_answer_bytes(status: Status, lac: int, runs: Sequence[EntryRun],
         meta = pb.EntryRun(first_entry_id=run.first_entry_id, lengths=run.lengths).SerializeToString()
         data_head = _DATA_TAG + encode_varint(size)
         parts += [_RUNS_TAG, encode_varint(len(meta) + len(data_head) + size), meta, data_head, *run.chunks]
-    return b"".join(parts)
+    return parts
 
 
 def _read_serializer(response: pb.ReadResponse | bytes) -> bytes:

@@ -134,7 +134,8 @@ class BookieServer:
                                                 per_peer_max=cfg.max_connections_per_peer,
                                                 idle_timeout_s=cfg.idle_connection_timeout_s,
                                                 ssl_context=add_tls_context,
-                                                allow_plaintext=cfg.allow_plaintext).start()
+                                                allow_plaintext=cfg.allow_plaintext,
+                                                reads=service.socket_read).start()
             self._install_gauges()
             if cfg.metrics_port is not None:
                 self.metrics_server = serve_metrics(self.metrics, cfg.metrics_host, cfg.metrics_port)

@@ -24,16 +24,17 @@ from bookie import admin
 from bookie import config as limits
 from bookie.add_handler import ENTRY_BYTES_MAX_DEFAULT, MASTER_KEY_BYTES_MAX, AddHandler
 from bookie.add_handler import ledger_key as _ledger_key
-from bookie.auth import Authorizer, AuthPolicy, AuthRefusals
+from bookie.auth import Authorizer, AuthPolicy, AuthRefusals, keys_equal
 from bookie.ledger_owner import LedgerOwners, Verdict
 from bookie.long_polls import LongPolls
 from bookie.metrics import Metrics
 from bookie.proto import bookie_pb2 as pb
 from bookie.proto import bookie_pb2_grpc as pb_grpc
 from bookie.proto.versions import WIRE_VERSION_MAX, WIRE_VERSION_MIN
-from bookie.run_answer import run_answer_bytes
+from bookie.run_answer import run_answer_bytes, run_answer_parts
 from bookie.status import Status
 from bookie.storage import BookieStorage
+from bookie.storage.range_read import Chunk
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,38 @@ class BookieService(pb_grpc.BookieServicer):
         if answer is None:
             return pb.ReadResponse(status=int(status), lac=lac), 0
         return run_answer_bytes(status, lac, answer.runs, answer.others), answer.count
+
+    def socket_read(self, request: pb.ReadRequest, identity: str | None) -> list[Chunk]:
+        """A run read from a read connection (bookie/read_connection.py): the serialized answer in
+        parts, the runs' data straight from the pread buffers. The gRPC Read's checks, with what a
+        connection can present: the ledger's master key, or a TLS client identity that is an
+        operator's (a client that is an operator by secret only is answered UNAUTHORIZED here and
+        asks again over gRPC, which carries the secret)."""
+        started = time.monotonic()
+        key = _ledger_key(request.ledger)
+        first, last = request.first_entry_id, request.last_entry_id
+        problem = None
+        if not request.entry_runs or request.fence or request.HasField("long_poll_min_lac"):
+            problem = Status.INVALID_REQUEST, "a read connection serves run reads only (entry_runs, no fence or long poll)"
+        elif first < 0 or last < first:
+            problem = Status.INVALID_REQUEST, f"bad entry range {first}..{last}"
+        elif self.auth.policy.require_read_auth and not (
+                keys_equal(self.storage.stored_master_key(key), request.master_key)
+                or self.auth.is_operator_identity(identity)):
+            self.auth.refusals.count("Read")
+            problem = Status.UNAUTHORIZED, "Read refused: needs the ledger's master key or an operator identity"
+        if problem is not None:
+            return [pb.ReadResponse(status=int(problem[0]), message=problem[1]).SerializeToString()]
+        max_entries = min(request.max_entries or limits.READ_RESPONSE_ENTRIES_DEFAULT, limits.READ_RESPONSE_ENTRIES_MAX)
+        max_bytes = min(request.max_bytes or limits.READ_RESPONSE_BYTES_DEFAULT, limits.READ_RESPONSE_BYTES_MAX)
+        status, answer = self.storage.read_runs(key, first, last, max_entries, max_bytes)
+        _, lac = self.storage.read_lac(key)
+        if answer is None:
+            parts: list[Chunk] = [pb.ReadResponse(status=int(status), lac=lac).SerializeToString()]
+        else:
+            parts = run_answer_parts(status, lac, answer.runs, answer.others)
+        self.metrics.record_read(0 if answer is None else answer.count, time.monotonic() - started)
+        return parts
 
     def ReadLac(self, request: pb.ReadLacRequest, context: grpc.ServicerContext) -> pb.ReadLacResponse:  # noqa: N802  # gRPC method names are CamelCase
         key = _ledger_key(request.ledger)

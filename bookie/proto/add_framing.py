@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import socket
 import struct
+from collections.abc import Sequence
 
 import numpy as np
 
 from bookie.errors import BookieError
 
 MAGIC = b"PLAD"
+# The hello of a read connection (docs/add-transport.md, "Read connections"): the same listener,
+# frames of bookie.proto ReadRequest (run reads) and their ReadResponse answers instead.
+READ_MAGIC = b"PLRD"
 HELLO_BYTES = 8
 FRAME_HEADER = struct.Struct(">I")
 # A frame's body is at most this large (the gRPC message limit both sides already use).
@@ -34,15 +38,18 @@ class FramingError(BookieError):
     """The peer broke the framing: the connection cannot be resynchronised and must close."""
 
 
-def hello(version: int) -> bytes:
-    """The hello that asks for (client) or accepts (bookie) wire version `version`."""
-    return MAGIC + struct.pack(">I", version)
+def hello(version: int, magic: bytes = MAGIC) -> bytes:
+    """The hello that asks for (client) or accepts (bookie) wire version `version`, on an add
+    connection (MAGIC) or a read connection (READ_MAGIC)."""
+    assert magic in (MAGIC, READ_MAGIC), f"unknown hello magic {magic!r}"
+    return magic + struct.pack(">I", version)
 
 
-def parse_hello(data: bytes) -> int:
-    """The protocol version a peer's hello announces (FramingError if it is not a hello)."""
-    if len(data) != HELLO_BYTES or data[:4] != MAGIC:
-        raise FramingError(f"not an add-transport hello: {data[:HELLO_BYTES]!r}")
+def parse_hello(data: bytes, magic: bytes = MAGIC) -> int:
+    """The protocol version a peer's hello of kind `magic` announces (FramingError if it is not one)."""
+    if len(data) != HELLO_BYTES or data[:4] != magic:
+        kind = "a read-connection" if magic == READ_MAGIC else "an add-transport"
+        raise FramingError(f"not {kind} hello: {data[:HELLO_BYTES]!r}")
     return int(struct.unpack_from(">I", data, 4)[0])
 
 
@@ -66,7 +73,7 @@ SEND_BUFFERS_MAX = 512
 SEND_JOINED_BYTES_MAX = 64 * 1024
 
 
-def sendall_parts(sock: socket.socket, parts: list[bytes]) -> None:
+def sendall_parts(sock: socket.socket, parts: Sequence[bytes | memoryview]) -> None:
     """sendall of the parts' concatenation with scatter-gather sends, never joining them: a
     frame of large entries goes out from the entries' own buffers. Blocking socket (a stalled
     send fails after its SO_SNDTIMEO, as sendall does)."""

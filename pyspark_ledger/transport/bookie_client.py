@@ -3,8 +3,10 @@
 Adds go over the bookie's plain-TCP add listener when it advertises one (the low-latency path),
 otherwise over gRPC's Add stream (pyspark_ledger.transport.add_streams has both). When a stream breaks (the
 bookie died), every pending add fails with a transport error and the next add opens a new stream,
-looking the add listener's address up again, so a restarted bookie's new port is found. Reads and
-control calls are unary gRPC. Every queue and wait here has a bound.
+looking the add listener's address up again, so a restarted bookie's new port is found. Run reads
+(read_runs, the bulk range reads) go over read connections to the same listener where the bookie
+offers them (pyspark_ledger.transport.read_connections), else over gRPC; other reads and control
+calls are unary gRPC. Every queue and wait here has a bound.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from pyspark_ledger.transport.add_streams import (
 )
 from pyspark_ledger.transport.credentials import with_operator_secret
 from pyspark_ledger.transport.encoded_batch import EncodedAddBatch, LedgerKey, ledger_ref
+from pyspark_ledger.transport.read_connections import ReadConnections, read_connections_enabled
 from pyspark_ledger.transport.run_response import RunResponse, parse_run_response
 from pyspark_ledger.transport.tls import TlsSettings, grpc_failure_hint
 
@@ -101,11 +104,18 @@ class BookieClient:
         # Run-encoded reads parse their answer with the entries' bytes left in place.
         self._read_runs = self._channel.unary_unary(
             READ_METHOD, request_serializer=pb.ReadRequest.SerializeToString, response_deserializer=parse_run_response)
+        self._reads = (ReadConnections(bookie_id, self._listener_address, self._ssl_context)
+                       if read_connections_enabled() else None)
         self._stream: AddStream | None = None
         self._stream_lock = threading.Lock()
         self._closed = threading.Event()
         self._timer = threading.Thread(target=self._expire_loop, name=f"add-timer {bookie_id}", daemon=True)
         self._timer.start()
+
+    def _listener_address(self) -> str:
+        """The add listener's address now ("": none)."""
+        lookup = self._add_address
+        return lookup() if callable(lookup) else lookup
 
     # ---- adds ---------------------------------------------------------------------------------
 
@@ -144,8 +154,7 @@ class BookieClient:
             if self._closed.is_set():
                 raise BookieUnavailableError(self.bookie_id, "client closed")
             if self._stream is None or self._stream.dead:
-                lookup = self._add_address
-                add_address = lookup() if callable(lookup) else lookup
+                add_address = self._listener_address()
                 if add_address:
                     if self.poller is None:
                         self.poller = AddPoller(f"add-poller {self.bookie_id}")
@@ -248,10 +257,22 @@ class BookieClient:
     def read_runs(self, ledger: LedgerKey, first: int, last: int, *, max_entries: int = 0, max_bytes: int = 0,
                   timeout_s: float | None = None, master_key: bytes = b"") -> RunResponse:
         """A range read answered in runs (ReadRequest.entry_runs), each run's data a zero-copy view
-        of the received message (pyspark_ledger.transport.run_response): the bulk read path."""
+        of the received message (pyspark_ledger.transport.run_response): the bulk read path. Over
+        a read connection where the bookie offers one, else over gRPC."""
         req = pb.ReadRequest(ledger=ledger_ref(ledger), first_entry_id=first, last_entry_id=last,
                              max_entries=max_entries, max_bytes=max_bytes, entry_runs=True, master_key=master_key)
+        if self._reads is not None:
+            resp = self._reads.read(req.SerializeToString(), timeout_s or self.rpc_timeout_s)
+            if resp is not None:
+                return resp
         return self._unary(self._read_runs, req, timeout_s)
+
+    def read_connections(self) -> int:
+        """Read connections open to the bookie now (0 when run reads go over gRPC)."""
+        return 0 if self._reads is None else self._reads.connections()
+
+    def read_connections_encrypted(self) -> bool:
+        return self._reads is not None and self._reads.encrypted()
 
     def read_lac(self, ledger: LedgerKey, *, long_poll_min_lac: int | None = None, long_poll_timeout_ms: int = 0,
                  timeout_s: float | None = None, master_key: bytes = b"") -> pb.ReadLacResponse:
@@ -307,6 +328,8 @@ class BookieClient:
             if self._stream is not None:
                 self._stream.close()
                 self._stream.fail("client closed")
+        if self._reads is not None:
+            self._reads.close()
         self._channel.close()
         self._timer.join(timeout=1)
         if self._own_poller and self.poller is not None:

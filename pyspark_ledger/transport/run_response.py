@@ -62,8 +62,9 @@ def _run(buf: memoryview) -> Run:
     return Run(meta.first_entry_id, meta.lengths, data)
 
 
-def parse_run_response(raw: bytes) -> RunResponse:
-    """A ReadResponse from its serialized bytes, runs' data zero-copy (see the module doc)."""
+def parse_run_response(raw: bytes | memoryview) -> RunResponse:
+    """A ReadResponse from its serialized bytes (gRPC's, or a read connection's buffer), runs'
+    data zero-copy (see the module doc)."""
     buf = memoryview(raw)
     rest: list[memoryview] = []
     runs: list[Run] = []

@@ -48,3 +48,28 @@ def test_a_reused_spark_worker_freezes_once_and_still_collects_new_garbage() -> 
 def test_other_processes_and_the_opt_out_keep_their_collector(env: dict[str, str]) -> None:
     got = run_child(env)
     assert got["first"] is False and got["frozen"] == 0
+
+
+# A worker's read tasks: the first leaves long-lived objects behind (its client, lazy imports),
+# frozen at the second task's start, never at the others.
+TASKS = """
+import gc, json
+from pyspark_ledger.datasource.worker_gc import freeze_after_first_task
+kept = []
+frozen = []
+for task in range(4):
+    done = freeze_after_first_task()
+    frozen.append([done, gc.get_freeze_count()])
+    kept.append([object() for _ in range(500)] if task == 0 else None)  # lives as long as the worker
+    gc.collect()  # the daemon, after each task
+print(json.dumps({"frozen": frozen}))
+"""
+
+
+def test_the_second_read_task_freezes_what_the_first_left() -> None:
+    out = subprocess.run([sys.executable, "-c", TASKS], cwd=REPO, env={"PATH": "/usr/bin:/bin", "SPARK_REUSE_WORKER": "1"},
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr
+    frozen = json.loads(out.stdout)["frozen"]
+    assert [done for done, _ in frozen] == [False, True, False, False]
+    assert frozen[0][1] == 0 and frozen[1][1] > 500 and frozen[2][1] == frozen[3][1] == frozen[1][1]

@@ -36,6 +36,7 @@ from pyspark_ledger.datasource.read.columns import ReadColumns
 from pyspark_ledger.datasource.read.meta_columns import MetaColumns
 from pyspark_ledger.datasource.read.planning import LedgerRange
 from pyspark_ledger.datasource.read.time_filter import TimeFilter
+from pyspark_ledger.datasource.worker_gc import freeze_after_first_task
 from pyspark_ledger.errors import LedgerError
 from pyspark_ledger.ledger.run_reads import RunReads
 from pyspark_ledger.offload.offloaded_reads import offloaded_entries, open_ledger_file
@@ -212,6 +213,7 @@ def arrow_schema_of(client: LedgerClient, rng: LedgerRange, password: bytes) -> 
 def read_partition(opts: LedgerSourceOptions, rng: LedgerRange, spec: ReadSpec) -> Iterator[pa.RecordBatch]:
     """An executor task's read of one range (batch or streaming), with the worker's client
     (clients.py: leased until the iterator ends)."""
+    freeze_after_first_task()  # worker_gc: what the first task left for the worker's lifetime
     with lease_client(opts) as client:
         yield from read_range(client, rng, spec)
 
