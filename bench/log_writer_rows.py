@@ -48,11 +48,21 @@ def produce(client: LedgerClient, size: int, total: int, batching: bool | None, 
     with an event time and STAMP_HEADERS ("varying": an event time and a header value of its own,
     VARYING_HEADERS)."""
     w = _writer(client, batching)
+    start = time.perf_counter()
+    append_loop(w, size, total, stamped, flush=bool(batching))
+    elapsed = time.perf_counter() - start
+    w.close()
+    return total / elapsed
+
+
+def append_loop(w: Any, size: int, total: int, stamped: bool | str = False, *, flush: bool = True) -> None:
+    """One producer's loop (produce's, and bench/stamps_cost.py's without bookies): `total`
+    messages of `size` bytes by w.append_async, at most WINDOW_MESSAGES unsettled (it waits for
+    the oldest once the window is full); then flush (a batching writer) and wait for every one."""
     payload = b"p" * size
     window: deque[Any] = deque()
     append = w.append_async
     event_ms = time.time_ns() // 1_000_000
-    start = time.perf_counter()
     for i in range(total):
         if len(window) >= WINDOW_MESSAGES:
             window.popleft().result(timeout=120)
@@ -62,13 +72,10 @@ def produce(client: LedgerClient, size: int, total: int, batching: bool | None, 
             window.append(append(payload, timestamp=event_ms, headers=STAMP_HEADERS))
         else:
             window.append(append(payload))
-    if batching:
+    if flush:
         w.flush()
     for h in window:
         h.result(timeout=120)
-    elapsed = time.perf_counter() - start
-    w.close()
-    return total / elapsed
 
 
 def messages(client: LedgerClient, size: int, total: int, batching: bool = True) -> tuple[float, float]:

@@ -3,7 +3,7 @@
 The cluster bench (client_bench.py --stamps-only, before_after.py --kinds batched,stamped,varying)
 gives the rates the issue's bound is about, but on a shared 2-core machine they swing 2-4x between
 rounds. This measures the producer's own work alone, as thread CPU time (steady under load): the
-bench's loop of LogWriter.append_async with a window of WINDOW handles waited on in turn, against
+bench's loop of LogWriter.append_async with a window of log_writer_rows.WINDOW_MESSAGES handles waited on in turn, against
 a writer whose ledger acknowledges every entry at once (batches are still encoded), for the three
 kinds of client_bench's stamps rows (log_writer_rows.STAMP_KINDS), in alternating rounds; and
 OpenBatch.add + encode alone. With --before TREE each round runs both trees (child processes,
@@ -21,15 +21,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 KINDS = ("plain", "stamped", "varying")
-WINDOW = 20_000
-STAMP = [("trace", b"0123456789abcdef")]  # as log_writer_rows.STAMP_HEADERS
-VARYING = [[("trace", b"%016x" % i)] for i in range(4096)]  # as log_writer_rows.VARYING_HEADERS
+STAMPED: dict[str, bool | str] = {"plain": False, "stamped": True, "varying": "varying"}  # append_loop's kinds
 
 
 class _Acked:
@@ -63,27 +60,19 @@ def _writer() -> Any:
 
 
 def produce_ns(kind: str, total: int) -> float:
-    """Thread CPU ns per message of client_bench's producer loop (log_writer_rows.produce)."""
-    w, payload, window = _writer(), b"p" * 100, deque[Any]()
-    append, event_ms = w.append_async, time.time_ns() // 1_000_000
+    """Thread CPU ns per message of client_bench's producer loop (log_writer_rows.append_loop)."""
+    from log_writer_rows import append_loop
+
+    w = _writer()
     start = time.thread_time()
-    for i in range(total):
-        if len(window) >= WINDOW:
-            window.popleft().result(timeout=120)
-        if kind == "varying":
-            window.append(append(payload, timestamp=event_ms + i, headers=VARYING[i & 4095]))
-        elif kind == "stamped":
-            window.append(append(payload, timestamp=event_ms, headers=STAMP))
-        else:
-            window.append(append(payload))
-    w.flush()
-    for h in window:
-        h.result(timeout=120)
+    append_loop(w, 100, total, STAMPED[kind])
     return (time.thread_time() - start) / total * 1e9
 
 
 def batch_ns(kind: str, batches: int = 40) -> float:
     """Thread CPU ns per message of OpenBatch.add + encode, 1,000 messages a batch, best batch."""
+    from log_writer_rows import STAMP_HEADERS, VARYING_HEADERS
+
     from pyspark_ledger.log.batching import OpenBatch
 
     payload, event_ms, best = b"p" * 100, time.time_ns() // 1_000_000, float("inf")
@@ -93,9 +82,9 @@ def batch_ns(kind: str, batches: int = 40) -> float:
         start = time.thread_time()
         for i in range(1000):
             if kind == "varying":
-                add(payload, None, event_ms + i, VARYING[i & 4095])
+                add(payload, None, event_ms + i, VARYING_HEADERS[i & 4095])
             elif kind == "stamped":
-                add(payload, None, event_ms, STAMP)
+                add(payload, None, event_ms, STAMP_HEADERS)
             else:
                 add(payload, None, None, None)
         b.encode(event_ms)

@@ -34,17 +34,12 @@ _DATA_TAG = bytes([pb.EntryRun.DESCRIPTOR.fields_by_name["data"].number << 3 | _
 _SERVICE = pb.DESCRIPTOR.services_by_name["Bookie"].full_name
 
 
-def run_answer_bytes(status: Status, lac: int, runs: Sequence[EntryRun],
-                     others: Sequence[tuple[int, Status]]) -> bytes:
-    """The serialized ReadResponse of a run answer: status and lac, each run (its first id,
-    lengths and data: the run's chunks end to end), and the ids and statuses of the others."""
-    return b"".join(run_answer_parts(status, lac, runs, others))
-
-
 def run_answer_parts(status: Status, lac: int, runs: Sequence[EntryRun],
                      others: Sequence[tuple[int, Status]]) -> list[Chunk]:
-    """run_answer_bytes in pieces, never joined: a read connection sends them as they are, the
-    runs' data straight from the pread buffers (bookie/read_connection.py)."""
+    """The serialized ReadResponse of a run answer, in pieces whose concatenation is it: status
+    and lac, each run (its first id, lengths and data: the run's chunks, straight from the pread
+    buffers), and the ids and statuses of the others. A read connection sends the pieces as they
+    are (bookie/read_connection.py); gRPC's Read joins them into one buffer."""
     head = pb.ReadResponse(status=int(status), lac=lac)
     if others:
         head.entry_ids.extend([eid for eid, _ in others])
@@ -83,7 +78,7 @@ class _HandlerCapture:
 def register_bookie_service(service: Any, server: grpc.Server,
                             serializer: Callable[[Any], bytes] = _read_serializer) -> None:
     """pb_grpc.add_BookieServicer_to_server, with Read's answers passed through `serializer`
-    (run answers are bytes already: run_answer_bytes)."""
+    (run answers are bytes already: the joined run_answer_parts)."""
     capture = _HandlerCapture()
     pb_grpc.add_BookieServicer_to_server(service, capture)
     handlers = capture.handlers

@@ -31,12 +31,19 @@ from bookie.metrics import Metrics
 from bookie.proto import bookie_pb2 as pb
 from bookie.proto import bookie_pb2_grpc as pb_grpc
 from bookie.proto.versions import WIRE_VERSION_MAX, WIRE_VERSION_MIN
-from bookie.run_answer import run_answer_bytes, run_answer_parts
+from bookie.run_answer import run_answer_parts
 from bookie.status import Status
 from bookie.storage import BookieStorage
 from bookie.storage.range_read import Chunk
 
 log = logging.getLogger(__name__)
+
+
+def _response_bounds(request: pb.ReadRequest) -> tuple[int, int]:
+    """The entries and bytes a read's answer may hold: what it asks for (0: the default), within
+    the bookie's maxima."""
+    return (min(request.max_entries or limits.READ_RESPONSE_ENTRIES_DEFAULT, limits.READ_RESPONSE_ENTRIES_MAX),
+            min(request.max_bytes or limits.READ_RESPONSE_BYTES_DEFAULT, limits.READ_RESPONSE_BYTES_MAX))
 
 
 class BookieService(pb_grpc.BookieServicer):
@@ -95,11 +102,11 @@ class BookieService(pb_grpc.BookieServicer):
                 status, _lac = self.storage.wait_lac(key, request.long_poll_min_lac, timeout_s)
             if status not in (Status.OK,):
                 return pb.ReadResponse(status=int(status), lac=-1)
-        max_entries = min(request.max_entries or limits.READ_RESPONSE_ENTRIES_DEFAULT, limits.READ_RESPONSE_ENTRIES_MAX)
-        max_bytes = min(request.max_bytes or limits.READ_RESPONSE_BYTES_DEFAULT, limits.READ_RESPONSE_BYTES_MAX)
+        max_entries, max_bytes = _response_bounds(request)
         resp: pb.ReadResponse | bytes
         if request.entry_runs:
-            resp, served = self._read_runs(key, first, last, max_entries, max_bytes)
+            parts, served = self._run_answer(key, first, last, max_entries, max_bytes)
+            resp = b"".join(parts)  # gRPC sends one buffer (register_bookie_service passes bytes through)
         else:
             resp, served = self._read_entries(key, first, last, max_entries, max_bytes)
         self.metrics.record_read(served, time.monotonic() - started)
@@ -117,15 +124,16 @@ class BookieService(pb_grpc.BookieServicer):
             resp.entries.extend([r.data for r in results])
         return resp, len(results)
 
-    def _read_runs(self, key: tuple[int, int], first: int, last: int, max_entries: int,
-                   max_bytes: int) -> tuple[pb.ReadResponse | bytes, int]:
-        """The run answer (ReadRequest.entry_runs): OK entries as runs, the others by id, as
-        the serialized ReadResponse (bookie/run_answer.py: the data copied once after the pread)."""
+    def _run_answer(self, key: tuple[int, int], first: int, last: int, max_entries: int,
+                    max_bytes: int) -> tuple[list[Chunk], int]:
+        """The run answer (ReadRequest.entry_runs) as the serialized ReadResponse in parts (OK
+        entries as runs, their data straight from the pread buffers; the others by id:
+        bookie/run_answer.py), and the entries it serves. Both transports send these parts."""
         status, answer = self.storage.read_runs(key, first, last, max_entries, max_bytes)
         _, lac = self.storage.read_lac(key)
         if answer is None:
-            return pb.ReadResponse(status=int(status), lac=lac), 0
-        return run_answer_bytes(status, lac, answer.runs, answer.others), answer.count
+            return [pb.ReadResponse(status=int(status), lac=lac).SerializeToString()], 0
+        return run_answer_parts(status, lac, answer.runs, answer.others), answer.count
 
     def socket_read(self, request: pb.ReadRequest, identity: str | None) -> list[Chunk]:
         """A run read from a read connection (bookie/read_connection.py): the serialized answer in
@@ -148,15 +156,8 @@ class BookieService(pb_grpc.BookieServicer):
             problem = Status.UNAUTHORIZED, "Read refused: needs the ledger's master key or an operator identity"
         if problem is not None:
             return [pb.ReadResponse(status=int(problem[0]), message=problem[1]).SerializeToString()]
-        max_entries = min(request.max_entries or limits.READ_RESPONSE_ENTRIES_DEFAULT, limits.READ_RESPONSE_ENTRIES_MAX)
-        max_bytes = min(request.max_bytes or limits.READ_RESPONSE_BYTES_DEFAULT, limits.READ_RESPONSE_BYTES_MAX)
-        status, answer = self.storage.read_runs(key, first, last, max_entries, max_bytes)
-        _, lac = self.storage.read_lac(key)
-        if answer is None:
-            parts: list[Chunk] = [pb.ReadResponse(status=int(status), lac=lac).SerializeToString()]
-        else:
-            parts = run_answer_parts(status, lac, answer.runs, answer.others)
-        self.metrics.record_read(0 if answer is None else answer.count, time.monotonic() - started)
+        parts, served = self._run_answer(key, first, last, *_response_bounds(request))
+        self.metrics.record_read(served, time.monotonic() - started)
         return parts
 
     def ReadLac(self, request: pb.ReadLacRequest, context: grpc.ServicerContext) -> pb.ReadLacResponse:  # noqa: N802  # gRPC method names are CamelCase

@@ -8,7 +8,7 @@ import pytest
 
 from bookie.proto import bookie_pb2 as pb
 from bookie.proto.wire import WireFormatError, encode_varint, message_fields
-from bookie.run_answer import _read_serializer, run_answer_bytes
+from bookie.run_answer import _read_serializer, run_answer_parts
 from bookie.status import Status
 from bookie.storage.errors import InvariantError
 from bookie.storage.range_read import EntryRun
@@ -17,6 +17,11 @@ from pyspark_ledger.transport.run_response import parse_run_response
 
 def entry(i: int, size: int) -> bytes:
     return bytes((i * 7 + k) % 251 for k in range(size))
+
+
+def _joined(status: Status, lac: int, runs: list[EntryRun], others: list[tuple[int, Status]]) -> bytes:
+    """The answer as gRPC's Read sends it: the parts end to end."""
+    return b"".join(run_answer_parts(status, lac, runs, others))
 
 
 def test_a_hand_serialized_answer_is_the_message_protobuf_builds() -> None:
@@ -30,7 +35,7 @@ def test_a_hand_serialized_answer_is_the_message_protobuf_builds() -> None:
     for chunks in shapes:
         runs = [EntryRun(10, sizes, chunks), EntryRun(20, [70_000], list(second))]
         others = [(15, Status.NO_SUCH_ENTRY), (16, Status.UNKNOWN_ENTRY_STATE)]
-        got = run_answer_bytes(Status.OK, 19, runs, others)
+        got = _joined(Status.OK, 19, runs, others)
         want = pb.ReadResponse(status=int(Status.OK), lac=19, entry_ids=[15, 16],
                                entry_status=[int(Status.NO_SUCH_ENTRY), int(Status.UNKNOWN_ENTRY_STATE)])
         want.runs.add(first_entry_id=10, lengths=sizes, data=blob)
@@ -43,14 +48,14 @@ def test_a_hand_serialized_answer_is_the_message_protobuf_builds() -> None:
 
 
 def test_an_answer_without_runs_is_status_lac_and_others_only() -> None:
-    got = run_answer_bytes(Status.OK, -1, [], [(0, Status.NO_SUCH_ENTRY)])
+    got = _joined(Status.OK, -1, [], [(0, Status.NO_SUCH_ENTRY)])
     assert pb.ReadResponse.FromString(got) == pb.ReadResponse(status=int(Status.OK), lac=-1, entry_ids=[0],
                                                               entry_status=[int(Status.NO_SUCH_ENTRY)])
 
 
 def test_a_run_whose_chunks_differ_from_its_lengths_is_refused() -> None:
     with pytest.raises(InvariantError, match="run at entry 4: 5 bytes for lengths adding up to 6"):
-        run_answer_bytes(Status.OK, 4, [EntryRun(4, [3, 3], [b"abcde"])], [])
+        _joined(Status.OK, 4, [EntryRun(4, [3, 3], [b"abcde"])], [])
 
 
 @pytest.mark.parametrize("value, encoded", [(0, b"\x00"), (1, b"\x01"), (127, b"\x7f"), (128, b"\x80\x01"),
